@@ -1,0 +1,10 @@
+"""The instrumented transformer: model, hooks, checkpoints, tokenizer and sampling (torch only)."""
+
+from .checkpoint import DEFAULT_MODEL, CheckpointError, load_checkpoint, load_model, save_checkpoint
+from .config import Config, ConfigError
+from .hooks import ActivationCache, HookPoint
+from .model import VizTransformer
+from .sampling import generate, next_token_probs
+
+__all__ = ["ActivationCache", "CheckpointError", "Config", "ConfigError", "DEFAULT_MODEL", "HookPoint",
+           "VizTransformer", "generate", "load_checkpoint", "load_model", "next_token_probs", "save_checkpoint"]

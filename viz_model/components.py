@@ -1,0 +1,186 @@
+"""Building blocks of the instrumented transformer, each with its hook points.
+
+Parameter names and shapes follow TransformerLens (``W_E``, ``W_pos``, ``W_Q`` as
+``[n_heads, d_model, d_head]``, ``W_O`` as ``[n_heads, d_head, d_model]``, ``W_in``, ``W_out``, ``W_U``)
+so that each matrix of "Attention Is All You Need" is one tensor that a view can show.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import Config
+from .hooks import HookPoint
+
+
+class Embed(nn.Module):
+    """Token embedding: ids ``[batch, pos]`` -> vectors ``[batch, pos, d_model]`` (rows of W_E)."""
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.W_E[tokens]
+
+
+def sinusoidal_table(n_ctx: int, d_model: int) -> torch.Tensor:
+    """The fixed positional encodings of Vaswani et al. (2017), section 3.5.
+
+    ``PE[pos, 2i] = sin(pos / 10000^(2i / d_model))`` and ``PE[pos, 2i+1] = cos(pos / 10000^(2i / d_model))``.
+
+    Returns:
+        ``[n_ctx, d_model]`` float32 tensor.
+    """
+    pos = torch.arange(n_ctx, dtype=torch.float64)[:, None]
+    inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    table = torch.zeros(n_ctx, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * inv_freq)
+    table[:, 1::2] = torch.cos(pos * inv_freq)
+    return table.float()
+
+
+class PosEmbed(nn.Module):
+    """Absolute positions ``[batch, pos] -> [batch, pos, d_model]``: a learned table or the fixed sinusoid.
+
+    With ``positional == "none"`` it returns zeros, so ``hook_pos_embed`` always exists.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.kind = cfg.positional
+        if self.kind == "learned":
+            self.W_pos = nn.Parameter(torch.empty(cfg.n_ctx, cfg.d_model))
+        elif self.kind == "sinusoidal":
+            # Not saved in checkpoints: it is a pure function of (n_ctx, d_model).
+            self.register_buffer("W_pos", sinusoidal_table(cfg.n_ctx, cfg.d_model), persistent=False)
+        else:
+            self.register_buffer("W_pos", torch.zeros(cfg.n_ctx, cfg.d_model), persistent=False)
+
+    def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        n_pos = tokens.shape[-1]
+        return self.W_pos[offset:offset + n_pos].unsqueeze(0).expand(tokens.shape[0], -1, -1)
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm (Ba et al., 2016): ``(x - mean) / sqrt(var + eps) * w + b`` over ``d_model``.
+
+    Hooks: ``hook_scale`` ``[batch, pos, 1]`` = sqrt(var + eps); ``hook_normalized``
+    ``[batch, pos, d_model]`` = the output, after ``w`` and ``b`` (as in TransformerLens).
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.eps = cfg.layer_norm_eps
+        self.w = nn.Parameter(torch.ones(cfg.d_model))
+        self.b = nn.Parameter(torch.zeros(cfg.d_model))
+        self.hook_scale = HookPoint()
+        self.hook_normalized = HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x - x.mean(-1, keepdim=True)
+        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
+        return self.hook_normalized(x / scale * self.w + self.b)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention, computed explicitly (Vaswani et al., 2017, section 3.2).
+
+    ``scores = q k^T / sqrt(d_head)``, masked with -inf above the diagonal when causal,
+    ``pattern = softmax(scores)``, ``z = pattern v``, ``out = concat_h(z_h) W_O + b_O``.
+
+    Hooks: ``hook_q/k/v/z`` ``[batch, pos, head_index, d_head]``; ``hook_attn_scores`` and
+    ``hook_pattern`` ``[batch, head_index, query_pos, key_pos]``.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.cfg = cfg
+        h, d, k = cfg.n_heads, cfg.d_model, cfg.d_head
+        self.W_Q = nn.Parameter(torch.empty(h, d, k))
+        self.W_K = nn.Parameter(torch.empty(h, d, k))
+        self.W_V = nn.Parameter(torch.empty(h, d, k))
+        self.W_O = nn.Parameter(torch.empty(h, k, d))
+        bias = cfg.attn_bias
+        self.b_Q = nn.Parameter(torch.zeros(h, k)) if bias else None
+        self.b_K = nn.Parameter(torch.zeros(h, k)) if bias else None
+        self.b_V = nn.Parameter(torch.zeros(h, k)) if bias else None
+        self.b_O = nn.Parameter(torch.zeros(d)) if bias else None
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_attn_scores, self.hook_pattern, self.hook_z = HookPoint(), HookPoint(), HookPoint()
+
+    @staticmethod
+    def _project(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        out = torch.einsum("bpd,hdk->bphk", x, W)
+        return out if b is None else out + b
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.hook_q(self._project(x, self.W_Q, self.b_Q))
+        k = self.hook_k(self._project(x, self.W_K, self.b_K))
+        v = self.hook_v(self._project(x, self.W_V, self.b_V))
+        scores = torch.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(self.cfg.d_head)
+        if self.cfg.causal:
+            n = x.shape[1]
+            future = torch.triu(torch.ones(n, n, dtype=torch.bool, device=x.device), diagonal=1)
+            scores = scores.masked_fill(future, float("-inf"))
+        scores = self.hook_attn_scores(scores)
+        pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
+        z = self.hook_z(torch.einsum("bhqs,bshk->bqhk", pattern, v))
+        out = torch.einsum("bqhk,hkd->bqd", z, self.W_O)
+        return out if self.b_O is None else out + self.b_O
+
+
+class MLP(nn.Module):
+    """The two-layer feed-forward network: ``act(x W_in + b_in) W_out + b_out`` (Vaswani et al., 3.3).
+
+    Hooks: ``hook_pre`` (before the activation) and ``hook_post`` (after), ``[batch, pos, d_mlp]``.
+    GELU is the exact erf form (Hendrycks & Gimpel, 2016).
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
+        self.W_out = nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model))
+        self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp)) if cfg.mlp_bias else None
+        self.b_out = nn.Parameter(torch.zeros(cfg.d_model)) if cfg.mlp_bias else None
+        self.act = F.gelu if cfg.mlp == "gelu" else F.relu
+        self.hook_pre, self.hook_post = HookPoint(), HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pre = x @ self.W_in
+        pre = self.hook_pre(pre if self.b_in is None else pre + self.b_in)
+        out = self.hook_post(self.act(pre)) @ self.W_out
+        return out if self.b_out is None else out + self.b_out
+
+
+class Block(nn.Module):
+    """One transformer block: attention and MLP sub-layers, each with a residual connection.
+
+    Pre-LN (GPT-2): ``mid = pre + attn(ln1(pre))``, ``post = mid + mlp(ln2(mid))``.
+    Post-LN (Vaswani et al., 2017): ``mid = ln1(pre + attn(pre))``, ``post = ln2(mid + mlp(mid))``.
+    Hooks: ``hook_resid_pre/mid/post``, ``hook_attn_out``, ``hook_mlp_out``, all ``[batch, pos, d_model]``.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.pre_ln = cfg.norm_placement == "pre"
+        self.ln1, self.attn, self.ln2, self.mlp = LayerNorm(cfg), Attention(cfg), LayerNorm(cfg), MLP(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
+        self.hook_attn_out, self.hook_mlp_out = HookPoint(), HookPoint()
+
+    def forward(self, resid: torch.Tensor) -> torch.Tensor:
+        resid = self.hook_resid_pre(resid)
+        if self.pre_ln:
+            attn_out = self.hook_attn_out(self.drop(self.attn(self.ln1(resid))))
+            mid = self.hook_resid_mid(resid + attn_out)
+            mlp_out = self.hook_mlp_out(self.drop(self.mlp(self.ln2(mid))))
+            return self.hook_resid_post(mid + mlp_out)
+        attn_out = self.hook_attn_out(self.drop(self.attn(resid)))
+        mid = self.hook_resid_mid(self.ln1(resid + attn_out))
+        mlp_out = self.hook_mlp_out(self.drop(self.mlp(mid)))
+        return self.hook_resid_post(self.ln2(mid + mlp_out))

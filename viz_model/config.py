@@ -1,0 +1,117 @@
+"""Configuration of the instrumented transformer.
+
+Field names follow TransformerLens (``n_layers``, ``n_heads``, ``d_model``, ``d_head``, ``d_mlp``,
+``d_vocab``, ``n_ctx``) so that people who know that library feel at home.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+POSITIONAL_KINDS = ("sinusoidal", "learned", "rotary", "none")
+NORM_KINDS = ("layernorm", "rmsnorm")
+NORM_PLACEMENTS = ("pre", "post")
+MLP_KINDS = ("gelu", "relu", "swiglu")
+IMPLEMENTED = {
+    # What the model code can run today; the config validates against this so that a
+    # checkpoint asking for an unbuilt feature fails with a clear message, not a crash.
+    "positional": ("sinusoidal", "learned", "none"),
+    "norm": ("layernorm",),
+    "mlp": ("gelu", "relu"),
+}
+
+
+class ConfigError(ValueError):
+    """A configuration that is inconsistent or asks for something the model cannot build."""
+
+
+@dataclass
+class Config:
+    """Shape and architecture switches of a :class:`viz_model.VizTransformer`.
+
+    Raises:
+        ConfigError: from :meth:`validate` when a field is out of range or inconsistent.
+    """
+
+    n_layers: int  # number of transformer blocks in the stack
+    d_model: int  # width of the residual stream (embedding size)
+    n_heads: int  # attention heads per layer (query heads)
+    d_head: int  # width of one head's q, k, v; d_k in "Attention Is All You Need"
+    d_mlp: int  # hidden width of the feed-forward network (usually 4 * d_model)
+    d_vocab: int  # tokenizer vocabulary size: rows of the embedding, columns of the logits
+    n_ctx: int  # longest sequence the model accepts (size of a learned position table)
+    n_kv_heads: int | None = None  # key/value heads; None = n_heads (room for grouped-query attention)
+    positional: str = "sinusoidal"  # how positions enter: added sinusoid, learned table, rotary, none
+    norm: str = "layernorm"  # LayerNorm (mean and variance) or RMSNorm (later issue)
+    norm_placement: str = "pre"  # pre-LN (GPT-2) or post-LN (original transformer, BERT)
+    mlp: str = "gelu"  # activation of the two-layer feed-forward network
+    causal: bool = True  # decoder masking: a position sees only itself and earlier positions
+    tied_embeddings: bool = True  # unembedding W_U is the transpose of the embedding W_E
+    final_norm: bool = True  # a LayerNorm after the last block (pre-LN models need it)
+    layer_norm_eps: float = 1e-5  # epsilon added to the variance inside LayerNorm
+    attn_bias: bool = True  # biases on W_Q, W_K, W_V, W_O
+    mlp_bias: bool = True  # biases on the two feed-forward layers
+    dropout: float = 0.0  # dropout during training only; 0 at inference
+    family: str = "viz"  # where the weights came from: "viz" (native), later "gpt2", "bert", ...
+    extra: dict = field(default_factory=dict)  # free-form notes kept with a checkpoint
+
+    def __post_init__(self) -> None:
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+
+    def validate(self) -> "Config":
+        """Check ranges and consistency; return ``self``.
+
+        Raises:
+            ConfigError: naming the first offending field.
+        """
+        for name in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx", "n_kv_heads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"config field {name} must be a positive integer, got {value!r}")
+        checks = (("positional", POSITIONAL_KINDS), ("norm", NORM_KINDS),
+                  ("norm_placement", NORM_PLACEMENTS), ("mlp", MLP_KINDS))
+        for name, allowed in checks:
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"config field {name} must be one of {allowed}, got {getattr(self, name)!r}")
+        for name, allowed in IMPLEMENTED.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name}={getattr(self, name)!r} is not supported yet (supported: {allowed})")
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
+        if self.n_kv_heads != self.n_heads:
+            raise ConfigError("grouped-query attention (n_kv_heads < n_heads) is not supported yet")
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ConfigError("sinusoidal positions need an even d_model")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        return self
+
+    def to_json(self) -> str:
+        """The config as a JSON string (stored in a checkpoint's metadata)."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Config":
+        """Parse a config written by :meth:`to_json`.
+
+        Raises:
+            ConfigError: on invalid JSON, unknown or missing fields, or invalid values.
+        """
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise ConfigError(f"the config is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError("the config must be a JSON object")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown config fields: {', '.join(unknown)}")
+        try:
+            cfg = cls(**data)
+        except TypeError as exc:
+            raise ConfigError(f"incomplete config: {exc}") from None
+        return cfg.validate()

@@ -1,0 +1,145 @@
+"""Hook points: identity modules whose names come from the module tree.
+
+The design follows TransformerLens (``transformer_lens.hook_points``): every intermediate value the
+app shows passes through a :class:`HookPoint`, and :meth:`HookedModule.run_with_cache` records the
+values of the hook points it is asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+NamesFilter = Callable[[str], bool] | Iterable[str] | str | None
+
+
+class HookPoint(nn.Module):
+    """An identity module that lets callers read (or replace) the tensor that passes through it.
+
+    ``self.name`` is set by :class:`HookedModule` from the module tree, e.g.
+    ``blocks.0.attn.hook_pattern``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name: str = ""
+        self._fns: list[Callable[[torch.Tensor, "HookPoint"], torch.Tensor | None]] = []
+
+    def add_hook(self, fn: Callable[[torch.Tensor, "HookPoint"], torch.Tensor | None]) -> None:
+        """Call ``fn(tensor, hook)`` on every forward pass; a non-None return replaces the tensor."""
+        self._fns.append(fn)
+
+    def remove_hook(self, fn: Callable) -> None:
+        """Forget one function added with :meth:`add_hook`."""
+        self._fns.remove(fn)
+
+    def remove_hooks(self) -> None:
+        """Forget every function added with :meth:`add_hook`."""
+        self._fns.clear()
+
+    @property
+    def active(self) -> bool:
+        """True while at least one function listens (lets costly optional hooks be skipped)."""
+        return bool(self._fns)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for fn in self._fns:
+            out = fn(x, self)
+            if out is not None:
+                x = out
+        return x
+
+
+class ActivationCache(Mapping[str, torch.Tensor]):
+    """A read-only mapping ``hook name -> tensor`` recorded by ``run_with_cache``.
+
+    Tensors are detached and keep the shapes listed in DESIGN.md (``[batch, pos, d_model]`` for the
+    residual stream, ``[batch, head_index, query_pos, key_pos]`` for patterns, ...).
+    """
+
+    def __init__(self, tensors: dict[str, torch.Tensor]) -> None:
+        self._tensors = tensors
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise KeyError(f"no hook named {name!r} in this cache ({len(self)} hooks recorded)") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def __repr__(self) -> str:
+        return f"ActivationCache({len(self)} hooks)"
+
+
+def _as_predicate(names_filter: NamesFilter) -> Callable[[str], bool]:
+    if names_filter is None:
+        return lambda name: True
+    if isinstance(names_filter, str):
+        return lambda name: name == names_filter
+    if callable(names_filter):
+        return names_filter
+    wanted = set(names_filter)
+    return lambda name: name in wanted
+
+
+class HookedModule(nn.Module):
+    """Base class that names its :class:`HookPoint` children and records them on request.
+
+    Subclasses call :meth:`setup_hooks` at the end of ``__init__``.
+    """
+
+    def setup_hooks(self) -> None:
+        """Name every HookPoint after its path in ``named_modules()`` and index them."""
+        self.hook_dict: dict[str, HookPoint] = {}
+        for name, module in self.named_modules():
+            if isinstance(module, HookPoint):
+                module.name = name
+                self.hook_dict[name] = module
+
+    @contextmanager
+    def hooks(self, fns: Iterable[tuple[str, Callable]]) -> Iterator[None]:
+        """Temporarily add ``(hook name, fn)`` pairs; they are removed on exit, even on error.
+
+        Raises:
+            KeyError: for a hook name the model does not have.
+        """
+        added = []
+        try:
+            for name, fn in fns:
+                if name not in self.hook_dict:
+                    raise KeyError(f"the model has no hook named {name!r}")
+                self.hook_dict[name].add_hook(fn)
+                added.append((self.hook_dict[name], fn))
+            yield
+        finally:
+            for hook, fn in added:
+                hook.remove_hook(fn)
+
+    @torch.no_grad()
+    def run_with_cache(self, tokens: torch.Tensor, names_filter: NamesFilter = None, **kwargs):
+        """Run the model and record the hook points selected by ``names_filter``.
+
+        Args:
+            tokens: token ids, ``[batch, pos]`` (int64).
+            names_filter: None (every hook), one name, a list of names, or a predicate on names.
+
+        Returns:
+            ``(logits, cache)``: logits ``[batch, pos, d_vocab]`` and an :class:`ActivationCache`.
+        """
+        keep = _as_predicate(names_filter)
+        store: dict[str, torch.Tensor] = {}
+
+        def save(tensor: torch.Tensor, hook: HookPoint) -> None:
+            store[hook.name] = tensor.detach()
+
+        with self.hooks((name, save) for name in self.hook_dict if keep(name)):
+            logits = self(tokens, **kwargs)
+        return logits, ActivationCache(store)

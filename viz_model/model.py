@@ -1,0 +1,85 @@
+"""The instrumented decoder-only transformer."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .components import Block, Embed, LayerNorm, PosEmbed
+from .config import Config
+from .hooks import HookedModule, HookPoint
+
+
+class VizTransformer(HookedModule):
+    """A transformer whose every intermediate value passes through a named :class:`HookPoint`.
+
+    ``forward(tokens)`` maps ids ``[batch, pos]`` to logits ``[batch, pos, d_vocab]``.
+    Model-level hooks: ``hook_embed``, ``hook_pos_embed`` ``[batch, pos, d_model]``; ``hook_logits`` and
+    ``hook_probs`` (softmax of the logits, computed only when recorded) ``[batch, pos, d_vocab]``.
+    Block hooks are listed in DESIGN.md under ``blocks.{i}``.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.cfg = cfg.validate()
+        self.embed = Embed(cfg)
+        self.pos_embed = PosEmbed(cfg)
+        self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_final = LayerNorm(cfg) if cfg.final_norm else None
+        self.W_U = None if cfg.tied_embeddings else nn.Parameter(torch.empty(cfg.d_model, cfg.d_vocab))
+        self.hook_logits, self.hook_probs = HookPoint(), HookPoint()
+        self.init_weights()
+        self.setup_hooks()
+
+    @torch.no_grad()
+    def init_weights(self, seed: int | None = None) -> None:
+        """GPT-2's initialisation: N(0, 0.02) for matrices, N(0, 0.02 / sqrt(2 n_layers)) for the
+        projections that write into the residual stream (W_O, W_out); biases zero, norms one.
+        """
+        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        resid_std = 0.02 / math.sqrt(2 * self.cfg.n_layers)
+        for name, p in self.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf.startswith("b"):
+                p.zero_()
+            elif leaf == "w":
+                p.fill_(1.0)
+            else:
+                std = resid_std if leaf in ("W_O", "W_out") else 0.02
+                p.copy_(torch.randn(p.shape, generator=gen) * std)
+
+    @property
+    def W_unembed(self) -> torch.Tensor:
+        """The unembedding matrix ``[d_model, d_vocab]`` (``W_E^T`` when embeddings are tied)."""
+        return self.embed.W_E.T if self.W_U is None else self.W_U
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits ``[batch, pos, d_vocab]`` for ids ``[batch, pos]``.
+
+        Raises:
+            ValueError: when ``tokens`` is not 2-D, is longer than ``n_ctx``, or holds an id outside
+                ``[0, d_vocab)``.
+        """
+        if tokens.ndim != 2:
+            raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
+        if tokens.shape[1] > self.cfg.n_ctx:
+            raise ValueError(f"{tokens.shape[1]} tokens exceed the model's context of {self.cfg.n_ctx}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.d_vocab):
+            raise ValueError(f"token ids must lie in [0, {self.cfg.d_vocab})")
+        resid = self.drop(self.hook_embed(self.embed(tokens)) + self.hook_pos_embed(self.pos_embed(tokens)))
+        for block in self.blocks:
+            resid = block(resid)
+        if self.ln_final is not None:
+            resid = self.ln_final(resid)
+        logits = self.hook_logits(resid @ self.W_unembed)
+        if self.hook_probs.active:
+            self.hook_probs(torch.softmax(logits, dim=-1))
+        return logits
+
+    def n_params(self) -> int:
+        """Number of trainable parameters (tied embeddings counted once)."""
+        return sum(p.numel() for p in self.parameters())

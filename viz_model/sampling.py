@@ -1,0 +1,90 @@
+"""Turning logits into a next-token distribution and choosing tokens from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .model import VizTransformer
+
+MAX_TEMPERATURE = 100.0
+
+
+def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                     top_p: float | None = None) -> torch.Tensor:
+    """The distribution a decoder samples from, re-applied to already computed logits.
+
+    ``p = softmax(logits / T)``; top-k keeps the k most likely tokens; top-p (nucleus sampling,
+    Holtzman et al., 2020) keeps the smallest set of most likely tokens whose probability reaches p;
+    the kept probabilities are renormalised. ``T == 0`` means greedy: all mass on the argmax.
+
+    Args:
+        logits: ``[..., d_vocab]`` (float).
+        temperature: ``T >= 0``; values above ``MAX_TEMPERATURE`` are clipped to it.
+        top_k: keep this many tokens (None or 0: all).
+        top_p: nucleus mass in ``(0, 1]`` (None or 1: all).
+
+    Returns:
+        probabilities ``[..., d_vocab]`` (float32) that sum to 1 along the last axis.
+
+    Raises:
+        ValueError: for a negative or non-finite temperature, negative top_k, or top_p outside (0, 1].
+    """
+    if not (temperature >= 0 and temperature == temperature):
+        raise ValueError(f"temperature must be a number >= 0, got {temperature}")
+    if top_k is not None and top_k < 0:
+        raise ValueError(f"top_k must be >= 0, got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
+    logits = logits.float()
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    probs = torch.softmax(logits / min(temperature, MAX_TEMPERATURE), dim=-1)
+    keep = torch.ones_like(probs, dtype=torch.bool)
+    order = probs.argsort(dim=-1, descending=True)
+    ranked = probs.gather(-1, order)
+    if top_k:
+        rank_keep = torch.arange(probs.shape[-1]) < top_k
+        keep &= rank_keep.expand_as(probs).scatter(-1, order, rank_keep.expand_as(probs))
+    if top_p is not None and top_p < 1:
+        before = ranked.cumsum(-1) - ranked  # mass of the strictly more likely tokens
+        keep &= torch.zeros_like(keep).scatter(-1, order, before < top_p)
+    probs = probs * keep
+    return probs / probs.sum(-1, keepdim=True)
+
+
+@dataclass
+class Step:
+    """One generated token: its id, its probability under the sampling distribution, and the
+    model's plain (temperature 1) probability of it."""
+
+    token_id: int
+    prob: float
+    model_prob: float
+
+
+def generate(model: VizTransformer, ids: list[int], n_new: int, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, seed: int = 0) -> list[Step]:
+    """Append ``n_new`` tokens to ``ids`` one at a time (greedy when ``temperature == 0``).
+
+    Sampling uses a ``torch.Generator`` seeded with ``seed``, so the same inputs give the same tokens.
+    Generation stops early when the context ``n_ctx`` is full.
+
+    Raises:
+        ValueError: for empty ``ids`` or invalid sampling settings (see :func:`next_token_probs`).
+    """
+    if not ids:
+        raise ValueError("generation needs at least one token to start from")
+    gen = torch.Generator().manual_seed(seed)
+    ids, steps = list(ids), []
+    with torch.no_grad():
+        for _ in range(n_new):
+            if len(ids) >= model.cfg.n_ctx:
+                break
+            logits = model(torch.tensor([ids]))[0, -1]
+            probs = next_token_probs(logits, temperature, top_k, top_p)
+            token = int(torch.multinomial(probs, 1, generator=gen)) if temperature > 0 else int(probs.argmax())
+            steps.append(Step(token, float(probs[token]), float(torch.softmax(logits, -1)[token])))
+            ids.append(token)
+    return steps
