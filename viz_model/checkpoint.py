@@ -19,7 +19,7 @@ from .model import VizTransformer
 FORMAT = "viz-transformer"
 FORMAT_VERSION = "1"
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
-DEFAULT_MODEL = ASSETS / "tinystories-4l.safetensors"
+DEFAULT_MODEL = ASSETS / "tinystories-6l.safetensors"
 
 
 class CheckpointError(ValueError):

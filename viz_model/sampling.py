@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -64,9 +65,10 @@ class Step:
     model_prob: float
 
 
-def generate(model: VizTransformer, ids: list[int], n_new: int, temperature: float = 1.0,
-             top_k: int | None = None, top_p: float | None = None, seed: int = 0) -> list[Step]:
-    """Append ``n_new`` tokens to ``ids`` one at a time (greedy when ``temperature == 0``).
+def iter_generate(model: VizTransformer, ids: list[int], n_new: int, temperature: float = 1.0,
+                  top_k: int | None = None, top_p: float | None = None, seed: int = 0) -> Iterator[Step]:
+    """Append up to ``n_new`` tokens to ``ids`` one at a time (greedy when ``temperature == 0``), yielding
+    each :class:`Step` as soon as it is chosen.
 
     Sampling uses a ``torch.Generator`` seeded with ``seed``, so the same inputs give the same tokens.
     Generation stops early when the context ``n_ctx`` is full.
@@ -76,15 +78,21 @@ def generate(model: VizTransformer, ids: list[int], n_new: int, temperature: flo
     """
     if not ids:
         raise ValueError("generation needs at least one token to start from")
+    next_token_probs(torch.zeros(1), temperature, top_k, top_p)  # validate the settings up front
     gen = torch.Generator().manual_seed(seed)
-    ids, steps = list(ids), []
+    ids = list(ids)
     with torch.no_grad():
         for _ in range(n_new):
             if len(ids) >= model.cfg.n_ctx:
-                break
+                return
             logits = model(torch.tensor([ids]))[0, -1]
             probs = next_token_probs(logits, temperature, top_k, top_p)
             token = int(torch.multinomial(probs, 1, generator=gen)) if temperature > 0 else int(probs.argmax())
-            steps.append(Step(token, float(probs[token]), float(torch.softmax(logits, -1)[token])))
             ids.append(token)
-    return steps
+            yield Step(token, float(probs[token]), float(torch.softmax(logits.float(), -1)[token]))
+
+
+def generate(model: VizTransformer, ids: list[int], n_new: int, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, seed: int = 0) -> list[Step]:
+    """All the steps of :func:`iter_generate` as a list."""
+    return list(iter_generate(model, ids, n_new, temperature, top_k, top_p, seed))

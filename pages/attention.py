@@ -1,0 +1,40 @@
+"""Attention: every layer and head at a glance, and one head in detail."""
+
+import numpy as np
+import streamlit as st
+
+from viz_ui.figures import attention_grid, attention_heatmap
+from viz_ui.layout import require_trace, setup_page, show_figure
+
+state = setup_page("Attention",
+                   "In every layer, each head lets every token gather information from earlier tokens. "
+                   "Row = the token that asks (query), column = the token it looks at (key); each row sums to 1.")
+trace = require_trace(state)
+cfg = state.model.cfg
+patterns = np.stack([trace.arrays[f"blocks.{i}.attn.hook_pattern"] for i in range(cfg.n_layers)])
+
+grid, pooled = attention_grid(patterns)
+show_figure(grid, state, "attention_all_heads")
+if pooled:
+    st.caption(f"{trace.n_tokens} tokens are too many to draw per cell in {cfg.n_layers * cfg.n_heads} small "
+               "maps: each cell of the overview is the largest weight in a block of cells. "
+               "The single-head view below shows every cell.")
+
+st.subheader("One head")
+c1, c2, c3 = st.columns([1, 1, 2])
+layer = c1.selectbox("Layer", range(cfg.n_layers), key="layer")
+head = c2.selectbox("Head", range(cfg.n_heads), key="head")
+kind = c3.radio("Show", ["weights (after softmax)", "scores (scaled, masked, before softmax)"],
+                horizontal=True, key="attn_kind")
+if kind.startswith("weights"):
+    matrix = trace.arrays[f"blocks.{layer}.attn.hook_pattern"][head]
+    title = f"Layer {layer}, head {head}: attention weights softmax(QKᵀ/√d_k)"
+    st.markdown("Each row is a probability distribution: how much of each earlier token's value vector "
+                "the query token takes.")
+else:
+    matrix = trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head]
+    title = f"Layer {layer}, head {head}: scores q·k/√d_k (d_k = {cfg.d_head})"
+    st.markdown("Scores are the dot products of queries and keys divided by √d_k. Blank cells above the "
+                "diagonal are masked with −∞: a token may not look at tokens after it, and softmax turns −∞ into 0.")
+show_figure(attention_heatmap(matrix, trace.labels, title, "weights" if kind.startswith("weights") else "scores"),
+            state, f"attention_L{layer}_H{head}")

@@ -1,0 +1,84 @@
+"""Output: the next-token distribution, temperature, top-k / top-p, and generation."""
+
+import numpy as np
+import streamlit as st
+import torch
+
+from viz_model import iter_generate, next_token_probs
+from viz_ui.figures import topk_bar
+from viz_ui.layout import require_trace, setup_page, show_figure
+from viz_ui.numeric import entropy_bits
+from viz_ui.state import get_vocab_labels
+from viz_ui.tables import topk_table
+
+state = setup_page("Output probabilities",
+                   "At every position the last layer's vector is multiplied by the unembedding matrix: one score "
+                   "(logit) per vocabulary token. Softmax(logits / T) turns them into next-token probabilities.")
+trace = require_trace(state)
+vocab = get_vocab_labels(state.model_path)
+logits_all = trace.arrays["hook_logits"]
+
+c1, c2, c3, c4 = st.columns([2, 2, 1, 1])
+pos = c1.selectbox("Prediction after position", range(trace.n_tokens), index=trace.n_tokens - 1,
+                   format_func=lambda i: f"{i} {trace.labels[i]}", key="position")
+temperature = c2.slider("Temperature T (0 = greedy)", 0.0, 3.0, 1.0, 0.05, key="temperature",
+                        help="Divides the logits before softmax: T < 1 sharpens the distribution, T > 1 flattens it.")
+top_k = c3.number_input("top-k (0 = all)", 0, state.model.cfg.d_vocab, 0, key="top_k")
+top_p = c4.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="top_p", help="Keep the most likely tokens whose mass reaches p.")
+
+logits = logits_all[pos]
+probs = next_token_probs(torch.from_numpy(logits), temperature, int(top_k), float(top_p)).numpy()
+n_bars = st.slider("Tokens shown", 5, 30, 10, key="n_bars")
+table = topk_table(probs, logits, vocab, n_bars)
+actual = int(trace.ids[pos + 1]) if pos + 1 < trace.n_tokens else None
+highlight = int(np.flatnonzero(table["id"].to_numpy() == actual)[0]) if actual in set(table["id"]) else None
+
+m1, m2, m3 = st.columns(3)
+m1.metric("Most likely next token", table["token"][0], f"{table['probability'][0]:.1%}", delta_color="off")
+m2.metric("Entropy of the distribution", f"{entropy_bits(probs):.2f} bits")
+if actual is not None:
+    rank = int((probs > probs[actual]).sum()) + 1
+    m3.metric("The text's real next token", vocab[actual], f"p = {probs[actual]:.2%}, rank {rank}", delta_color="off")
+if temperature == 0:
+    st.caption("T = 0 is greedy decoding: all probability goes to the token with the highest logit.")
+show_figure(topk_bar(table["token"].tolist(), table["probability"].to_numpy(),
+                     f"Next token after “{trace.labels[pos]}” (position {pos}), T = {temperature:g}", highlight),
+            state, f"next_token_pos{pos}_T{temperature:g}")
+with st.expander("As a table (with logits)"):
+    st.dataframe(table.style.format({"probability": "{:.4f}", "logit": "{:.3f}"}), hide_index=True)
+
+st.subheader("Generate")
+st.markdown("Generation repeats the last step: pick a token from the distribution above (the most likely one "
+            "when T = 0, otherwise a random draw with the seed below), append it, and run the model again.")
+g1, g2, g3 = st.columns([1, 1, 2])
+n_new = g1.number_input("Tokens to generate", 1, 200, 20, key="n_new")
+seed = g2.number_input("Seed", 0, 2**31 - 1, 0, key="seed", help="The same seed gives the same tokens.")
+room = state.model.cfg.n_ctx - trace.n_tokens
+settings = (state.model_name, trace.text, temperature, int(top_k), float(top_p), int(seed), int(n_new))
+if room <= 0:
+    st.info("The context is full: there is no room to generate more tokens.")
+elif g3.button("Generate", type="primary", icon=":material/play_arrow:"):
+    rows, out, bar = [], st.empty(), st.progress(0.0, text="Generating…")
+    for step in iter_generate(state.model, trace.ids.tolist(), int(n_new), temperature, int(top_k), float(top_p), int(seed)):
+        rows.append({"step": len(rows) + 1, "token": vocab[step.token_id], "id": step.token_id,
+                     "probability (as sampled)": step.prob, "probability (T = 1)": step.model_prob})
+        bar.progress(len(rows) / min(int(n_new), room), text=f"Generated {len(rows)} tokens")
+        out.dataframe(rows, hide_index=True)
+    out.empty()
+    bar.empty()
+    st.session_state["generated"] = {"settings": settings, "rows": rows}
+
+generated = st.session_state.get("generated")
+if generated and generated["settings"] == settings:
+    rows = generated["rows"]
+    new_ids = [r["id"] for r in rows]
+    continuation = state.tokenizer.decode(trace.ids.tolist() + new_ids)[len(state.tokenizer.decode(trace.ids.tolist())):]
+    st.markdown("**Continuation:**")
+    st.code(trace.text + "⟨" + continuation + "⟩" if continuation else trace.text, language=None, wrap_lines=True)
+    st.dataframe(rows, hide_index=True, column_config={
+        "probability (as sampled)": st.column_config.ProgressColumn(format="%.3f", min_value=0, max_value=1),
+        "probability (T = 1)": st.column_config.NumberColumn(format="%.4f")})
+
+    def _append() -> None:
+        st.session_state["text"] = trace.text + continuation
+    st.button("Append to my text", on_click=_append, icon=":material/add:")

@@ -1,0 +1,21 @@
+"""Tokens: the text cut into tokens, with positions and ids."""
+
+import streamlit as st
+
+from viz_model.tokenizer import tokenizer_kind
+from viz_ui.layout import require_trace, setup_page
+from viz_ui.tables import token_chips_html, token_table
+
+state = setup_page("Tokens", "The model never sees letters: the tokenizer cuts the text into pieces (tokens) "
+                             "and replaces each by its integer id in a fixed vocabulary.")
+trace = require_trace(state)
+
+c1, c2, c3 = st.columns(3)
+c1.metric("Tokens", trace.n_tokens)
+c2.metric("Vocabulary size", f"{state.tokenizer.get_vocab_size():,}")
+c3.metric("Characters per token", f"{len(trace.text) / max(1, trace.n_tokens_total):.2f}")
+st.markdown(f"Tokenizer: **{tokenizer_kind(state.tokenizer)}**. A space is drawn as `·` and belongs to the "
+            "token that follows it; a piece such as `<F0 9F>` is part of a character (an emoji or another "
+            "script) that the tokenizer splits into several byte tokens. Hover a chip for its position and id.")
+st.html(token_chips_html(trace.labels, trace.ids))
+st.dataframe(token_table(trace.ids, trace.labels, trace.offsets, trace.text), hide_index=True)

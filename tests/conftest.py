@@ -1,0 +1,47 @@
+"""Shared fixtures: a tokenizer trained on the tests' own small text, and small random models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from viz_model import Config, VizTransformer
+from viz_model.tokenizer import train_bpe
+
+DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).parent.parent
+
+
+def small_config(**overrides) -> Config:
+    base = dict(n_layers=2, d_model=32, n_heads=4, d_head=8, d_mlp=64, d_vocab=320, n_ctx=48)
+    base.update(overrides)
+    return Config(**base)
+
+
+def small_model(seed: int = 0, **overrides) -> VizTransformer:
+    model = VizTransformer(small_config(**overrides))
+    model.init_weights(seed=seed)
+    # Larger random biases and norm weights than GPT-2's init, so that tests notice a dropped term.
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(seed + 1)
+        for name, p in model.named_parameters():
+            if name.rsplit(".", 1)[-1].startswith("b") or name.endswith(".w"):
+                p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def corpus() -> str:
+    return (DATA / "stories.txt").read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(corpus):
+    return train_bpe([corpus], vocab_size=320)
+
+
+@pytest.fixture
+def model() -> VizTransformer:
+    return small_model()

@@ -1,0 +1,56 @@
+"""Temperature, top-k, top-p, and seeded generation."""
+
+import pytest
+import torch
+
+from viz_model import generate, next_token_probs
+
+LOGITS = torch.tensor([2.0, 1.0, 0.0, -1.0])
+
+
+def test_temperature_one_is_softmax_and_zero_is_argmax():
+    torch.testing.assert_close(next_token_probs(LOGITS, 1.0), torch.softmax(LOGITS, -1))
+    assert next_token_probs(LOGITS, 0.0).tolist() == [1.0, 0.0, 0.0, 0.0]
+    hot = next_token_probs(LOGITS, 100.0)
+    assert float(hot.max() - hot.min()) < 0.01  # very high temperature: nearly uniform
+    torch.testing.assert_close(next_token_probs(LOGITS, 1e9), hot)  # clipped at the maximum
+
+
+def test_worked_example_scores_2_1_0():
+    probs = next_token_probs(torch.tensor([2.0, 1.0, 0.0]), 1.0)
+    assert [round(p, 3) for p in probs.tolist()] == [0.665, 0.245, 0.090]
+
+
+def test_top_k_and_top_p():
+    p = next_token_probs(LOGITS, 1.0, top_k=2)
+    full = torch.softmax(LOGITS, -1)
+    torch.testing.assert_close(p, torch.tensor([full[0], full[1], 0, 0]) / (full[0] + full[1]))
+    # full = [0.644, 0.237, 0.087, 0.032]: p=0.7 needs the two most likely tokens
+    assert (next_token_probs(LOGITS, 1.0, top_p=0.7) > 0).tolist() == [True, True, False, False]
+    assert (next_token_probs(LOGITS, 1.0, top_p=0.5) > 0).tolist() == [True, False, False, False]
+    batched = next_token_probs(torch.stack([LOGITS, LOGITS.flip(0)]), 1.0, top_k=1)
+    assert batched.tolist() == [[1, 0, 0, 0], [0, 0, 0, 1]]
+
+
+@pytest.mark.parametrize("kwargs", [dict(temperature=-1), dict(temperature=float("nan")), dict(top_k=-2),
+                                    dict(top_p=0.0), dict(top_p=1.5)])
+def test_invalid_settings_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        next_token_probs(LOGITS, **{"temperature": 1.0, **kwargs})
+
+
+def test_generation_is_seeded_and_greedy_follows_the_argmax(model):
+    a = generate(model, [1, 2, 3], 8, temperature=1.0, seed=7)
+    assert [s.token_id for s in a] == [s.token_id for s in generate(model, [1, 2, 3], 8, temperature=1.0, seed=7)]
+    assert [s.token_id for s in a] != [s.token_id for s in generate(model, [1, 2, 3], 8, temperature=1.0, seed=8)]
+    ids = [1, 2, 3]
+    for step in generate(model, [1, 2, 3], 5, temperature=0):
+        assert step.token_id == int(model(torch.tensor([ids]))[0, -1].argmax())
+        assert step.prob == 1.0
+        ids.append(step.token_id)
+
+
+def test_generation_stops_at_the_context(model):
+    assert len(generate(model, list(range(45)), 10)) == 3  # n_ctx = 48
+    with pytest.raises(ValueError):
+        generate(model, [], 3)

@@ -1,0 +1,165 @@
+"""Pure figure functions: numpy arrays in, ``plotly.graph_objects.Figure`` out (no Streamlit).
+
+Token axes use integer positions with token tick labels, so a repeated token ("the" twice) keeps two
+rows instead of being merged by Plotly's categorical axis.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+
+FONT = dict(size=15)
+WEIGHT_SCALE = "Blues"  # attention weights in [0, 1]
+DIVERGING = "RdBu_r"  # signed values (embeddings, scores), white at 0
+MAX_LABELLED_TICKS = 64
+
+
+def position_ticks(labels: list[str], max_ticks: int = MAX_LABELLED_TICKS) -> dict:
+    """Axis settings that label integer positions with ``"pos token"``, thinning past ``max_ticks``."""
+    step = max(1, math.ceil(len(labels) / max_ticks))
+    vals = list(range(0, len(labels), step))
+    return dict(tickmode="array", tickvals=vals, ticktext=[f"{i} {labels[i]}" for i in vals])
+
+
+def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
+    fig.update_layout(title=dict(text=title, x=0), font=FONT, height=height, template="plotly_white",
+                      margin=dict(l=10, r=10, t=60, b=10))
+    return fig
+
+
+def matrix_heatmap(matrix: np.ndarray, labels: list[str], title: str, x_title: str = "dimension",
+                   value_name: str = "value") -> go.Figure:
+    """A ``[pos, d]`` matrix (embeddings, positions, residual stream) as a diverging heatmap.
+
+    Rows are token positions (labelled), columns are vector dimensions; colour 0 is white.
+    """
+    limit = float(np.abs(matrix).max()) or 1.0
+    custom = np.array(labels, dtype=object)[:, None].repeat(matrix.shape[1], axis=1)
+    fig = go.Figure(go.Heatmap(
+        z=matrix, colorscale=DIVERGING, zmin=-limit, zmax=limit, customdata=custom,
+        hovertemplate=f"pos %{{y}} %{{customdata}}<br>{x_title} %{{x}}<br>{value_name} %{{z:.4f}}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", title="position · token", **position_ticks(labels))
+    fig.update_xaxes(title=x_title)
+    return _layout(fig, title, height=max(300, min(900, 80 + 22 * len(labels))))
+
+
+def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: str = "weights") -> go.Figure:
+    """One head's ``[query_pos, key_pos]`` matrix with token labels on both axes.
+
+    ``kind="weights"``: softmax weights on a fixed 0..1 scale. ``kind="scores"``: scaled pre-softmax
+    scores; masked entries (-inf) are left blank and hover as "masked (−∞)".
+    """
+    n = len(labels)
+    q_lab = np.array(labels, dtype=object)[:, None].repeat(n, 1)
+    k_lab = np.array(labels, dtype=object)[None, :].repeat(n, 0)
+    if kind == "weights":
+        z, shown = matrix, np.char.mod("%.4f", matrix)
+        trace = go.Heatmap(z=z, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, colorbar=dict(title="weight"))
+    else:
+        finite = np.isfinite(matrix)
+        z = np.where(finite, matrix, np.nan)
+        shown = np.where(finite, np.char.mod("%.4f", np.where(finite, matrix, 0)), "masked (−∞)")
+        limit = float(np.abs(z[finite]).max()) if finite.any() else 1.0
+        trace = go.Heatmap(z=z, colorscale=DIVERGING, zmin=-limit, zmax=limit, colorbar=dict(title="score"))
+    trace.update(customdata=np.stack([q_lab, k_lab, shown], axis=-1), hoverongaps=False,
+                 hovertemplate="query %{y} %{customdata[0]}<br>key %{x} %{customdata[1]}"
+                               "<br>%{customdata[2]}<extra></extra>")
+    fig = go.Figure(trace)
+    ticks = position_ticks(labels)
+    fig.update_yaxes(autorange="reversed", title="query position", **ticks)
+    fig.update_xaxes(title="key position", tickangle=-60, **ticks)
+    size = max(420, min(900, 140 + 24 * n))
+    return _layout(fig, title, height=size)
+
+
+def attention_grid(patterns: np.ndarray, max_tile: int = 48) -> tuple[go.Figure, bool]:
+    """Every layer and head at once: ``patterns`` ``[n_layers, n_heads, query_pos, key_pos]``.
+
+    The heads are tiled into one heatmap (rows = layers, columns = heads) with blank gaps, which stays
+    light for 12 x 12 heads. Sequences longer than ``max_tile`` are pooled by block maximum so that each
+    tile is at most ``max_tile`` cells across.
+
+    Returns:
+        ``(figure, pooled)``: pooled is True when tiles were pooled.
+    """
+    n_layers, n_heads, n_q, n_k = patterns.shape
+    block = max(1, math.ceil(n_q / max_tile))
+    pooled = block > 1
+    if pooled:
+        pad = block * math.ceil(n_q / block) - n_q
+        p = np.pad(patterns, ((0, 0), (0, 0), (0, pad), (0, pad)))
+        m = p.shape[-1] // block
+        patterns = p.reshape(n_layers, n_heads, m, block, m, block).max(axis=(3, 5))
+    t = patterns.shape[-1]
+    gap = max(1, t // 8)
+    canvas = np.full((n_layers * (t + gap) - gap, n_heads * (t + gap) - gap), np.nan)
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            r, c = layer * (t + gap), head * (t + gap)
+            canvas[r:r + t, c:c + t] = patterns[layer, head]
+    fig = go.Figure(go.Heatmap(z=canvas, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, hoverongaps=False,
+                               colorbar=dict(title="weight"), hovertemplate="weight %{z:.3f}<extra></extra>"))
+    centres = [i * (t + gap) + (t - 1) / 2 for i in range(max(n_layers, n_heads))]
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=centres[:n_layers],
+                     ticktext=[f"L{i}" for i in range(n_layers)], title="layer", showgrid=False, zeroline=False)
+    fig.update_xaxes(tickmode="array", tickvals=centres[:n_heads], ticktext=[f"H{i}" for i in range(n_heads)],
+                     title="head", side="top", showgrid=False, zeroline=False, scaleanchor="y")
+    height = max(300, min(1100, 90 + 110 * n_layers))
+    title = "All heads: attention weights" + (f" (max-pooled over {block}×{block} blocks)" if pooled else "")
+    return _layout(fig, title, height=height), pooled
+
+
+def similarity_heatmap(sim: np.ndarray, labels: list[str], title: str) -> go.Figure:
+    """A symmetric ``[pos, pos]`` cosine-similarity matrix on a fixed -1..1 scale."""
+    n = len(labels)
+    fig = go.Figure(go.Heatmap(
+        z=sim, colorscale=DIVERGING, zmin=-1, zmax=1, colorbar=dict(title="cos"),
+        customdata=np.stack([np.array(labels, dtype=object)[:, None].repeat(n, 1),
+                             np.array(labels, dtype=object)[None, :].repeat(n, 0)], axis=-1),
+        hovertemplate="%{customdata[0]} (%{y}) · %{customdata[1]} (%{x})<br>cosine %{z:.3f}<extra></extra>"))
+    ticks = position_ticks(labels)
+    fig.update_yaxes(autorange="reversed", **ticks)
+    fig.update_xaxes(tickangle=-60, **ticks)
+    return _layout(fig, title, height=max(380, min(850, 140 + 22 * n)))
+
+
+def pca_scatter(vocab_coords: np.ndarray, typed_coords: np.ndarray, labels: list[str],
+                explained: np.ndarray, title: str) -> go.Figure:
+    """The whole vocabulary's embeddings (grey) and the typed tokens (labelled) in PCA coordinates.
+
+    ``vocab_coords`` ``[d_vocab, k]`` and ``typed_coords`` ``[pos, k]`` with k = 2 or 3.
+    """
+    k = typed_coords.shape[1]
+    axis = [f"PC{i + 1} ({explained[i]:.1%})" for i in range(k)]
+    text = [f"{i} {lab}" for i, lab in enumerate(labels)]
+    if k == 3:
+        bg = go.Scatter3d(x=vocab_coords[:, 0], y=vocab_coords[:, 1], z=vocab_coords[:, 2], mode="markers",
+                          marker=dict(size=2, color="#c8c8c8"), name="vocabulary", hoverinfo="skip")
+        fg = go.Scatter3d(x=typed_coords[:, 0], y=typed_coords[:, 1], z=typed_coords[:, 2], mode="markers+text",
+                          text=text, marker=dict(size=5, color="#d62728"), name="your tokens")
+        fig = go.Figure([bg, fg])
+        fig.update_layout(scene=dict(xaxis_title=axis[0], yaxis_title=axis[1], zaxis_title=axis[2]))
+    else:
+        bg = go.Scattergl(x=vocab_coords[:, 0], y=vocab_coords[:, 1], mode="markers",
+                          marker=dict(size=4, color="#c8c8c8"), name="vocabulary", hoverinfo="skip")
+        fg = go.Scatter(x=typed_coords[:, 0], y=typed_coords[:, 1], mode="markers+text", text=text,
+                        textposition="top center", marker=dict(size=10, color="#d62728"), name="your tokens")
+        fig = go.Figure([bg, fg])
+        fig.update_xaxes(title=axis[0])
+        fig.update_yaxes(title=axis[1])
+    return _layout(fig, title, height=620)
+
+
+def topk_bar(labels: list[str], probs: np.ndarray, title: str, highlight: int | None = None) -> go.Figure:
+    """Horizontal bars of the most likely next tokens (most likely on top); ``probs`` ``[k]`` in [0, 1]."""
+    k = len(labels)
+    colours = ["#d62728" if i == highlight else "#1f77b4" for i in range(k)]
+    fig = go.Figure(go.Bar(x=probs, y=list(range(k)), orientation="h", marker_color=colours,
+                           text=[f"{p:.1%}" for p in probs], textposition="outside", customdata=labels,
+                           hovertemplate="%{customdata}<br>p = %{x:.4f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(k)), ticktext=labels)
+    fig.update_xaxes(title="probability", range=[0, min(1.0, float(probs.max(initial=0)) * 1.25 + 0.02)])
+    return _layout(fig, title, height=max(300, 80 + 34 * k))

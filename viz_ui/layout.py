@@ -1,0 +1,105 @@
+"""The shared page setup: sidebar navigation, model and text choice, URL state, figure display."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import plotly.graph_objects as go
+import streamlit as st
+from tokenizers import Tokenizer
+
+from viz_model import CheckpointError, VizTransformer
+
+from .state import get_model, get_trace, shipped_models
+from .trace import Trace
+
+APP_NAME = "Inside a Transformer"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = [line.strip() for line in (ROOT / "assets" / "examples.txt").read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+MAX_CHARS = 20_000
+PAGES = [  # (file, label, icon): the order follows the pipeline
+    ("app.py", "Start", ":material/home:"),
+    ("pages/tokens.py", "1 · Tokens", ":material/text_fields:"),
+    ("pages/embeddings.py", "2 · Embeddings & positions", ":material/scatter_plot:"),
+    ("pages/attention.py", "3 · Attention", ":material/visibility:"),
+    ("pages/output.py", "4 · Output probabilities", ":material/bar_chart:"),
+]
+
+
+@dataclass
+class AppState:
+    """What every page works from: the chosen model, the text, and the model's trace of it."""
+
+    model_name: str
+    model_path: str
+    model: VizTransformer
+    tokenizer: Tokenizer
+    text: str
+    trace: Trace | None  # None when the text is empty
+
+
+def _use_example() -> None:
+    st.session_state["text"] = st.session_state["example"]
+
+
+def _sidebar(models: dict[str, str]) -> tuple[str, str]:
+    with st.sidebar:
+        st.markdown(f"### {APP_NAME}")
+        for path, label, icon in PAGES:
+            st.page_link(path, label=label, icon=icon)
+        st.divider()
+        name = st.selectbox("Model", list(models), key="model", bind="query-params", persist_state="session",
+                            help="Models shipped in assets/models; each has a model card on the Start page.")
+        text = st.text_area("Text", value=EXAMPLES[0], key="text", height=150, max_chars=MAX_CHARS,
+                            bind="query-params", persist_state="session",
+                            help="Press Ctrl+Enter (or click outside) to run the model on the new text.")
+        st.selectbox("…or start from an example", EXAMPLES, index=None, key="example", on_change=_use_example,
+                     placeholder="Choose an example")
+    return name, text or ""
+
+
+def setup_page(title: str, intro: str) -> AppState:
+    """Draw the page header and sidebar; load the model and run it on the text.
+
+    Stops the page with a clear message (never a traceback) when the model cannot be loaded or the
+    text is empty.
+    """
+    st.set_page_config(page_title=f"{title} · {APP_NAME}", page_icon=":material/neurology:", layout="wide")
+    models = shipped_models()
+    if not models:
+        st.error("No model found in assets/models. Train one with `python -m viz_model.train` (see the README).")
+        st.stop()
+    name, text = _sidebar(models)
+    name = name if name in models else next(iter(models))
+    st.title(title)
+    st.caption(intro)
+    try:
+        model, tokenizer = get_model(models[name])
+    except CheckpointError as exc:
+        st.error(f"The model {name} cannot be loaded: {exc}")
+        st.stop()
+    trace = None
+    if not text.strip():
+        st.info("The text is empty: type a sentence in the sidebar to see what the model computes for it.")
+    else:
+        trace = get_trace(models[name], text)
+        if trace.truncated:
+            st.warning(f"The text has {trace.n_tokens_total} tokens; this model's context is "
+                       f"{model.cfg.n_ctx}, so only the first {trace.n_tokens} are used.", icon=":material/content_cut:")
+    return AppState(name, models[name], model, tokenizer, text, trace)
+
+
+def require_trace(state: AppState) -> Trace:
+    """The trace, or stop the page (the empty-text message is already shown)."""
+    if state.trace is None:
+        st.stop()
+    return state.trace
+
+
+def show_figure(fig: go.Figure, state: AppState, view: str) -> None:
+    """Render a figure with a PNG export (3x scale, for slides) named after the model and view."""
+    filename = f"{state.model_name}_{view}".replace(" ", "_")
+    st.plotly_chart(fig, config={"displaylogo": False,
+                                 "toImageButtonOptions": {"format": "png", "scale": 3, "filename": filename}})

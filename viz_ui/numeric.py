@@ -1,0 +1,54 @@
+"""Small numeric helpers for the views: exact functions of the model's own values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class PCA:
+    """A principal-component projection fitted on a matrix ``[n, d]``."""
+
+    mean: np.ndarray  # [d]
+    components: np.ndarray  # [k, d], unit rows, by decreasing variance
+    explained: np.ndarray  # [k], fraction of the total variance per component
+
+    def project(self, x: np.ndarray) -> np.ndarray:
+        """Coordinates ``[n, k]`` of rows ``x`` ``[n, d]``."""
+        return (x - self.mean) @ self.components.T
+
+
+def fit_pca(matrix: np.ndarray, k: int = 3) -> PCA:
+    """PCA by singular value decomposition of the centred matrix (Pearson, 1901; via numpy.linalg.svd).
+
+    Raises:
+        ValueError: when ``matrix`` is not 2-D or has fewer than 2 rows.
+    """
+    if matrix.ndim != 2 or matrix.shape[0] < 2:
+        raise ValueError("PCA needs a 2-D matrix with at least 2 rows")
+    x = matrix.astype(np.float64)
+    mean = x.mean(0)
+    _, s, vt = np.linalg.svd(x - mean, full_matrices=False)
+    var = s**2
+    k = min(k, vt.shape[0])
+    signs = np.sign(vt[:k].sum(1, keepdims=True))  # fix the arbitrary sign of each axis
+    signs[signs == 0] = 1
+    return PCA(mean=mean, components=vt[:k] * signs, explained=var[:k] / var.sum())
+
+
+def cosine_similarity(x: np.ndarray) -> np.ndarray:
+    """Pairwise cosine similarity ``x_i . x_j / (|x_i| |x_j|)`` of the rows of ``x`` ``[n, d]`` -> ``[n, n]``.
+
+    A zero row has similarity 0 with everything.
+    """
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    unit = np.divide(x, norms, out=np.zeros_like(x, dtype=np.float64), where=norms > 0)
+    return unit @ unit.T
+
+
+def entropy_bits(probs: np.ndarray) -> float:
+    """Shannon entropy ``-sum p log2 p`` of a distribution ``[d_vocab]``, in bits."""
+    p = probs[probs > 0].astype(np.float64)
+    return float(-(p * np.log2(p)).sum())

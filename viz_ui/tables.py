@@ -1,0 +1,57 @@
+"""Pure table functions: model values in, ``pandas.DataFrame`` out (no Streamlit)."""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pandas as pd
+
+CHIP_COLOURS = ("#fde2e4", "#e2ece9", "#dbe7f8", "#fff1c1", "#e8dff5", "#d7f2e3", "#fbe0c9")
+
+
+def token_table(ids: np.ndarray, labels: list[str], offsets: list[tuple[int, int]], text: str) -> pd.DataFrame:
+    """One row per token: position, token (display form), id, and the characters of the text it covers."""
+    return pd.DataFrame({
+        "position": np.arange(len(ids)),
+        "token": labels,
+        "id": ids,
+        "characters": [repr(text[a:b]) for a, b in offsets],
+    })
+
+
+def token_chips_html(labels: list[str], ids: np.ndarray) -> str:
+    """The tokens as coloured chips (alternating colours, spaces shown as "·"); hover shows position and id.
+
+    Every label is HTML-escaped, so any text is safe to render.
+    """
+    chips = []
+    for i, (label, tid) in enumerate(zip(labels, ids)):
+        colour = CHIP_COLOURS[i % len(CHIP_COLOURS)]
+        chips.append(f'<span class="tok" title="position {i}, id {int(tid)}" style="background:{colour}">'
+                     f'{html.escape(label)}<sub>{int(tid)}</sub></span>')
+    style = ("<style>.toks{line-height:2.6;font-size:1.25rem}.tok{border-radius:6px;padding:3px 6px;"
+             "margin:2px;border:1px solid #999;font-family:monospace;white-space:pre}"
+             ".tok sub{color:#555;font-size:.65em;margin-left:3px}</style>")
+    return style + '<div class="toks">' + "".join(chips) + "</div>"
+
+
+def similarity_table(sim: np.ndarray, labels: list[str]) -> pd.DataFrame:
+    """A square ``[pos, pos]`` similarity matrix with ``"pos token"`` row and column names."""
+    names = [f"{i} {lab}" for i, lab in enumerate(labels)]
+    return pd.DataFrame(sim, index=names, columns=names)
+
+
+def topk_table(probs: np.ndarray, logits: np.ndarray, labels: list[str], k: int) -> pd.DataFrame:
+    """The ``k`` most likely tokens under ``probs`` ``[d_vocab]``: rank, token, id, probability, logit.
+
+    ``labels[i]`` is the display form of token id ``i``. Ties keep the lower id first.
+    """
+    order = np.argsort(-probs, kind="stable")[:k]
+    return pd.DataFrame({
+        "rank": np.arange(1, len(order) + 1),
+        "token": [labels[i] for i in order],
+        "id": order,
+        "probability": probs[order],
+        "logit": logits[order],
+    })
