@@ -6,7 +6,7 @@ import torch
 
 from viz_model import iter_generate, next_token_probs
 from viz_ui.figures import topk_bar
-from viz_ui.layout import require_trace, setup_page, show_figure
+from viz_ui.layout import require_trace, set_shared, setup_page, show_figure
 from viz_ui.numeric import entropy_bits
 from viz_ui.state import get_vocab_labels
 from viz_ui.tables import topk_table
@@ -34,11 +34,11 @@ actual = int(trace.ids[pos + 1]) if pos + 1 < trace.n_tokens else None
 highlight = int(np.flatnonzero(table["id"].to_numpy() == actual)[0]) if actual in set(table["id"]) else None
 
 m1, m2, m3 = st.columns(3)
-m1.metric("Most likely next token", table["token"][0], f"{table['probability'][0]:.1%}", delta_color="off")
+m1.metric("Most likely next token", table["token"][0], f"p = {table['probability'][0]:.1%}", delta_color="off", delta_arrow="off")
 m2.metric("Entropy of the distribution", f"{entropy_bits(probs):.2f} bits")
 if actual is not None:
     rank = int((probs > probs[actual]).sum()) + 1
-    m3.metric("The text's real next token", vocab[actual], f"p = {probs[actual]:.2%}, rank {rank}", delta_color="off")
+    m3.metric("The text's real next token", vocab[actual], f"p = {probs[actual]:.2%}, rank {rank}", delta_color="off", delta_arrow="off")
 if temperature == 0:
     st.caption("T = 0 is greedy decoding: all probability goes to the token with the highest logit.")
 show_figure(topk_bar(table["token"].tolist(), table["probability"].to_numpy(),
@@ -80,5 +80,5 @@ if generated and generated["settings"] == settings:
         "probability (T = 1)": st.column_config.NumberColumn(format="%.4f")})
 
     def _append() -> None:
-        st.session_state["text"] = trace.text + continuation
+        set_shared("text", trace.text + continuation)
     st.button("Append to my text", on_click=_append, icon=":material/add:")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
+
+import numpy as np
 
 import pytest
 import torch
@@ -45,3 +48,12 @@ def tokenizer(corpus):
 @pytest.fixture
 def model() -> VizTransformer:
     return small_model()
+
+
+def plotly_array(value) -> np.ndarray:
+    """A Plotly JSON array as numpy: plain lists, or Plotly's base64 typed arrays ``{dtype, bdata, shape}``."""
+    if isinstance(value, dict) and "bdata" in value:
+        flat = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = [int(n) for n in str(value.get("shape", len(flat))).split(",")]
+        return flat.reshape(shape)
+    return np.array(value, dtype=float)  # None (a gap) becomes NaN

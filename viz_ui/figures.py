@@ -70,8 +70,8 @@ def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: s
     fig = go.Figure(trace)
     ticks = position_ticks(labels)
     fig.update_yaxes(autorange="reversed", title="query position", **ticks)
-    fig.update_xaxes(title="key position", tickangle=-60, **ticks)
-    size = max(420, min(900, 140 + 24 * n))
+    fig.update_xaxes(title="key position", tickangle=-60, scaleanchor="y", constrain="domain", **ticks)
+    size = max(480, min(950, 200 + 24 * n))
     return _layout(fig, title, height=size)
 
 
@@ -122,8 +122,8 @@ def similarity_heatmap(sim: np.ndarray, labels: list[str], title: str) -> go.Fig
         hovertemplate="%{customdata[0]} (%{y}) · %{customdata[1]} (%{x})<br>cosine %{z:.3f}<extra></extra>"))
     ticks = position_ticks(labels)
     fig.update_yaxes(autorange="reversed", **ticks)
-    fig.update_xaxes(tickangle=-60, **ticks)
-    return _layout(fig, title, height=max(380, min(850, 140 + 22 * n)))
+    fig.update_xaxes(tickangle=-60, scaleanchor="y", constrain="domain", **ticks)
+    return _layout(fig, title, height=max(480, min(900, 200 + 22 * n)))
 
 
 def pca_scatter(vocab_coords: np.ndarray, typed_coords: np.ndarray, labels: list[str],

@@ -40,24 +40,53 @@ class AppState:
     trace: Trace | None  # None when the text is empty
 
 
+def shared_widget_key(key: str, default: str, valid=lambda value: True) -> str:
+    """Prepare the session-wide widget ``key`` and return it; pass ``on_change=remember, args=(key,)``.
+
+    Streamlit forgets a widget's value when the page changes, so the value lives in our own key
+    ``_key``: first taken from the link (``st.query_params[key]``) when valid, else ``default``,
+    then copied back into the widget on every run. See DESIGN.md, "Pages and navigation".
+    """
+    ss = st.session_state
+    if "_" + key not in ss:
+        value = st.query_params.get(key, default)
+        ss["_" + key] = value if valid(value) else default
+    ss[key] = ss["_" + key]
+    return key
+
+
+def remember(key: str) -> None:
+    """on_change callback: keep the widget's new value for the other pages and the link."""
+    st.session_state["_" + key] = st.session_state[key]
+
+
+def set_shared(key: str, value: str) -> None:
+    """Change a shared value from code (e.g. a button that appends generated text)."""
+    st.session_state["_" + key] = value
+
+
 def _use_example() -> None:
-    st.session_state["text"] = st.session_state["example"]
+    set_shared("text", st.session_state["example"])
 
 
 def _sidebar(models: dict[str, str]) -> tuple[str, str]:
+    default_model = next(iter(models))
     with st.sidebar:
         st.markdown(f"### {APP_NAME}")
         for path, label, icon in PAGES:
             st.page_link(path, label=label, icon=icon)
         st.divider()
-        name = st.selectbox("Model", list(models), key="model", bind="query-params", persist_state="session",
+        name = st.selectbox("Model", list(models), key=shared_widget_key("model", default_model, models.__contains__),
+                            on_change=remember, args=("model",),
                             help="Models shipped in assets/models; each has a model card on the Start page.")
-        text = st.text_area("Text", value=EXAMPLES[0], key="text", height=150, max_chars=MAX_CHARS,
-                            bind="query-params", persist_state="session",
+        text = st.text_area("Text", key=shared_widget_key("text", EXAMPLES[0]), height=150, max_chars=MAX_CHARS,
+                            on_change=remember, args=("text",),
                             help="Press Ctrl+Enter (or click outside) to run the model on the new text.")
         st.selectbox("…or start from an example", EXAMPLES, index=None, key="example", on_change=_use_example,
                      placeholder="Choose an example")
-    return name, text or ""
+    text = (text or "")[:MAX_CHARS]
+    st.query_params.update(model=name, text=text)
+    return name, text
 
 
 def setup_page(title: str, intro: str) -> AppState:
@@ -72,7 +101,6 @@ def setup_page(title: str, intro: str) -> AppState:
         st.error("No model found in assets/models. Train one with `python -m viz_model.train` (see the README).")
         st.stop()
     name, text = _sidebar(models)
-    name = name if name in models else next(iter(models))
     st.title(title)
     st.caption(intro)
     try:

@@ -1,0 +1,122 @@
+"""Every page of the app on the shipped model, driven through Streamlit's AppTest."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT, plotly_array
+from viz_model import load_model
+
+PAGES = ["pages/tokens.py", "pages/embeddings.py", "pages/attention.py", "pages/output.py"]
+
+
+def open_page(page: str | None = None, text: str | None = None, query: dict | None = None) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    for key, value in (query or {}).items():
+        at.query_params[key] = value
+    at.run()
+    if text is not None:
+        at.text_area(key="text").set_value(text).run()
+    if page:
+        at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def figures(at: AppTest) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def chips(at: AppTest) -> str:
+    return "".join(h.proto.body for h in at.get("html"))
+
+
+@pytest.mark.parametrize("page", [None, *PAGES])
+def test_every_page_renders_on_the_shipped_model(page):
+    at = open_page(page)
+    assert at.title and not at.error
+    if page not in (None, "pages/tokens.py"):
+        assert figures(at)
+
+
+def test_typed_text_reaches_every_page_and_survives_page_switches():
+    at = open_page("pages/tokens.py", text="The dog ran to the dog.")
+    table = at.dataframe[0].value
+    assert "".join(table["characters"].map(eval)) == "The dog ran to the dog."
+    for page in PAGES[1:]:
+        at.switch_page(page).run()
+        assert at.text_area(key="text").value == "The dog ran to the dog."
+
+
+def test_attention_figure_shows_the_models_own_pattern():
+    text = "The cat sat on the mat. The cat sat."
+    at = open_page("pages/attention.py", text=text)
+    at.selectbox(key="layer").set_value(1).run()
+    at.selectbox(key="head").set_value(2).run()
+    model, tok = load_model()
+    _, cache = model.run_with_cache(torch.tensor([tok.encode(text).ids]))
+    expected = cache["blocks.1.attn.hook_pattern"][0, 2].numpy()
+    single = plotly_array(figures(at)[-1]["data"][0]["z"])
+    np.testing.assert_allclose(single, expected, atol=1e-6)
+    assert single.shape[0] == len(tok.encode(text).ids)  # repeated tokens keep their own rows
+    at.radio(key="attn_kind").set_value("scores (scaled, masked, before softmax)").run()
+    scores = figures(at)[-1]["data"][0]
+    assert np.isnan(plotly_array(scores["z"])[0, 1])  # masked: drawn blank
+    assert scores["customdata"][0][1][2] == "masked (−∞)"
+
+
+def test_temperature_zero_is_greedy_and_the_maximum_is_fine():
+    at = open_page("pages/output.py")
+    at.slider(key="temperature").set_value(0.0).run()
+    bars = plotly_array(figures(at)[0]["data"][0]["x"])
+    assert bars[0] == 1.0 and bars.sum() == 1.0
+    at.slider(key="temperature").set_value(3.0).run()
+    assert not at.exception
+    assert plotly_array(figures(at)[0]["data"][0]["x"]).max() < 0.5
+
+
+def test_generation_is_reproducible_with_a_seed():
+    runs = []
+    for _ in range(2):
+        at = open_page("pages/output.py")
+        at.number_input(key="n_new").set_value(5).run()
+        at.button[0].click().run()
+        assert not at.exception
+        runs.append(at.dataframe[-1].value["id"].tolist())
+    assert len(runs[0]) == 5 and runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_empty_text_gives_a_message_not_a_traceback(page):
+    at = open_page(page, text="")
+    assert any("empty" in i.value for i in at.info)
+
+
+def test_text_beyond_the_context_is_truncated_with_a_notice():
+    at = open_page("pages/attention.py", text="The cat sat on the mat. " * 200)
+    assert any("only the first" in w.value for w in at.warning)
+    model, _ = load_model()
+    assert plotly_array(figures(at)[-1]["data"][0]["z"]).shape == (model.cfg.n_ctx, model.cfg.n_ctx)
+
+
+def test_emoji_and_other_scripts():
+    at = open_page("pages/tokens.py", text="Lily 🐶 said 你好 and שלום — “ok”")
+    assert "&lt;F0" in chips(at)
+    for page in PAGES[1:]:
+        at.switch_page(page).run()
+        assert not at.exception
+
+
+def test_text_and_model_come_from_the_link():
+    at = open_page("pages/tokens.py", query={"text": "Ben found a key."})
+    assert "".join(at.dataframe[0].value["characters"].map(eval)) == "Ben found a key."
+
+
+def test_example_picker_sets_the_text():
+    at = open_page()
+    example = at.selectbox(key="example").options[2]
+    at.selectbox(key="example").set_value(example).run()
+    assert at.text_area(key="text").value == example

@@ -1,0 +1,91 @@
+"""A real browser (Debian's Chromium through Playwright) against a real ``streamlit run``."""
+
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from conftest import ROOT
+from viz_model import load_model
+from viz_ui.layout import EXAMPLES
+from viz_ui.trace import token_label
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                if urllib.request.urlopen(url + "/_stcore/health", timeout=1).status == 200:
+                    break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise RuntimeError("streamlit did not start: " + proc.stdout.read1().decode(errors="replace"))
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+TEXT = "A tall giraffe ate green leaves."
+
+
+def new_tick_label() -> str:
+    """A tick label ("pos token") of TEXT's attention heatmap that the default text's heatmap lacks."""
+    _, tok = load_model()
+    labels = lambda text: {f"{i} {token_label(tok, t)}" for i, t in enumerate(tok.encode(text).ids)}
+    return sorted(labels(TEXT) - labels(EXAMPLES[0]), key=len)[-1]
+
+
+def test_typing_a_sentence_updates_the_attention_view(server, browser):
+    tick = new_tick_label()
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server + "/attention")
+    expect(page.get_by_role("heading", name="Attention", exact=True)).to_be_visible(timeout=60_000)
+    expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
+    ticks = page.locator(".js-plotly-plot svg text").filter(has_text=tick)
+    expect(page.locator(".js-plotly-plot svg text").filter(has_text="0 Once").first).to_be_attached(timeout=60_000)
+    assert ticks.count() == 0
+    box = page.get_by_label("Text", exact=True)
+    box.fill(TEXT)
+    box.press("Control+Enter")
+    # The selected head's heatmap is redrawn with the new tokens as tick labels.
+    expect(ticks.first).to_be_attached(timeout=60_000)
+    expect(page).to_have_url(re.compile("giraffe"), timeout=30_000)
+
+    # The text follows the user to another page, and a fresh browser opening the link sees it too.
+    page.get_by_role("link", name="1 · Tokens").click()
+    expect(page.locator(".toks")).to_contain_text("giraffe", timeout=60_000)
+    expect(page).to_have_url(re.compile("/tokens.*giraffe"), timeout=30_000)
+    fresh = browser.new_context().new_page()
+    fresh.goto(page.url)
+    expect(fresh.locator(".toks")).to_contain_text("giraffe", timeout=60_000)
+    assert fresh.get_by_label("Text", exact=True).input_value() == TEXT
