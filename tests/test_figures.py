@@ -1,0 +1,107 @@
+"""Figure, table and numeric functions on plain numpy input."""
+
+import numpy as np
+import pytest
+
+from conftest import plotly_array
+from viz_ui.figures import attention_grid, attention_heatmap, matrix_heatmap, pca_scatter, position_ticks, topk_bar
+from viz_ui.numeric import cosine_similarity, entropy_bits, fit_pca
+from viz_ui.tables import token_chips_html, token_table, topk_table
+
+LABELS = ["The", "·cat", "·saw", "·the", "·cat"]  # "·cat" twice: must stay two rows
+
+
+def causal_pattern(n, seed=0):
+    rng = np.random.default_rng(seed)
+    s = np.where(np.tril(np.ones((n, n))) > 0, rng.normal(size=(n, n)), -np.inf)
+    e = np.exp(s - s.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True), s
+
+
+def test_attention_heatmap_keeps_repeated_tokens_apart():
+    weights, scores = causal_pattern(5)
+    fig = attention_heatmap(weights, LABELS, "t")
+    np.testing.assert_array_equal(fig.data[0].z, weights)
+    assert list(fig.layout.yaxis.tickvals) == [0, 1, 2, 3, 4]
+    assert list(fig.layout.yaxis.ticktext) == ["0 The", "1 ·cat", "2 ·saw", "3 ·the", "4 ·cat"]
+    assert (fig.data[0].zmin, fig.data[0].zmax) == (0, 1)
+
+
+def test_score_heatmap_blanks_the_mask_and_names_it():
+    _, scores = causal_pattern(5)
+    fig = attention_heatmap(scores, LABELS, "t", kind="scores")
+    z = np.array(fig.data[0].z, dtype=float)
+    assert np.isnan(z[0, 1]) and z[1, 0] == pytest.approx(scores[1, 0])
+    assert fig.data[0].customdata[0][3][2] == "masked (−∞)"
+    assert fig.data[0].customdata[3][0][2] == f"{scores[3, 0]:.4f}"
+    assert fig.data[0].zmax == pytest.approx(np.abs(scores[np.isfinite(scores)]).max())
+
+
+def test_attention_grid_tiles_every_head_and_pools_long_inputs():
+    layers, heads, n = 3, 4, 10
+    pats = np.stack([np.stack([causal_pattern(n, 10 * l + h)[0] for h in range(heads)]) for l in range(layers)])
+    fig, pooled = attention_grid(pats)
+    canvas = np.array(fig.data[0].z, dtype=float)
+    gap = 1
+    assert not pooled and canvas.shape == (layers * (n + gap) - gap, heads * (n + gap) - gap)
+    np.testing.assert_array_equal(canvas[2 * (n + gap):2 * (n + gap) + n, 3 * (n + gap):3 * (n + gap) + n], pats[2, 3])
+    assert np.isnan(canvas[n, 0])  # the gap between layer rows
+    big = np.stack([np.stack([causal_pattern(100, h)[0] for h in range(2)])])
+    fig, pooled = attention_grid(big, max_tile=25)
+    tile = np.array(fig.data[0].z, dtype=float)[:25, :25]
+    assert pooled and tile[0, 0] == big[0, 0, :4, :4].max()
+    assert "max-pooled over 4×4" in fig.layout.title.text
+
+
+def test_ticks_are_thinned_for_long_sequences():
+    ticks = position_ticks([f"t{i}" for i in range(200)], max_ticks=50)
+    assert ticks["tickvals"][:3] == [0, 4, 8] and len(ticks["tickvals"]) == 50
+
+
+def test_matrix_heatmap_is_symmetric_around_zero():
+    m = np.array([[1.0, -3.0], [0.5, 2.0]])
+    fig = matrix_heatmap(m, ["a", "b"], "t")
+    assert (fig.data[0].zmin, fig.data[0].zmax) == (-3.0, 3.0)
+    np.testing.assert_array_equal(fig.data[0].z, m)
+
+
+def test_topk_bar_and_table():
+    probs = np.array([0.1, 0.6, 0.05, 0.25])
+    logits = np.log(probs)
+    table = topk_table(probs, logits, ["a", "b", "c", "d"], 3)
+    assert table["token"].tolist() == ["b", "d", "a"] and table["rank"].tolist() == [1, 2, 3]
+    fig = topk_bar(table["token"].tolist(), table["probability"].to_numpy(), "t", highlight=1)
+    assert list(fig.layout.yaxis.ticktext) == ["b", "d", "a"]
+    np.testing.assert_array_equal(plotly_array(fig.to_plotly_json()["data"][0]["x"]), [0.6, 0.25, 0.1])
+    assert fig.data[0].marker.color[1] == "#d62728"
+
+
+def test_pca_recovers_the_main_direction_and_projects():
+    rng = np.random.default_rng(0)
+    direction = np.array([3.0, 4.0, 0.0]) / 5
+    x = rng.normal(size=(500, 1)) * 10 * direction + rng.normal(size=(500, 3)) * 0.1
+    pca = fit_pca(x, 2)
+    assert abs(pca.components[0] @ direction) == pytest.approx(1.0, abs=1e-3)
+    assert pca.explained[0] > 0.99
+    np.testing.assert_allclose(pca.project(x)[:, 0], (x - x.mean(0)) @ pca.components[0])
+    fig = pca_scatter(pca.project(x), pca.project(x[:3]), ["a", "b", "c"], pca.explained, "t")
+    assert fig.data[1].text == ("0 a", "1 b", "2 c") and fig.layout.xaxis.title.text == f"PC1 ({pca.explained[0]:.1%})"
+    with pytest.raises(ValueError):
+        fit_pca(x[:1])
+
+
+def test_cosine_similarity_and_entropy():
+    sim = cosine_similarity(np.array([[1.0, 0.0], [2.0, 0.0], [0.0, -1.0], [0.0, 0.0]]))
+    np.testing.assert_allclose(sim[:3, :3], [[1, 1, 0], [1, 1, 0], [0, 0, 1]])
+    assert not sim[3].any()
+    assert entropy_bits(np.array([0.5, 0.5, 0.0])) == pytest.approx(1.0)
+    assert entropy_bits(np.full(8, 1 / 8)) == pytest.approx(3.0)
+
+
+def test_token_table_and_chips_escape_html():
+    labels = ["<b>", "·&"]
+    table = token_table(np.array([5, 6]), labels, [(0, 3), (3, 5)], "<b> &")
+    assert table["characters"].tolist() == ["'<b>'", "' &'"]
+    html = token_chips_html(labels, np.array([5, 6]))
+    assert "&lt;b&gt;" in html and "<b>" not in html.split("</style>")[1]
+    assert 'title="position 1, id 6"' in html
