@@ -2,10 +2,10 @@
 
 import streamlit as st
 
-from viz_ui.figures import matrix_heatmap, pca_scatter, similarity_heatmap
+from viz_ui.figures import matrix_heatmap, pca_scatter, position_curves, similarity_heatmap
 from viz_ui.layout import require_trace, setup_page, show_figure
 from viz_ui.numeric import cosine_similarity
-from viz_ui.state import get_embedding_pca
+from viz_ui.state import get_embedding_pca, get_positional_table
 from viz_ui.tables import similarity_table
 
 state = setup_page("Embeddings & positions",
@@ -32,6 +32,11 @@ with tab_e:
 with tab_p:
     show_figure(matrix_heatmap(P, trace.labels, f"Positional encodings P  [{trace.n_tokens} × {cfg.d_model}]"),
                 state, "positional_encodings")
+    if cfg.positional != "none":
+        dims = [d for d in (0, 1, 2 * (cfg.d_model // 8), 2 * (cfg.d_model // 4), cfg.d_model - 2) if d < cfg.d_model]
+        show_figure(position_curves(get_positional_table(state.model_path), sorted(set(dims)), trace.n_tokens,
+                                    f"P over the whole context ({cfg.n_ctx} positions), a few dimensions"),
+                    state, "positional_curves")
 with tab_x:
     show_figure(matrix_heatmap(X, trace.labels, f"Input to layer 0: x = E + P  [{trace.n_tokens} × {cfg.d_model}]"),
                 state, "embedding_plus_position")

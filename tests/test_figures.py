@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from conftest import plotly_array
-from viz_ui.figures import attention_grid, attention_heatmap, matrix_heatmap, pca_scatter, position_ticks, topk_bar
+from viz_ui.figures import (attention_grid, attention_heatmap, matrix_heatmap, pca_scatter, position_curves,
+                            position_ticks, topk_bar)
 from viz_ui.numeric import cosine_similarity, entropy_bits, fit_pca
 from viz_ui.tables import token_chips_html, token_table, topk_table
 
@@ -105,3 +106,10 @@ def test_token_table_and_chips_escape_html():
     html = token_chips_html(labels, np.array([5, 6]))
     assert "&lt;b&gt;" in html and "<b>" not in html.split("</style>")[1]
     assert 'title="position 1, id 6"' in html
+
+
+def test_position_curves_plot_the_table_columns():
+    table = np.arange(20.0).reshape(10, 2)
+    fig = position_curves(table, [1], 4, "t")
+    np.testing.assert_array_equal(plotly_array(fig.to_plotly_json()["data"][0]["y"]), table[:, 1])
+    assert fig.layout.shapes[0].x1 == 3.5

@@ -163,3 +163,18 @@ def topk_bar(labels: list[str], probs: np.ndarray, title: str, highlight: int | 
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(k)), ticktext=labels)
     fig.update_xaxes(title="probability", range=[0, min(1.0, float(probs.max(initial=0)) * 1.25 + 0.02)])
     return _layout(fig, title, height=max(300, 80 + 34 * k))
+
+
+def position_curves(table: np.ndarray, dims: list[int], n_typed: int, title: str) -> go.Figure:
+    """Columns ``dims`` of a positional table ``[n_ctx, d_model]`` as curves over every position.
+
+    The positions of the typed text (``0 .. n_typed - 1``) are shaded.
+    """
+    positions = np.arange(table.shape[0])
+    fig = go.Figure([go.Scatter(x=positions, y=table[:, d], mode="lines", name=f"dim {d}",
+                                hovertemplate=f"dim {d}<br>pos %{{x}}<br>%{{y:.4f}}<extra></extra>") for d in dims])
+    fig.add_vrect(x0=-0.5, x1=n_typed - 0.5, fillcolor="#d62728", opacity=0.08, line_width=0,
+                  annotation_text="your text", annotation_position="top left")
+    fig.update_xaxes(title="position")
+    fig.update_yaxes(title="P[pos, dim]")
+    return _layout(fig, title, height=420)

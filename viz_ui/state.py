@@ -51,6 +51,13 @@ def get_embedding_pca(path: str) -> tuple[PCA, np.ndarray]:
     return pca, pca.project(w_e)
 
 
+@st.cache_data(max_entries=4, show_spinner=False)
+def get_positional_table(path: str) -> np.ndarray:
+    """The model's positional encodings for every position, ``[n_ctx, d_model]`` (its own table or sinusoid)."""
+    model, _ = get_model(path)
+    return model.pos_embed.W_pos.detach().float().numpy()
+
+
 def model_card(path: str) -> str | None:
     """The Markdown model card next to a shipped model (``NAME.md``), if there is one."""
     card = Path(path).with_suffix(".md")
