@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from conftest import small_model
 from viz_model import generate, next_token_probs
 
 LOGITS = torch.tensor([2.0, 1.0, 0.0, -1.0])
@@ -54,3 +55,32 @@ def test_generation_stops_at_the_context(model):
     assert len(generate(model, list(range(45)), 10)) == 3  # n_ctx = 48
     with pytest.raises(ValueError):
         generate(model, [], 3)
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_kv_cache_logits_equal_a_full_rerun(placement):
+    model = small_model(norm_placement=placement)
+    ids = [5, 9, 2, 7, 7, 1, 30, 4]
+    full = model(torch.tensor([ids]))
+    kv = model.new_kv_cache()
+    parts = [model(torch.tensor([ids[:5]]), kv_cache=kv)] + [model(torch.tensor([[t]]), kv_cache=kv) for t in ids[5:]]
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=1e-5, atol=1e-5)
+    assert kv.n_pos == len(ids)
+    with pytest.raises(ValueError, match="context"):
+        model(torch.zeros(1, 41, dtype=torch.long), kv_cache=kv)
+
+
+def test_generation_with_kv_cache_matches_generation_without(model):
+    steps = generate(model, [3, 1, 4, 1, 5], 10, temperature=0.8, seed=3, record=True)
+    ids = [3, 1, 4, 1, 5]
+    gen = torch.Generator().manual_seed(3)
+    for i, step in enumerate(steps):
+        logits = model(torch.tensor([ids]))[0, -1]  # a full re-run without cache
+        probs = next_token_probs(logits, 0.8)
+        assert step.token_id == int(torch.multinomial(probs, 1, generator=gen))
+        assert step.model_prob == pytest.approx(float(torch.softmax(logits, -1)[step.token_id]), rel=1e-4)
+        pattern = step.cache["blocks.1.attn.hook_pattern"]
+        # only the newest position is computed after the first step; its row covers every key so far
+        assert pattern.shape == ((1, 4, 5, 5) if i == 0 else (1, 4, 1, len(ids)))
+        assert step.cache["blocks.0.attn.hook_q"].shape[1] == (5 if i == 0 else 1)
+        ids.append(step.token_id)

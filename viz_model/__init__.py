@@ -3,8 +3,8 @@
 from .checkpoint import DEFAULT_MODEL, CheckpointError, load_checkpoint, load_model, save_checkpoint
 from .config import Config, ConfigError
 from .hooks import ActivationCache, HookPoint
-from .model import VizTransformer
+from .model import KVCache, VizTransformer
 from .sampling import generate, iter_generate, next_token_probs
 
-__all__ = ["ActivationCache", "CheckpointError", "Config", "ConfigError", "DEFAULT_MODEL", "HookPoint",
+__all__ = ["ActivationCache", "CheckpointError", "Config", "ConfigError", "DEFAULT_MODEL", "HookPoint", "KVCache",
            "VizTransformer", "generate", "iter_generate", "load_checkpoint", "load_model", "next_token_probs", "save_checkpoint"]

@@ -118,20 +118,44 @@ class Attention(nn.Module):
         out = torch.einsum("bpd,hdk->bphk", x, W)
         return out if b is None else out + b
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv: "LayerKV | None" = None) -> torch.Tensor:
+        """``x`` ``[batch, pos, d_model]`` -> ``[batch, pos, d_model]``.
+
+        With ``kv`` (generation with a KV cache), ``x`` holds only the new positions: their q, k and v
+        are computed, the earlier keys and values come from ``kv``, and ``kv`` is extended. The hooks
+        then see ``hook_k``/``hook_v`` for the new positions only, and scores/patterns of shape
+        ``[batch, head_index, new_query_pos, all_key_pos]``.
+        """
         q = self.hook_q(self._project(x, self.W_Q, self.b_Q))
         k = self.hook_k(self._project(x, self.W_K, self.b_K))
         v = self.hook_v(self._project(x, self.W_V, self.b_V))
+        if kv is not None:
+            k, v = kv.extend(k, v)
         scores = torch.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(self.cfg.d_head)
         if self.cfg.causal:
-            n = x.shape[1]
-            future = torch.triu(torch.ones(n, n, dtype=torch.bool, device=x.device), diagonal=1)
+            n_q, n_k = q.shape[1], k.shape[1]
+            # query i (absolute position n_k - n_q + i) may see keys 0 .. n_k - n_q + i
+            future = torch.triu(torch.ones(n_q, n_k, dtype=torch.bool, device=x.device), diagonal=n_k - n_q + 1)
             scores = scores.masked_fill(future, float("-inf"))
         scores = self.hook_attn_scores(scores)
         pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
         z = self.hook_z(torch.einsum("bhqs,bshk->bqhk", pattern, v))
         out = torch.einsum("bqhk,hkd->bqd", z, self.W_O)
         return out if self.b_O is None else out + self.b_O
+
+
+class LayerKV:
+    """The keys and values one attention layer has computed so far, ``[batch, pos, head_index, d_head]``."""
+
+    def __init__(self) -> None:
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append the new positions' keys and values; return all keys and values."""
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=1)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=1)
+        return self.k, self.v
 
 
 class MLP(nn.Module):
@@ -173,14 +197,14 @@ class Block(nn.Module):
         self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
         self.hook_attn_out, self.hook_mlp_out = HookPoint(), HookPoint()
 
-    def forward(self, resid: torch.Tensor) -> torch.Tensor:
+    def forward(self, resid: torch.Tensor, kv: LayerKV | None = None) -> torch.Tensor:
         resid = self.hook_resid_pre(resid)
         if self.pre_ln:
-            attn_out = self.hook_attn_out(self.drop(self.attn(self.ln1(resid))))
+            attn_out = self.hook_attn_out(self.drop(self.attn(self.ln1(resid), kv)))
             mid = self.hook_resid_mid(resid + attn_out)
             mlp_out = self.hook_mlp_out(self.drop(self.mlp(self.ln2(mid))))
             return self.hook_resid_post(mid + mlp_out)
-        attn_out = self.hook_attn_out(self.drop(self.attn(resid)))
+        attn_out = self.hook_attn_out(self.drop(self.attn(resid, kv)))
         mid = self.hook_resid_mid(self.ln1(resid + attn_out))
         mlp_out = self.hook_mlp_out(self.drop(self.mlp(mid)))
         return self.hook_resid_post(self.ln2(mid + mlp_out))

@@ -7,9 +7,26 @@ import math
 import torch
 from torch import nn
 
-from .components import Block, Embed, LayerNorm, PosEmbed
+from .components import Block, Embed, LayerKV, LayerNorm, PosEmbed
 from .config import Config
 from .hooks import HookedModule, HookPoint
+
+
+class KVCache:
+    """Keys and values of every layer for the positions processed so far (generation with a KV cache).
+
+    Pass the same object to successive ``model(new_tokens, kv_cache=cache)`` calls: each call computes
+    q, k and v only for the new tokens and reuses the stored keys and values of the earlier ones.
+    """
+
+    def __init__(self, n_layers: int) -> None:
+        self.layers = [LayerKV() for _ in range(n_layers)]
+
+    @property
+    def n_pos(self) -> int:
+        """Number of positions stored."""
+        k = self.layers[0].k
+        return 0 if k is None else k.shape[1]
 
 
 class VizTransformer(HookedModule):
@@ -57,28 +74,37 @@ class VizTransformer(HookedModule):
         """The unembedding matrix ``[d_model, d_vocab]`` (``W_E^T`` when embeddings are tied)."""
         return self.embed.W_E.T if self.W_U is None else self.W_U
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, kv_cache: KVCache | None = None) -> torch.Tensor:
         """Logits ``[batch, pos, d_vocab]`` for ids ``[batch, pos]``.
 
+        With ``kv_cache``, ``tokens`` are the positions that follow those already in the cache; the
+        cache is extended, and the logits are those of the new positions only.
+
         Raises:
-            ValueError: when ``tokens`` is not 2-D, is longer than ``n_ctx``, or holds an id outside
+            ValueError: when ``tokens`` is not 2-D, would run past ``n_ctx``, or holds an id outside
                 ``[0, d_vocab)``.
         """
         if tokens.ndim != 2:
             raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
-        if tokens.shape[1] > self.cfg.n_ctx:
-            raise ValueError(f"{tokens.shape[1]} tokens exceed the model's context of {self.cfg.n_ctx}")
+        offset = kv_cache.n_pos if kv_cache is not None else 0
+        if offset + tokens.shape[1] > self.cfg.n_ctx:
+            raise ValueError(f"{offset + tokens.shape[1]} tokens exceed the model's context of {self.cfg.n_ctx}")
         if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.d_vocab):
             raise ValueError(f"token ids must lie in [0, {self.cfg.d_vocab})")
-        resid = self.drop(self.hook_embed(self.embed(tokens)) + self.hook_pos_embed(self.pos_embed(tokens)))
-        for block in self.blocks:
-            resid = block(resid)
+        pos = self.hook_pos_embed(self.pos_embed(tokens, offset))
+        resid = self.drop(self.hook_embed(self.embed(tokens)) + pos)
+        for i, block in enumerate(self.blocks):
+            resid = block(resid, kv_cache.layers[i] if kv_cache is not None else None)
         if self.ln_final is not None:
             resid = self.ln_final(resid)
         logits = self.hook_logits(resid @ self.W_unembed)
         if self.hook_probs.active:
             self.hook_probs(torch.softmax(logits, dim=-1))
         return logits
+
+    def new_kv_cache(self) -> KVCache:
+        """An empty :class:`KVCache` for this model."""
+        return KVCache(self.cfg.n_layers)
 
     def n_params(self) -> int:
         """Number of trainable parameters (tied embeddings counted once)."""

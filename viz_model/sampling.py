@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .hooks import ActivationCache, NamesFilter
 from .model import VizTransformer
 
 MAX_TEMPERATURE = 100.0
@@ -57,21 +58,27 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
 
 @dataclass
 class Step:
-    """One generated token: its id, its probability under the sampling distribution, and the
-    model's plain (temperature 1) probability of it."""
+    """One generated token: its id, its probability under the sampling distribution, the model's
+    plain (temperature 1) probability of it, and the hooks recorded while computing it (if asked)."""
 
     token_id: int
     prob: float
     model_prob: float
+    cache: ActivationCache | None = None
 
 
 def iter_generate(model: VizTransformer, ids: list[int], n_new: int, temperature: float = 1.0,
-                  top_k: int | None = None, top_p: float | None = None, seed: int = 0) -> Iterator[Step]:
+                  top_k: int | None = None, top_p: float | None = None, seed: int = 0,
+                  record: NamesFilter | bool = False) -> Iterator[Step]:
     """Append up to ``n_new`` tokens to ``ids`` one at a time (greedy when ``temperature == 0``), yielding
     each :class:`Step` as soon as it is chosen.
 
-    Sampling uses a ``torch.Generator`` seeded with ``seed``, so the same inputs give the same tokens.
-    Generation stops early when the context ``n_ctx`` is full.
+    Generation uses a KV cache: the prompt is run once, then each step runs the model on the newest
+    token only, reusing the keys and values of the earlier ones. With ``record`` (True, or a hook
+    filter as in ``run_with_cache``), each step carries the hooks of the forward pass that chose its
+    token: for the first step the whole prompt, afterwards the newest position only (patterns
+    ``[1, head_index, 1, key_pos]``). Sampling uses a ``torch.Generator`` seeded with ``seed``, so the
+    same inputs give the same tokens. Generation stops early when the context ``n_ctx`` is full.
 
     Raises:
         ValueError: for empty ``ids`` or invalid sampling settings (see :func:`next_token_probs`).
@@ -80,19 +87,27 @@ def iter_generate(model: VizTransformer, ids: list[int], n_new: int, temperature
         raise ValueError("generation needs at least one token to start from")
     next_token_probs(torch.zeros(1), temperature, top_k, top_p)  # validate the settings up front
     gen = torch.Generator().manual_seed(seed)
-    ids = list(ids)
+    kv = model.new_kv_cache()
+    names = None if record is True else record
+    feed, total = list(ids), len(ids)
     with torch.no_grad():
         for _ in range(n_new):
-            if len(ids) >= model.cfg.n_ctx:
+            if total >= model.cfg.n_ctx:
                 return
-            logits = model(torch.tensor([ids]))[0, -1]
+            tokens = torch.tensor([feed])
+            if record is not False:
+                logits, cache = model.run_with_cache(tokens, names, kv_cache=kv)
+            else:
+                logits, cache = model(tokens, kv_cache=kv), None
+            logits = logits[0, -1]
             probs = next_token_probs(logits, temperature, top_k, top_p)
             token = int(torch.multinomial(probs, 1, generator=gen)) if temperature > 0 else int(probs.argmax())
-            ids.append(token)
-            yield Step(token, float(probs[token]), float(torch.softmax(logits.float(), -1)[token]))
+            feed, total = [token], total + 1
+            yield Step(token, float(probs[token]), float(torch.softmax(logits.float(), -1)[token]), cache)
 
 
 def generate(model: VizTransformer, ids: list[int], n_new: int, temperature: float = 1.0,
-             top_k: int | None = None, top_p: float | None = None, seed: int = 0) -> list[Step]:
+             top_k: int | None = None, top_p: float | None = None, seed: int = 0,
+             record: NamesFilter | bool = False) -> list[Step]:
     """All the steps of :func:`iter_generate` as a list."""
-    return list(iter_generate(model, ids, n_new, temperature, top_k, top_p, seed))
+    return list(iter_generate(model, ids, n_new, temperature, top_k, top_p, seed, record))
