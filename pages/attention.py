@@ -4,7 +4,7 @@ import numpy as np
 import streamlit as st
 
 from viz_ui.figures import attention_grid, attention_heatmap
-from viz_ui.layout import require_trace, setup_page, show_figure
+from viz_ui.layout import pick_layer_head, require_trace, setup_page, show_figure
 
 state = setup_page("Attention",
                    "In every layer, each head lets every token gather information from earlier tokens. "
@@ -22,8 +22,7 @@ if pooled:
 
 st.subheader("One head")
 c1, c2, c3 = st.columns([1, 1, 2])
-layer = c1.selectbox("Layer", range(cfg.n_layers), key="layer")
-head = c2.selectbox("Head", range(cfg.n_heads), key="head")
+layer, head = pick_layer_head(state, c1, c2)
 kind = c3.radio("Show", ["weights (after softmax)", "scores (scaled, masked, before softmax)"],
                 horizontal=True, key="attn_kind")
 if kind.startswith("weights"):

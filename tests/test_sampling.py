@@ -75,7 +75,7 @@ def test_generation_with_kv_cache_matches_generation_without(model):
     ids = [3, 1, 4, 1, 5]
     gen = torch.Generator().manual_seed(3)
     for i, step in enumerate(steps):
-        logits = model(torch.tensor([ids]))[0, -1]  # a full re-run without cache
+        logits = model(torch.tensor([ids]))[0, -1].detach()  # a full re-run without cache
         probs = next_token_probs(logits, 0.8)
         assert step.token_id == int(torch.multinomial(probs, 1, generator=gen))
         assert step.model_prob == pytest.approx(float(torch.softmax(logits, -1)[step.token_id]), rel=1e-4)

@@ -153,7 +153,8 @@ def pca_scatter(vocab_coords: np.ndarray, typed_coords: np.ndarray, labels: list
     return _layout(fig, title, height=620)
 
 
-def topk_bar(labels: list[str], probs: np.ndarray, title: str, highlight: int | None = None) -> go.Figure:
+def topk_bar(labels: list[str], probs: np.ndarray, title: str, highlight: int | None = None,
+             x_title: str = "probability") -> go.Figure:
     """Horizontal bars of the most likely next tokens (most likely on top); ``probs`` ``[k]`` in [0, 1]."""
     k = len(labels)
     colours = ["#d62728" if i == highlight else "#1f77b4" for i in range(k)]
@@ -161,7 +162,7 @@ def topk_bar(labels: list[str], probs: np.ndarray, title: str, highlight: int | 
                            text=[f"{p:.1%}" for p in probs], textposition="outside", customdata=labels,
                            hovertemplate="%{customdata}<br>p = %{x:.4f}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(k)), ticktext=labels)
-    fig.update_xaxes(title="probability", range=[0, min(1.0, float(probs.max(initial=0)) * 1.25 + 0.02)])
+    fig.update_xaxes(title=x_title, range=[0, min(1.0, float(probs.max(initial=0)) * 1.25 + 0.02)])
     return _layout(fig, title, height=max(300, 80 + 34 * k))
 
 

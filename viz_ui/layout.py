@@ -24,6 +24,7 @@ PAGES = [  # (file, label, icon): the order follows the pipeline
     ("pages/tokens.py", "1 · Tokens", ":material/text_fields:"),
     ("pages/embeddings.py", "2 · Embeddings & positions", ":material/scatter_plot:"),
     ("pages/attention.py", "3 · Attention", ":material/visibility:"),
+    ("pages/head_steps.py", "3a · One head, step by step", ":material/calculate:"),
     ("pages/output.py", "4 · Output probabilities", ":material/bar_chart:"),
 ]
 
@@ -40,17 +41,22 @@ class AppState:
     trace: Trace | None  # None when the text is empty
 
 
-def shared_widget_key(key: str, default: str, valid=lambda value: True) -> str:
+def shared_widget_key(key: str, default, valid=lambda value: True, cast=str) -> str:
     """Prepare the session-wide widget ``key`` and return it; pass ``on_change=remember, args=(key,)``.
 
     Streamlit forgets a widget's value when the page changes, so the value lives in our own key
-    ``_key``: first taken from the link (``st.query_params[key]``) when valid, else ``default``,
+    ``_key``: first taken from the link (``cast(st.query_params[key])``) when valid, else ``default``,
     then copied back into the widget on every run. See DESIGN.md, "Pages and navigation".
     """
     ss = st.session_state
     if "_" + key not in ss:
-        value = st.query_params.get(key, default)
+        try:
+            value = cast(st.query_params[key])
+        except (KeyError, ValueError):
+            value = default
         ss["_" + key] = value if valid(value) else default
+    elif not valid(ss["_" + key]):
+        ss["_" + key] = default  # e.g. a layer index that the newly chosen model does not have
     ss[key] = ss["_" + key]
     return key
 
@@ -117,6 +123,17 @@ def setup_page(title: str, intro: str) -> AppState:
             st.warning(f"The text has {trace.n_tokens_total} tokens; this model's context is "
                        f"{model.cfg.n_ctx}, so only the first {trace.n_tokens} are used.", icon=":material/content_cut:")
     return AppState(name, models[name], model, tokenizer, text, trace)
+
+
+def pick_layer_head(state: AppState, layer_col, head_col) -> tuple[int, int]:
+    """Layer and head selectors shared by every page (and kept in the link as ``layer`` and ``head``)."""
+    cfg = state.model.cfg
+    layer = layer_col.selectbox("Layer", range(cfg.n_layers), on_change=remember, args=("layer",),
+                                key=shared_widget_key("layer", 0, lambda v: 0 <= v < cfg.n_layers, int))
+    head = head_col.selectbox("Head", range(cfg.n_heads), on_change=remember, args=("head",),
+                              key=shared_widget_key("head", 0, lambda v: 0 <= v < cfg.n_heads, int))
+    st.query_params.update(layer=str(layer), head=str(head))
+    return layer, head
 
 
 def require_trace(state: AppState) -> Trace:

@@ -55,3 +55,29 @@ def topk_table(probs: np.ndarray, logits: np.ndarray, labels: list[str], k: int)
         "probability": probs[order],
         "logit": logits[order],
     })
+
+
+def score_table(labels: list[str], dots: np.ndarray, scaled: np.ndarray, scores: np.ndarray,
+                weights: np.ndarray) -> pd.DataFrame:
+    """One row per key position: q·k, q·k/√d_k, the mask, the score, exp(score − max score), the weight.
+
+    ``weight = exp(score − max) / Σ exp(score − max)``: the softmax, written so it can be checked by hand.
+    """
+    finite = np.isfinite(scores)
+    shifted = np.where(finite, np.exp(np.where(finite, scores, 0) - scores[finite].max()), 0.0)
+    return pd.DataFrame({
+        "key position": np.arange(len(labels)),
+        "token": labels,
+        "q·k": dots,
+        "q·k / √d_k": scaled,
+        "mask": np.where(finite, "0", "−∞"),
+        "score": np.where(finite, np.round(scores, 4).astype(str), "−∞"),
+        "exp(score − max)": shifted,
+        "weight": weights,
+    })
+
+
+def vector_table(rows: dict[str, np.ndarray], n_dims: int | None = None) -> pd.DataFrame:
+    """Named vectors as rows, their first ``n_dims`` dimensions as columns (all when None)."""
+    width = min(len(v) for v in rows.values()) if n_dims is None else n_dims
+    return pd.DataFrame({name: v[:width] for name, v in rows.items()}).T.rename(columns=lambda d: f"d{d}")

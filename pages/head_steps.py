@@ -1,0 +1,83 @@
+"""One attention head, step by step, with the model's own numbers."""
+
+import numpy as np
+import streamlit as st
+
+from viz_ui.figures import matrix_heatmap, topk_bar
+from viz_ui.layout import pick_layer_head, remember, require_trace, setup_page, shared_widget_key, show_figure
+from viz_ui.steps import head_steps
+from viz_ui.tables import score_table, vector_table
+
+state = setup_page("One head, step by step",
+                   "Follow one attention head from its input to what it adds to the residual stream, "
+                   "with the numbers this model computed for your text. Rounded to 4 decimals; shapes in brackets.")
+trace = require_trace(state)
+cfg = state.model.cfg
+c1, c2, c3 = st.columns(3)
+layer, head = pick_layer_head(state, c1, c2)
+n = trace.n_tokens
+query = c3.selectbox("Query token (the one that asks)", range(n), format_func=lambda i: f"{i} {trace.labels[i]}",
+                     key=shared_widget_key("query", n - 1, lambda v: 0 <= v < n, int), on_change=remember,
+                     args=("query",))
+st.query_params["query"] = str(query)
+s = head_steps(state.model, trace, layer, head, query)
+SHOW_DIMS = 8
+fmt = "{:.4f}"
+
+st.header("1 · The input x")
+st.markdown(f"The attention sub-layer reads the residual stream"
+            f"{' after LayerNorm (this model is pre-LN)' if cfg.norm_placement == 'pre' else ' directly (post-LN)'}: "
+            f"one row of d_model = {cfg.d_model} numbers per token.")
+show_figure(matrix_heatmap(s.x, trace.labels, f"x  [{n} × {cfg.d_model}]"), state, f"steps_x_L{layer}")
+
+st.header("2 · Queries, keys and values")
+st.latex(r"q = x\,W_Q + b_Q,\quad k = x\,W_K + b_K,\quad v = x\,W_V + b_V")
+st.markdown(f"Each head has its own W_Q, W_K, W_V of shape [{cfg.d_model} × {cfg.d_head}], so every token gets a "
+            f"query, a key and a value of d_head = d_k = {cfg.d_head} numbers.")
+tabs = st.tabs([f"q  [{n} × {cfg.d_head}]", f"k  [{n} × {cfg.d_head}]", f"v  [{n} × {cfg.d_head}]"])
+for tab, name, mat in zip(tabs, "qkv", (s.q, s.k, s.v)):
+    with tab:
+        show_figure(matrix_heatmap(mat, trace.labels, f"{name} for every token, layer {layer} head {head}",
+                                   x_title="d_head dimension"), state, f"steps_{name}_L{layer}_H{head}")
+st.markdown(f"The query of **{query} {trace.labels[query]}** (first {SHOW_DIMS} of {cfg.d_head} numbers):")
+st.dataframe(vector_table({f"q[{query}]": s.q[query]}, SHOW_DIMS).style.format(fmt))
+
+st.header("3 · Scores, mask and softmax")
+st.latex(r"\text{score}_j = \frac{q \cdot k_j}{\sqrt{d_k}}\;(+\,{-\infty}\ \text{if}\ j > i),\qquad "
+         r"w_j = \frac{e^{\text{score}_j}}{\sum_{j'} e^{\text{score}_{j'}}}")
+st.markdown(f"√d_k = √{cfg.d_head} = {np.sqrt(cfg.d_head):.4f}. Dividing by it keeps the scores in a range where "
+            "softmax is not saturated. "
+            + ("The causal mask adds −∞ to the scores of later tokens, so their weight is exactly 0: "
+               "a decoder cannot look ahead. " if cfg.causal else "")
+            + "Check the softmax by hand: each weight is its exp(score − max) divided by the sum of that column.")
+table = score_table(trace.labels, s.dots, s.scaled, s.scores, s.weights)
+st.dataframe(table.style.format({c: fmt for c in ("q·k", "q·k / √d_k", "exp(score − max)", "weight")}),
+             hide_index=True)
+total = table["exp(score − max)"].sum()
+st.markdown(f"Sum of exp(score − max) = **{total:.4f}**; the weights sum to **{s.weights.sum():.4f}**.")
+visible = np.flatnonzero(np.isfinite(s.scores))
+order = visible[np.argsort(-s.weights[visible], kind="stable")][:15]
+show_figure(topk_bar([f"{j} {trace.labels[j]}" for j in order], s.weights[order],
+                     f"Attention weights of {query} {trace.labels[query]} (largest first)", x_title="weight"),
+            state, f"steps_weights_L{layer}_H{head}_q{query}")
+
+st.header("4 · The weighted sum of values")
+st.latex(r"z = \sum_j w_j\, v_j")
+contrib = s.weights[:, None] * s.v
+rows = {f"w{j}·v{j}": contrib[j] for j in order[:5]}
+rows["z = Σ"] = s.z
+st.markdown(f"Each value vector v_j is scaled by its weight; their sum is z (d_head = {cfg.d_head}). "
+            f"The largest contributions and z, first {SHOW_DIMS} numbers:")
+st.dataframe(vector_table(rows, SHOW_DIMS).style.format(fmt))
+
+st.header("5 · All heads together: concatenate, multiply by W_O, add to the residual stream")
+st.latex(r"\text{attn\_out} = \mathrm{Concat}(z_1, \dots, z_h)\,W_O + b_O,\qquad "
+         r"\text{resid\_mid} = \text{resid\_pre} + \text{attn\_out}")
+st.markdown(f"The {cfg.n_heads} heads' z vectors are concatenated into {cfg.n_heads} × {cfg.d_head} = "
+            f"{cfg.n_heads * cfg.d_head} numbers and multiplied by W_O [{cfg.n_heads * cfg.d_head} × {cfg.d_model}]. "
+            f"This head's share is z·W_O[rows of head {head}]."
+            + (" In this post-LN model, LayerNorm then normalises the sum." if cfg.norm_placement == "post" else ""))
+st.dataframe(vector_table({"this head's part z·W_O[h]": s.head_out, "attn_out (all heads + b_O)": s.attn_out,
+                           "resid_pre": s.resid_pre, "resid_pre + attn_out": s.resid_mid}, SHOW_DIMS).style.format(fmt))
+st.caption(f"Norms: this head's part {np.linalg.norm(s.head_out):.3f}, attn_out {np.linalg.norm(s.attn_out):.3f}, "
+           f"resid_pre {np.linalg.norm(s.resid_pre):.3f}, resid_pre + attn_out {np.linalg.norm(s.resid_mid):.3f}.")

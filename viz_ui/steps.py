@@ -1,0 +1,77 @@
+"""One attention head, step by step: every intermediate number of ``softmax(q k^T / sqrt(d_k)) v``.
+
+All values come from the trace of the running model (its hooks) or from its weights; the few values
+no hook records (the unscaled dot products, the per-head output before summing) are exact functions
+of recorded ones. Formulas: Vaswani et al. (2017), "Attention Is All You Need", sections 3.2.1-3.2.2.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from viz_model import VizTransformer
+
+from .trace import Trace
+
+
+@dataclass
+class HeadSteps:
+    """The arithmetic of head ``head`` of layer ``layer`` for the query at position ``query``."""
+
+    layer: int
+    head: int
+    query: int
+    d_head: int
+    x: np.ndarray  # [pos, d_model] the attention input (LayerNorm output for pre-LN)
+    W_Q: np.ndarray  # [d_model, d_head] this head's slice
+    W_K: np.ndarray
+    W_V: np.ndarray
+    q: np.ndarray  # [pos, d_head] = x W_Q + b_Q (hook_q)
+    k: np.ndarray  # [pos, d_head] (hook_k)
+    v: np.ndarray  # [pos, d_head] (hook_v)
+    dots: np.ndarray  # [key_pos] q_query . k_j, before scaling and masking
+    scaled: np.ndarray  # [key_pos] dots / sqrt(d_head)
+    scores: np.ndarray  # [key_pos] after the mask (-inf for j > query when causal) (hook_attn_scores)
+    weights: np.ndarray  # [key_pos] softmax(scores) (hook_pattern)
+    z: np.ndarray  # [d_head] sum_j weights_j v_j (hook_z)
+    z_all: np.ndarray  # [n_heads * d_head] every head's z at this query, concatenated
+    W_O: np.ndarray  # [n_heads * d_head, d_model]
+    head_out: np.ndarray  # [d_model] this head's part: z W_O[head]
+    attn_out: np.ndarray  # [d_model] concat(z) W_O + b_O (hook_attn_out)
+    resid_pre: np.ndarray  # [d_model] the residual stream before the block
+    resid_mid: np.ndarray  # [d_model] after adding attn_out (before LayerNorm in post-LN models)
+
+
+def _np(t) -> np.ndarray:
+    return t.detach().float().numpy()
+
+
+def head_steps(model: VizTransformer, trace: Trace, layer: int, head: int, query: int) -> HeadSteps:
+    """Collect :class:`HeadSteps` from ``trace`` (recorded hooks) and ``model`` (weights).
+
+    Raises:
+        IndexError: for a layer, head or query position out of range.
+    """
+    cfg = model.cfg
+    if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads and 0 <= query < trace.n_tokens):
+        raise IndexError(f"layer {layer}, head {head}, query {query} out of range")
+    a, p = trace.arrays, f"blocks.{layer}."
+    attn = model.blocks[layer].attn
+    x = a[p + "ln1.hook_normalized"] if cfg.norm_placement == "pre" else a[p + "hook_resid_pre"]
+    q, k, v = (a[p + f"attn.hook_{n}"][:, head] for n in "qkv")
+    dots = k @ q[query]
+    z_all = a[p + "attn.hook_z"][query].reshape(-1)
+    W_O = _np(attn.W_O).reshape(cfg.n_heads * cfg.d_head, cfg.d_model)
+    return HeadSteps(
+        layer=layer, head=head, query=query, d_head=cfg.d_head, x=x,
+        W_Q=_np(attn.W_Q[head]), W_K=_np(attn.W_K[head]), W_V=_np(attn.W_V[head]), q=q, k=k, v=v,
+        dots=dots, scaled=dots / math.sqrt(cfg.d_head),
+        scores=a[p + "attn.hook_attn_scores"][head, query], weights=a[p + "attn.hook_pattern"][head, query],
+        z=a[p + "attn.hook_z"][query, head], z_all=z_all, W_O=W_O,
+        head_out=z_all[head * cfg.d_head:(head + 1) * cfg.d_head] @ W_O[head * cfg.d_head:(head + 1) * cfg.d_head],
+        attn_out=a[p + "hook_attn_out"][query], resid_pre=a[p + "hook_resid_pre"][query],
+        resid_mid=(a[p + "hook_resid_pre"][query] + a[p + "hook_attn_out"][query]),
+    )
