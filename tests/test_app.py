@@ -10,7 +10,8 @@ from streamlit.testing.v1 import AppTest
 from conftest import ROOT, plotly_array
 from viz_model import load_model
 
-PAGES = ["pages/tokens.py", "pages/embeddings.py", "pages/attention.py", "pages/head_steps.py", "pages/output.py"]
+PAGES = ["pages/tokens.py", "pages/embeddings.py", "pages/attention.py", "pages/head_steps.py", "pages/block.py",
+         "pages/logit_lens.py", "pages/output.py"]
 
 
 def open_page(page: str | None = None, text: str | None = None, query: dict | None = None) -> AppTest:

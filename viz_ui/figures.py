@@ -179,3 +179,37 @@ def position_curves(table: np.ndarray, dims: list[int], n_typed: int, title: str
     fig.update_xaxes(title="position")
     fig.update_yaxes(title="P[pos, dim]")
     return _layout(fig, title, height=420)
+
+
+def stage_heatmap(values: np.ndarray, row_names: list[str], labels: list[str], title: str, value_name: str,
+                  cell_text: np.ndarray | None = None, zmax: float | None = None, max_text_cols: int = 40) -> go.Figure:
+    """A ``[stage, pos]`` grid (layers down, token positions across).
+
+    ``cell_text`` ``[stage, pos]`` is shown on hover, and written in the cells when there are at most
+    ``max_text_cols`` positions.
+    """
+    rows, n = values.shape
+    custom = np.array(labels, dtype=object)[None, :].repeat(rows, 0)
+    extra = "" if cell_text is None else "<br>%{text}"
+    trace = go.Heatmap(z=values, colorscale="Viridis", zmin=0, zmax=zmax, customdata=custom,
+                       colorbar=dict(title=value_name),
+                       hovertemplate=f"%{{y}}<br>pos %{{x}} %{{customdata}}{extra}<br>{value_name} %{{z:.4f}}<extra></extra>")
+    if cell_text is not None:
+        trace.update(text=cell_text)
+        if n <= max_text_cols:
+            trace.update(texttemplate="%{text}", textfont=dict(size=12))
+    fig = go.Figure(trace)
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(rows)), ticktext=row_names)
+    fig.update_xaxes(tickangle=-60, **position_ticks(labels))
+    return _layout(fig, title, height=max(300, 120 + 34 * rows))
+
+
+def value_bar(labels: list[str], values: np.ndarray, title: str, x_title: str) -> go.Figure:
+    """Horizontal bars for signed values (first on top), e.g. the most active neurons of a token."""
+    k = len(labels)
+    fig = go.Figure(go.Bar(x=values, y=list(range(k)), orientation="h", customdata=labels,
+                           marker_color=["#1f77b4" if v >= 0 else "#d62728" for v in values],
+                           hovertemplate="%{customdata}<br>%{x:.4f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(k)), ticktext=labels)
+    fig.update_xaxes(title=x_title)
+    return _layout(fig, title, height=max(300, 80 + 28 * k))

@@ -1,0 +1,60 @@
+"""The rest of the block: residual stream, add & norm, and the feed-forward network."""
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from viz_ui.block import layernorm_stats, residual_norms, sublayer_norms, top_neurons
+from viz_ui.figures import matrix_heatmap, stage_heatmap, value_bar
+from viz_ui.layout import pick_layer_head, remember, require_trace, setup_page, shared_widget_key, show_figure
+
+state = setup_page("Residual stream, add & norm, feed-forward",
+                   "Each token's vector travels up the residual stream; every attention and feed-forward "
+                   "sub-layer reads it and adds its result back (add), and LayerNorm keeps it in range (norm).")
+trace = require_trace(state)
+cfg = state.model.cfg
+n = trace.n_tokens
+
+st.header("The residual stream")
+norms, stages = residual_norms(trace, cfg.n_layers)
+show_figure(stage_heatmap(norms, stages, trace.labels, "‖residual stream‖ at every stage and position", "L2 norm"),
+            state, "residual_norms")
+adds, names = sublayer_norms(trace, cfg.n_layers)
+st.markdown("What each sub-layer adds: the norm of `attn_out` and `mlp_out` (a large value = a large change "
+            "to that token's vector).")
+show_figure(stage_heatmap(adds, names, trace.labels, "‖what each sub-layer adds‖", "L2 norm"), state, "sublayer_norms")
+
+st.header("Add & norm")
+placement = cfg.norm_placement
+st.markdown(
+    f"This model is **{placement}-LN**. "
+    + ("Pre-LN (GPT-2): each sub-layer reads LayerNorm(x) and adds its output to the un-normalised stream, "
+       "x + Sublayer(LN(x)); a final LayerNorm comes before the unembedding."
+       if placement == "pre" else
+       "Post-LN (the original transformer, BERT): LayerNorm is applied after each addition, LN(x + Sublayer(x))."))
+st.latex(r"\mathrm{LayerNorm}(x) = \frac{x - \mu}{\sqrt{\sigma^2 + \varepsilon}} \odot w + b,\quad "
+         r"\mu = \tfrac{1}{d}\textstyle\sum_i x_i,\ \sigma^2 = \tfrac{1}{d}\sum_i (x_i-\mu)^2")
+c1, c2, _ = st.columns(3)
+layer, _ = pick_layer_head(state, c1, st.empty())
+pos = c2.selectbox("Token", range(n), format_func=lambda i: f"{i} {trace.labels[i]}",
+                   key=shared_widget_key("query", n - 1, lambda v: 0 <= v < n, int), on_change=remember, args=("query",))
+stats = layernorm_stats(trace, layer, pos, placement)
+st.dataframe(pd.DataFrame({s.name: s.summary for s in stats}).T.style.format("{:.4f}"))
+st.caption("Before normalising, mean and variance vary from token to token; after the (x − μ)/σ step they are 0 and "
+           "1, and the learned scale w and shift b then move them slightly.")
+both = np.stack([stats[0].before, stats[0].after])
+show_figure(matrix_heatmap(both, ["ln1 input", "ln1 output"], f"ln1 of layer {layer}, token {pos} {trace.labels[pos]}"),
+            state, f"layernorm_L{layer}_pos{pos}")
+
+st.header("The feed-forward network")
+st.latex(r"\mathrm{FFN}(x) = \mathrm{GELU}(x\,W_{in} + b_{in})\,W_{out} + b_{out}" if cfg.mlp == "gelu" else
+         r"\mathrm{FFN}(x) = \max(0,\ x\,W_{in} + b_{in})\,W_{out} + b_{out}")
+st.markdown(f"Two layers applied to each position separately: d_model = {cfg.d_model} → d_mlp = {cfg.d_mlp} → "
+            f"d_model. Here d_mlp = {cfg.d_mlp / cfg.d_model:g} × d_model (the original transformer used 4×: "
+            "512 → 2048). Each hidden unit (neuron) responds to some pattern in its input.")
+post = trace.arrays[f"blocks.{layer}.mlp.hook_post"]
+show_figure(matrix_heatmap(post, trace.labels, f"Hidden activations of layer {layer}  [{n} × {cfg.d_mlp}]",
+                           x_title="neuron", value_name="activation"), state, f"mlp_post_L{layer}")
+idx, vals = top_neurons(post[pos])
+show_figure(value_bar([f"neuron {i}" for i in idx], vals, f"Most active neurons of layer {layer} for "
+                      f"{pos} {trace.labels[pos]}", "activation (after GELU)"), state, f"top_neurons_L{layer}_pos{pos}")

@@ -1,0 +1,95 @@
+"""The rest of the block: residual stream norms, LayerNorm statistics, feed-forward neurons, logit lens.
+
+Every value is read from the trace's hooks or is an exact function of them and the model's weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from viz_model import VizTransformer
+
+from .trace import Trace
+
+
+def residual_norms(trace: Trace, n_layers: int) -> tuple[np.ndarray, list[str]]:
+    """L2 norm of the residual stream at every stage and position.
+
+    Returns:
+        ``([2 * n_layers + 1, pos] norms, stage names)``: stages are ``resid_pre 0``, then per layer
+        ``resid_mid i`` and ``resid_post i``.
+    """
+    a, rows, names = trace.arrays, [], []
+    rows.append(a["blocks.0.hook_resid_pre"])
+    names.append("embed (resid_pre 0)")
+    for i in range(n_layers):
+        rows += [a[f"blocks.{i}.hook_resid_mid"], a[f"blocks.{i}.hook_resid_post"]]
+        names += [f"L{i} after attention", f"L{i} after MLP"]
+    return np.stack([np.linalg.norm(r, axis=-1) for r in rows]), names
+
+
+def sublayer_norms(trace: Trace, n_layers: int) -> tuple[np.ndarray, list[str]]:
+    """L2 norm of what each sub-layer writes (``hook_attn_out``, ``hook_mlp_out``): ``[2 * n_layers, pos]``."""
+    a, rows, names = trace.arrays, [], []
+    for i in range(n_layers):
+        rows += [a[f"blocks.{i}.hook_attn_out"], a[f"blocks.{i}.hook_mlp_out"]]
+        names += [f"L{i} attention", f"L{i} MLP"]
+    return np.stack([np.linalg.norm(r, axis=-1) for r in rows]), names
+
+
+@dataclass
+class NormStats:
+    """A LayerNorm's input and output for one token, with mean and variance over d_model."""
+
+    name: str
+    before: np.ndarray  # [d_model]
+    after: np.ndarray  # [d_model]
+
+    @property
+    def summary(self) -> dict[str, float]:
+        return {"mean before": float(self.before.mean()), "variance before": float(self.before.var()),
+                "mean after": float(self.after.mean()), "variance after": float(self.after.var())}
+
+
+def layernorm_stats(trace: Trace, layer: int, pos: int, placement: str) -> list[NormStats]:
+    """Input and output of ``ln1`` and ``ln2`` of one block at one position.
+
+    Pre-LN: ln1 normalises ``resid_pre`` and ln2 ``resid_mid`` (the sub-layers read the normed copy,
+    the stream itself is not normed). Post-LN: ln1 normalises ``resid_pre + attn_out`` (its output is
+    ``resid_mid``) and ln2 normalises ``resid_mid + mlp_out`` (its output is ``resid_post``).
+    """
+    a, p = trace.arrays, f"blocks.{layer}."
+    if placement == "pre":
+        inputs = (a[p + "hook_resid_pre"][pos], a[p + "hook_resid_mid"][pos])
+    else:
+        inputs = (a[p + "hook_resid_pre"][pos] + a[p + "hook_attn_out"][pos],
+                  a[p + "hook_resid_mid"][pos] + a[p + "hook_mlp_out"][pos])
+    return [NormStats(f"ln{i + 1}", inputs[i], a[p + f"ln{i + 1}.hook_normalized"][pos]) for i in range(2)]
+
+
+def top_neurons(post: np.ndarray, k: int = 15) -> tuple[np.ndarray, np.ndarray]:
+    """Indices and activations of the ``k`` most active hidden units in ``post`` ``[d_mlp]`` (largest first)."""
+    order = np.argsort(-post, kind="stable")[:k]
+    return order, post[order]
+
+
+@torch.no_grad()
+def logit_lens(model: VizTransformer, trace: Trace) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The logit lens (nostalgebraist, 2020): decode the residual stream after every layer with the
+    model's own final LayerNorm and unembedding, as if the model stopped there.
+
+    Returns:
+        ``(top_ids [n_layers + 1, pos], top_probs [n_layers + 1, pos], row names)``; row 0 decodes the
+        embeddings (resid_pre 0), row i + 1 the output of layer i; the last row equals the model's output.
+    """
+    a, cfg = trace.arrays, model.cfg
+    stages = [a["blocks.0.hook_resid_pre"]] + [a[f"blocks.{i}.hook_resid_post"] for i in range(cfg.n_layers)]
+    resid = torch.from_numpy(np.stack(stages))  # [stage, pos, d_model]
+    if model.ln_final is not None:
+        resid = model.ln_final(resid)
+    probs = torch.softmax(resid @ model.W_unembed, dim=-1)
+    top = probs.max(dim=-1)
+    return top.indices.numpy(), top.values.numpy(), ["embeddings"] + [f"after L{i}" for i in range(cfg.n_layers)]
