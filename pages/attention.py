@@ -5,6 +5,7 @@ import streamlit as st
 
 from viz_ui.figures import attention_grid, attention_heatmap
 from viz_ui.layout import pick_layer_head, require_trace, setup_page, show_figure
+from viz_ui.steps import unmasked_view
 
 state = setup_page("Attention",
                    "In every layer, each head lets every token gather information from earlier tokens. "
@@ -37,3 +38,24 @@ else:
                 "diagonal are masked with −∞: a token may not look at tokens after it, and softmax turns −∞ into 0.")
 show_figure(attention_heatmap(matrix, trace.labels, title, "weights" if kind.startswith("weights") else "scores"),
             state, f"attention_L{layer}_H{head}")
+
+if cfg.causal:
+    st.subheader("Masked vs unmasked")
+    st.markdown("What the causal mask changes for this head. Left: the scores q·k/√d_k for *every* pair, as if "
+                "the mask were not there; middle: the same scores with −∞ above the diagonal (what the model "
+                "uses); right: the weights softmax would give without the mask. Without it, a token would take "
+                "information from tokens that come after it, which a decoder cannot know when it generates text.")
+    raw, free = unmasked_view(trace, layer, head, cfg.d_head)
+    m1, m2, m3 = st.columns(3)
+    with m1:
+        show_figure(attention_heatmap(raw, trace.labels, "Scores without mask", "scores"), state,
+                    f"scores_unmasked_L{layer}_H{head}")
+    with m2:
+        show_figure(attention_heatmap(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head], trace.labels,
+                                      "Scores with the causal mask", "scores"), state, f"scores_masked_L{layer}_H{head}")
+    with m3:
+        show_figure(attention_heatmap(free, trace.labels, "Weights without mask", "weights"), state,
+                    f"weights_unmasked_L{layer}_H{head}")
+    future = np.triu(np.ones_like(free, dtype=bool), 1)
+    st.caption(f"Without the mask this head would put on average {free[future].sum() / trace.n_tokens:.1%} "
+               "of each token's attention on later tokens; with it, exactly 0%.")

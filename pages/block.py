@@ -6,7 +6,7 @@ import streamlit as st
 
 from viz_ui.block import layernorm_stats, residual_norms, sublayer_norms, top_neurons
 from viz_ui.figures import matrix_heatmap, stage_heatmap, value_bar
-from viz_ui.layout import pick_layer_head, remember, require_trace, setup_page, shared_widget_key, show_figure
+from viz_ui.layout import pick_index, pick_position, require_trace, setup_page, show_figure
 
 state = setup_page("Residual stream, add & norm, feed-forward",
                    "Each token's vector travels up the residual stream; every attention and feed-forward "
@@ -35,9 +35,8 @@ st.markdown(
 st.latex(r"\mathrm{LayerNorm}(x) = \frac{x - \mu}{\sqrt{\sigma^2 + \varepsilon}} \odot w + b,\quad "
          r"\mu = \tfrac{1}{d}\textstyle\sum_i x_i,\ \sigma^2 = \tfrac{1}{d}\sum_i (x_i-\mu)^2")
 c1, c2, _ = st.columns(3)
-layer, _ = pick_layer_head(state, c1, st.empty())
-pos = c2.selectbox("Token", range(n), format_func=lambda i: f"{i} {trace.labels[i]}",
-                   key=shared_widget_key("query", n - 1, lambda v: 0 <= v < n, int), on_change=remember, args=("query",))
+layer = pick_index(c1, "Layer", "layer", cfg.n_layers)
+pos = pick_position(c2, trace, "Token")
 stats = layernorm_stats(trace, layer, pos, placement)
 st.dataframe(pd.DataFrame({s.name: s.summary for s in stats}).T.style.format("{:.4f}"))
 st.caption("Before normalising, mean and variance vary from token to token; after the (x − μ)/σ step they are 0 and "

@@ -4,7 +4,7 @@ import numpy as np
 import streamlit as st
 
 from viz_ui.figures import matrix_heatmap, topk_bar
-from viz_ui.layout import pick_layer_head, remember, require_trace, setup_page, shared_widget_key, show_figure
+from viz_ui.layout import pick_layer_head, pick_position, require_trace, setup_page, show_figure
 from viz_ui.steps import head_steps
 from viz_ui.tables import score_table, vector_table
 
@@ -16,10 +16,7 @@ cfg = state.model.cfg
 c1, c2, c3 = st.columns(3)
 layer, head = pick_layer_head(state, c1, c2)
 n = trace.n_tokens
-query = c3.selectbox("Query token (the one that asks)", range(n), format_func=lambda i: f"{i} {trace.labels[i]}",
-                     key=shared_widget_key("query", n - 1, lambda v: 0 <= v < n, int), on_change=remember,
-                     args=("query",))
-st.query_params["query"] = str(query)
+query = pick_position(c3, trace, "Query token (the one that asks)")
 s = head_steps(state.model, trace, layer, head, query)
 SHOW_DIMS = 8
 fmt = "{:.4f}"

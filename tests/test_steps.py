@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import small_model
-from viz_ui.steps import head_steps
+from viz_ui.steps import head_steps, unmasked_view
 from viz_ui.tables import score_table
 from viz_ui.trace import run_trace
 
@@ -76,3 +76,16 @@ def test_out_of_range_selection_is_refused(tokenizer):
     trace = run_trace(model, tokenizer, TEXT)
     with pytest.raises(IndexError):
         head_steps(model, trace, 0, 0, trace.n_tokens)
+
+
+def test_unmasked_view_agrees_with_the_model_below_the_diagonal(tokenizer):
+
+    model = small_model(seed=5)
+    trace = run_trace(model, tokenizer, TEXT)
+    raw, free = unmasked_view(trace, 1, 3, model.cfg.d_head)
+    masked = trace.arrays["blocks.1.attn.hook_attn_scores"][3]
+    lower = np.tril(np.ones_like(raw, dtype=bool))
+    np.testing.assert_allclose(raw[lower], masked[lower], atol=1e-5)
+    assert np.isfinite(raw).all()
+    np.testing.assert_allclose(free.sum(-1), 1.0, atol=1e-6)
+    assert (free[~lower] > 0).all()  # without the mask, later tokens get weight

@@ -127,15 +127,24 @@ def setup_page(title: str, intro: str) -> AppState:
     return AppState(name, models[name], model, tokenizer, text, trace)
 
 
+def pick_index(container, label: str, key: str, n: int, default: int = 0, format_func=str) -> int:
+    """A selector of ``0 .. n - 1`` shared by every page and kept in the link under ``key``."""
+    value = container.selectbox(label, range(n), format_func=format_func, on_change=remember, args=(key,),
+                                key=shared_widget_key(key, default, lambda v: 0 <= v < n, int))
+    st.query_params[key] = str(value)
+    return value
+
+
 def pick_layer_head(state: AppState, layer_col, head_col) -> tuple[int, int]:
-    """Layer and head selectors shared by every page (and kept in the link as ``layer`` and ``head``)."""
+    """Layer and head selectors (kept in the link as ``layer`` and ``head``)."""
     cfg = state.model.cfg
-    layer = layer_col.selectbox("Layer", range(cfg.n_layers), on_change=remember, args=("layer",),
-                                key=shared_widget_key("layer", 0, lambda v: 0 <= v < cfg.n_layers, int))
-    head = head_col.selectbox("Head", range(cfg.n_heads), on_change=remember, args=("head",),
-                              key=shared_widget_key("head", 0, lambda v: 0 <= v < cfg.n_heads, int))
-    st.query_params.update(layer=str(layer), head=str(head))
-    return layer, head
+    return pick_index(layer_col, "Layer", "layer", cfg.n_layers), pick_index(head_col, "Head", "head", cfg.n_heads)
+
+
+def pick_position(container, trace: Trace, label: str) -> int:
+    """A token-position selector (default: the last token), kept in the link as ``query``."""
+    n = trace.n_tokens
+    return pick_index(container, label, "query", n, n - 1, lambda i: f"{i} {trace.labels[i]}")
 
 
 def require_trace(state: AppState) -> Trace:

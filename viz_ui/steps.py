@@ -75,3 +75,16 @@ def head_steps(model: VizTransformer, trace: Trace, layer: int, head: int, query
         attn_out=a[p + "hook_attn_out"][query], resid_pre=a[p + "hook_resid_pre"][query],
         resid_mid=(a[p + "hook_resid_pre"][query] + a[p + "hook_attn_out"][query]),
     )
+
+
+def unmasked_view(trace: Trace, layer: int, head: int, d_head: int) -> tuple[np.ndarray, np.ndarray]:
+    """One head's scores and pattern as they would be without the causal mask.
+
+    ``scores = q k^T / sqrt(d_head)`` for every (query, key) pair, from the recorded q and k, and
+    ``softmax(scores)`` over all keys. Returns two ``[query_pos, key_pos]`` arrays.
+    """
+    q = trace.arrays[f"blocks.{layer}.attn.hook_q"][:, head]
+    k = trace.arrays[f"blocks.{layer}.attn.hook_k"][:, head]
+    scores = q @ k.T / math.sqrt(d_head)
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    return scores, e / e.sum(-1, keepdims=True)
