@@ -31,6 +31,11 @@ def figures(at: AppTest) -> list[dict]:
     return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
 
 
+def figure_titled(at: AppTest, start: str) -> dict:
+    """The first figure whose title starts with ``start``."""
+    return next(f for f in figures(at) if f["layout"]["title"]["text"].startswith(start))
+
+
 def chips(at: AppTest) -> str:
     return "".join(h.proto.body for h in at.get("html"))
 
@@ -60,11 +65,11 @@ def test_attention_figure_shows_the_models_own_pattern():
     model, tok = load_model()
     _, cache = model.run_with_cache(torch.tensor([tok.encode(text).ids]))
     expected = cache["blocks.1.attn.hook_pattern"][0, 2].numpy()
-    single = plotly_array(figures(at)[-1]["data"][0]["z"])
+    single = plotly_array(figure_titled(at, "Layer 1, head 2")["data"][0]["z"])
     np.testing.assert_allclose(single, expected, atol=1e-6)
     assert single.shape[0] == len(tok.encode(text).ids)  # repeated tokens keep their own rows
     at.radio(key="attn_kind").set_value("scores (scaled, masked, before softmax)").run()
-    scores = figures(at)[-1]["data"][0]
+    scores = figure_titled(at, "Layer 1, head 2")["data"][0]
     assert np.isnan(plotly_array(scores["z"])[0, 1])  # masked: drawn blank
     assert scores["customdata"][0][1][2] == "masked (−∞)"
 
@@ -100,7 +105,8 @@ def test_text_beyond_the_context_is_truncated_with_a_notice():
     at = open_page("pages/attention.py", text="The cat sat on the mat. " * 200)
     assert any("only the first" in w.value for w in at.warning)
     model, _ = load_model()
-    assert plotly_array(figures(at)[-1]["data"][0]["z"]).shape == (model.cfg.n_ctx, model.cfg.n_ctx)
+    single = figure_titled(at, "Layer 0, head 0")["data"][0]["z"]
+    assert plotly_array(single).shape == (model.cfg.n_ctx, model.cfg.n_ctx)
 
 
 def test_emoji_and_other_scripts():
