@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 from conftest import ROOT, plotly_array
 from viz_model import load_model
 
-PAGES = ["pages/tokens.py", "pages/embeddings.py", "pages/attention.py", "pages/head_steps.py", "pages/block.py",
+PAGES = ["pages/tokens.py", "pages/embeddings.py", "pages/attention.py", "pages/head_steps.py", "pages/heads.py", "pages/block.py",
          "pages/logit_lens.py", "pages/output.py"]
 
 
@@ -127,3 +127,13 @@ def test_example_picker_sets_the_text():
     example = at.selectbox(key="example").options[2]
     at.selectbox(key="example").set_value(example).run()
     assert at.text_area(key="text").value == example
+
+
+def test_head_summaries_open_the_step_by_step_view():
+    at = open_page("pages/heads.py")
+    button = next(b for b in at.button if b.label.startswith("Layer") and "induction" in b.key)
+    layer, head = (int(part.split()[1]) for part in button.label.split(":")[0].split(", "))
+    button.click().run()
+    assert not at.exception
+    assert at.title[0].value == "One head, step by step"
+    assert (at.selectbox(key="layer").value, at.selectbox(key="head").value) == (layer, head)

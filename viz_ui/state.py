@@ -11,6 +11,7 @@ from tokenizers import Tokenizer
 from viz_model import DEFAULT_MODEL, VizTransformer, load_model
 from viz_model.checkpoint import ASSETS
 
+from .heads import head_scores
 from .numeric import PCA, fit_pca
 from .trace import Trace, run_trace, token_label
 
@@ -56,6 +57,13 @@ def get_positional_table(path: str) -> np.ndarray:
     """The model's positional encodings for every position, ``[n_ctx, d_model]`` (its own table or sinusoid)."""
     model, _ = get_model(path)
     return model.pos_embed.W_pos.detach().float().numpy()
+
+
+@st.cache_data(max_entries=16, show_spinner="Measuring the heads…")
+def get_head_scores(path: str, text: str) -> dict[str, np.ndarray]:
+    """:func:`head_scores` of the model at ``path`` on ``text`` (and its repeated random sequence)."""
+    model, _ = get_model(path)
+    return head_scores(model, get_trace(path, text))
 
 
 def model_card(path: str) -> str | None:

@@ -1,0 +1,60 @@
+"""Scores that find known kinds of attention heads (as in TransformerLens' head detectors and
+Olsson et al., 2022, "In-context Learning and Induction Heads")."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from viz_model import VizTransformer
+
+from .trace import Trace
+
+SCORE_NAMES = ("previous-token", "first-token", "duplicate-token", "induction")
+
+
+def _patterns(arrays: dict, n_layers: int) -> np.ndarray:
+    return np.stack([arrays[f"blocks.{i}.attn.hook_pattern"] for i in range(n_layers)])  # [L, H, q, k]
+
+
+def diagonal_score(patterns: np.ndarray, offset: int, start: int) -> np.ndarray:
+    """Mean attention from query ``i`` to key ``i - offset`` over queries ``i >= start``: ``[L, H]``."""
+    n = patterns.shape[-1]
+    rows = np.arange(start, n)
+    return patterns[:, :, rows, rows - offset].mean(-1)
+
+
+@torch.no_grad()
+def head_scores(model: VizTransformer, trace: Trace, length: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Four ``[n_layers, n_heads]`` scores in [0, 1].
+
+    - previous-token: mean weight on the token just before (on the typed text);
+    - first-token: mean weight on position 0, excluding position 0 itself (on the typed text);
+    - duplicate-token and induction: on a random token sequence repeated twice (length ``length``,
+      default ``min(50, n_ctx // 2)``), the mean weight from each token of the second copy to the same
+      token in the first copy (duplicate), and to the token right after it (induction: "A B ... A -> B").
+
+    Texts of one token give NaN for the text-based scores.
+    """
+    cfg = model.cfg
+    n_layers = cfg.n_layers
+    text_patterns = _patterns(trace.arrays, n_layers)
+    nan = np.full((n_layers, cfg.n_heads), np.nan)
+    scores = {
+        "previous-token": diagonal_score(text_patterns, 1, 1) if trace.n_tokens > 1 else nan,
+        "first-token": text_patterns[:, :, 1:, 0].mean(-1) if trace.n_tokens > 1 else nan,
+    }
+    length = length or min(50, cfg.n_ctx // 2)
+    half = torch.randint(0, cfg.d_vocab, (1, length), generator=torch.Generator().manual_seed(seed))
+    _, cache = model.run_with_cache(torch.cat([half, half], dim=1), names_filter=lambda n: n.endswith("hook_pattern"))
+    rep = _patterns({k: v[0].numpy() for k, v in cache.items()}, n_layers)
+    scores["duplicate-token"] = diagonal_score(rep, length, length)
+    scores["induction"] = diagonal_score(rep, length - 1, length)
+    return scores
+
+
+def top_heads(scores: np.ndarray, k: int = 3) -> list[tuple[int, int, float]]:
+    """The ``k`` highest-scoring ``(layer, head, score)`` (NaN scores last)."""
+    flat = np.nan_to_num(scores, nan=-np.inf).ravel()
+    order = np.argsort(-flat, kind="stable")[:k]
+    return [(int(i // scores.shape[1]), int(i % scores.shape[1]), float(scores.ravel()[i])) for i in order]
