@@ -5,16 +5,18 @@ import streamlit as st
 import torch
 
 from viz_model import iter_generate, next_token_probs
-from viz_ui.figures import topk_bar
-from viz_ui.layout import require_trace, set_shared, setup_page, show_figure
+from viz_ui.figures import generation_heatmap, topk_bar
+from viz_ui.generation import attention_rows, is_pattern, record_step
+from viz_ui.layout import pick_index, require_trace, set_shared, setup_page, show_figure
 from viz_ui.numeric import entropy_bits
 from viz_ui.state import get_vocab_labels
-from viz_ui.tables import topk_table
+from viz_ui.tables import kv_table, steps_table, topk_table
 
 state = setup_page("Output probabilities",
                    "At every position the last layer's vector is multiplied by the unembedding matrix: one score "
                    "(logit) per vocabulary token. Softmax(logits / T) turns them into next-token probabilities.")
 trace = require_trace(state)
+cfg = state.model.cfg
 vocab = get_vocab_labels(state.model_path)
 logits_all = trace.arrays["hook_logits"]
 
@@ -58,27 +60,47 @@ settings = (state.model_name, trace.text, temperature, int(top_k), float(top_p),
 if room <= 0:
     st.info("The context is full: there is no room to generate more tokens.")
 elif g3.button("Generate", type="primary", icon=":material/play_arrow:"):
-    rows, out, bar = [], st.empty(), st.progress(0.0, text="Generating…")
-    for step in iter_generate(state.model, trace.ids.tolist(), int(n_new), temperature, int(top_k), float(top_p), int(seed)):
-        rows.append({"step": len(rows) + 1, "token": vocab[step.token_id], "id": step.token_id,
-                     "probability (as sampled)": step.prob, "probability (T = 1)": step.model_prob})
-        bar.progress(len(rows) / min(int(n_new), room), text=f"Generated {len(rows)} tokens")
-        out.dataframe(rows, hide_index=True)
+    records, out, bar = [], st.empty(), st.progress(0.0, text="Generating…")
+    steps = iter_generate(state.model, trace.ids.tolist(), int(n_new), temperature, int(top_k), float(top_p),
+                          int(seed), record=is_pattern)
+    for step in steps:
+        records.append(record_step(step, cfg.n_layers))
+        bar.progress(len(records) / min(int(n_new), room), text=f"Generated {len(records)} tokens")
+        out.dataframe(steps_table(records, vocab), hide_index=True)
     out.empty()
     bar.empty()
-    st.session_state["generated"] = {"settings": settings, "rows": rows}
+    st.session_state["generated"] = {"settings": settings, "records": records}
 
 generated = st.session_state.get("generated")
 if generated and generated["settings"] == settings:
-    rows = generated["rows"]
-    new_ids = [r["id"] for r in rows]
-    continuation = state.tokenizer.decode(trace.ids.tolist() + new_ids)[len(state.tokenizer.decode(trace.ids.tolist())):]
+    records = generated["records"]
+    new_ids = [r.token_id for r in records]
+    prompt = trace.ids.tolist()
+    continuation = state.tokenizer.decode(prompt + new_ids)[len(state.tokenizer.decode(prompt)):]
     st.markdown("**Continuation:**")
     st.code(trace.text + "⟨" + continuation + "⟩" if continuation else trace.text, language=None, wrap_lines=True)
-    st.dataframe(rows, hide_index=True, column_config={
+    st.dataframe(steps_table(records, vocab), hide_index=True, column_config={
         "probability (as sampled)": st.column_config.ProgressColumn(format="%.3f", min_value=0, max_value=1),
         "probability (T = 1)": st.column_config.NumberColumn(format="%.4f")})
 
     def _append() -> None:
         set_shared("text", trace.text + continuation)
     st.button("Append to my text", on_click=_append, icon=":material/add:")
+
+    st.subheader("Attention while generating")
+    st.markdown("Each row is one step: the newest token (the query) looks back over everything so far, and the "
+                "model picks the next token from the result. Generation uses a **KV cache**: the keys and values "
+                "of earlier tokens are stored, so each step computes q, k and v for the newest token only.")
+    a1, a2 = st.columns(2)
+    layer = pick_index(a1, "Layer", "layer", cfg.n_layers)
+    head_choice = a2.selectbox("Head", ["mean of all heads", *range(cfg.n_heads)], key="gen_head")
+    head = None if head_choice == "mean of all heads" else int(head_choice)
+    all_labels = trace.labels + [vocab[i] for i in new_ids]
+    queries = [len(prompt) - 1 + s for s in range(len(records))]
+    rows = [f"{q} {all_labels[q]} → {vocab[r.token_id]}" for q, r in zip(queries, records)]
+    show_figure(generation_heatmap(attention_rows(records, layer, head), rows, all_labels[:records[-1].attention.shape[-1]],
+                                   f"Attention of each new token, layer {layer}, "
+                                   f"{'mean of heads' if head is None else f'head {head}'}"),
+                state, f"generation_attention_L{layer}")
+    st.markdown("**The KV cache at work**")
+    st.dataframe(kv_table(records, queries, all_labels), hide_index=True)

@@ -91,8 +91,18 @@ def test_generation_is_reproducible_with_a_seed():
         at.number_input(key="n_new").set_value(5).run()
         at.button[0].click().run()
         assert not at.exception
-        runs.append(at.dataframe[-1].value["id"].tolist())
+        steps = next(d.value for d in at.dataframe if "probability (as sampled)" in d.value.columns)
+        runs.append(steps["id"].tolist())
     assert len(runs[0]) == 5 and runs[0] == runs[1]
+    # the KV cache at work: the prompt once, then one new position per step
+    kv = next(d.value for d in at.dataframe if "keys and values reused from the cache" in d.value.columns)
+    n_prompt = kv["positions computed (q, k, v)"].iloc[0]
+    assert kv["positions computed (q, k, v)"].tolist()[1:] == [1, 1, 1, 1]
+    assert kv["keys and values reused from the cache"].tolist() == [0, n_prompt, n_prompt + 1, n_prompt + 2, n_prompt + 3]
+    rows = plotly_array(figure_titled(at, "Attention of each new token")["data"][0]["z"])
+    assert rows.shape == (5, n_prompt + 4)
+    np.testing.assert_allclose(np.nansum(rows, axis=1), 1.0, atol=1e-5)
+    assert np.isnan(rows[0, n_prompt:]).all() and not np.isnan(rows[4]).any()
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -4,7 +4,7 @@ from .checkpoint import DEFAULT_MODEL, CheckpointError, load_checkpoint, load_mo
 from .config import Config, ConfigError
 from .hooks import ActivationCache, HookPoint
 from .model import KVCache, VizTransformer
-from .sampling import generate, iter_generate, next_token_probs
+from .sampling import Step, generate, iter_generate, next_token_probs
 
-__all__ = ["ActivationCache", "CheckpointError", "Config", "ConfigError", "DEFAULT_MODEL", "HookPoint", "KVCache",
+__all__ = ["ActivationCache", "CheckpointError", "Config", "ConfigError", "DEFAULT_MODEL", "HookPoint", "KVCache", "Step",
            "VizTransformer", "generate", "iter_generate", "load_checkpoint", "load_model", "next_token_probs", "save_checkpoint"]

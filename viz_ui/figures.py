@@ -224,3 +224,16 @@ def layer_head_heatmap(scores: np.ndarray, title: str) -> go.Figure:
     fig.update_yaxes(autorange="reversed", title="layer", tickmode="array", tickvals=list(range(n_layers)))
     fig.update_xaxes(title="head", tickmode="array", tickvals=list(range(n_heads)))
     return _layout(fig, title, height=max(260, 110 + 42 * n_layers))
+
+
+def generation_heatmap(matrix: np.ndarray, row_labels: list[str], key_labels: list[str], title: str) -> go.Figure:
+    """Attention of each generation step's newest token ``[n_steps, key_pos]``; NaN (not yet written) is blank."""
+    n_rows, n_keys = matrix.shape
+    custom = np.array(key_labels, dtype=object)[None, :].repeat(n_rows, 0)
+    fig = go.Figure(go.Heatmap(z=matrix, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, customdata=custom, hoverongaps=False,
+                               colorbar=dict(title="weight"),
+                               hovertemplate="%{y}<br>key %{x} %{customdata}<br>weight %{z:.4f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(n_rows)), ticktext=row_labels,
+                     title="step: query → chosen token")
+    fig.update_xaxes(title="key position", tickangle=-60, **position_ticks(key_labels))
+    return _layout(fig, title, height=max(320, 150 + 26 * n_rows))

@@ -81,3 +81,25 @@ def vector_table(rows: dict[str, np.ndarray], n_dims: int | None = None) -> pd.D
     """Named vectors as rows, their first ``n_dims`` dimensions as columns (all when None)."""
     width = min(len(v) for v in rows.values()) if n_dims is None else n_dims
     return pd.DataFrame({name: v[:width] for name, v in rows.items()}).T.rename(columns=lambda d: f"d{d}")
+
+
+def steps_table(records, vocab: list[str]) -> pd.DataFrame:
+    """One row per generated token: step, token, id, its probability as sampled and at T = 1."""
+    return pd.DataFrame({
+        "step": np.arange(1, len(records) + 1),
+        "token": [vocab[r.token_id] for r in records],
+        "id": [r.token_id for r in records],
+        "probability (as sampled)": [r.prob for r in records],
+        "probability (T = 1)": [r.model_prob for r in records],
+    })
+
+
+def kv_table(records, queries: list[int], labels: list[str]) -> pd.DataFrame:
+    """Per generation step: the query token, positions whose q, k, v were computed, and those reused."""
+    return pd.DataFrame({
+        "step": np.arange(1, len(records) + 1),
+        "query token": [f"{q} {labels[q]}" for q in queries],
+        "positions computed (q, k, v)": [r.n_computed for r in records],
+        "keys and values reused from the cache": [r.n_reused for r in records],
+        "attention row length": [r.attention.shape[-1] for r in records],
+    })

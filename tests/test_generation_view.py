@@ -1,0 +1,30 @@
+"""Attention while generating: the rows recorded with the KV cache equal those of a full re-run."""
+
+import numpy as np
+import torch
+
+from conftest import small_model
+from viz_model import generate
+from viz_ui.generation import attention_rows, is_pattern, record_step
+
+
+def test_rows_from_the_kv_cache_equal_a_full_rerun():
+    model = small_model(seed=6)
+    prompt = [4, 8, 15, 16, 23]
+    records = [record_step(s, model.cfg.n_layers)
+               for s in generate(model, prompt, 6, temperature=1.0, seed=1, record=is_pattern)]
+    ids = prompt + [r.token_id for r in records]
+    _, cache = model.run_with_cache(torch.tensor([ids[:-1]]))  # every position that was a query
+    full = cache["blocks.1.attn.hook_pattern"][0].numpy()  # [head, q, k]
+    rows = attention_rows(records, 1, 3)
+    for s in range(len(records)):
+        q = len(prompt) - 1 + s
+        np.testing.assert_allclose(rows[s, :q + 1], full[3, q, :q + 1], atol=1e-5)
+        assert np.isnan(rows[s, q + 1:]).all()
+    np.testing.assert_allclose(attention_rows(records, 0, None)[2, :8], full_mean(cache, 0, len(prompt) + 1), atol=1e-5)
+    assert [r.n_computed for r in records] == [5, 1, 1, 1, 1, 1]
+    assert [r.n_reused for r in records] == [0, 5, 6, 7, 8, 9]
+
+
+def full_mean(cache, layer, q):
+    return cache[f"blocks.{layer}.attn.hook_pattern"][0, :, q, :q + 1].mean(0).numpy()
