@@ -21,7 +21,7 @@ def test_rows_from_the_kv_cache_equal_a_full_rerun():
         q = len(prompt) - 1 + s
         np.testing.assert_allclose(rows[s, :q + 1], full[3, q, :q + 1], atol=1e-5)
         assert np.isnan(rows[s, q + 1:]).all()
-    np.testing.assert_allclose(attention_rows(records, 0, None)[2, :8], full_mean(cache, 0, len(prompt) + 1), atol=1e-5)
+    np.testing.assert_allclose(attention_rows(records, 0, None)[2, :7], full_mean(cache, 0, len(prompt) + 1), atol=1e-5)
     assert [r.n_computed for r in records] == [5, 1, 1, 1, 1, 1]
     assert [r.n_reused for r in records] == [0, 5, 6, 7, 8, 9]
 
