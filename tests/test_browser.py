@@ -90,3 +90,21 @@ def test_typing_a_sentence_updates_the_attention_view(server, browser):
     fresh.goto(page.url)
     expect(fresh.locator(".toks")).to_contain_text(token, timeout=60_000)
     assert fresh.get_by_label("Text", exact=True).input_value() == TEXT
+
+
+def test_step_by_step_and_head_view_pages(server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server + "/head_steps?layer=1&head=1")
+    expect(page.get_by_role("heading", name="3 · Scores, mask and softmax")).to_be_attached(timeout=60_000)
+    expect(page.get_by_text("the weights sum to 1.0000")).to_be_attached(timeout=30_000)
+
+    page.goto(server + "/head_view")
+    frame = page.frame_locator("iframe").first
+    svg = frame.locator("svg#hv")
+    expect(svg).to_be_visible(timeout=60_000)
+    total = svg.locator("line").count()
+    visible = "els => els.filter(e => getComputedStyle(e).display !== 'none').length"
+    assert total > 0 and svg.locator("line").evaluate_all(visible) == total
+    svg.locator("text.tq3").hover()
+    shown = svg.locator("line").evaluate_all(visible)
+    assert 0 < shown < total and shown == svg.locator("line.q3").count()

@@ -25,9 +25,10 @@ PAGES = [  # (file, label, icon): the order follows the pipeline
     ("pages/embeddings.py", "2 · Embeddings & positions", ":material/scatter_plot:"),
     ("pages/attention.py", "3 · Attention", ":material/visibility:"),
     ("pages/head_steps.py", "3a · One head, step by step", ":material/calculate:"),
-    ("pages/heads.py", "3b · Head summaries", ":material/grid_view:"),
-    ("pages/block.py", "3c · Residual stream & feed-forward", ":material/stacks:"),
-    ("pages/logit_lens.py", "3d · Logit lens", ":material/layers:"),
+    ("pages/head_view.py", "3b · Head view", ":material/share:"),
+    ("pages/heads.py", "3c · Head summaries", ":material/grid_view:"),
+    ("pages/block.py", "3d · Residual stream & feed-forward", ":material/stacks:"),
+    ("pages/logit_lens.py", "3e · Logit lens", ":material/layers:"),
     ("pages/output.py", "4 · Output probabilities", ":material/bar_chart:"),
 ]
 
