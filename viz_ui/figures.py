@@ -75,17 +75,19 @@ def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: s
     return _layout(fig, title, height=size)
 
 
-def attention_grid(patterns: np.ndarray, max_tile: int = 48) -> tuple[go.Figure, bool]:
+def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 250_000) -> tuple[go.Figure, bool]:
     """Every layer and head at once: ``patterns`` ``[n_layers, n_heads, query_pos, key_pos]``.
 
-    The heads are tiled into one heatmap (rows = layers, columns = heads) with blank gaps, which stays
-    light for 12 x 12 heads. Sequences longer than ``max_tile`` are pooled by block maximum so that each
-    tile is at most ``max_tile`` cells across.
+    The heads are tiled into one float32 heatmap (rows = layers, columns = heads) with blank gaps.
+    Sequences longer than the tile size are pooled by block maximum; a tile is at most ``max_tile``
+    cells across, and smaller when needed to keep the whole figure under ``max_cells`` cells
+    (12 x 12 heads at 256 tokens: about 1.3 MB sent to the browser).
 
     Returns:
         ``(figure, pooled)``: pooled is True when tiles were pooled.
     """
     n_layers, n_heads, n_q, n_k = patterns.shape
+    max_tile = max(4, min(max_tile, int(math.sqrt(max_cells / (n_layers * n_heads)))))
     block = max(1, math.ceil(n_q / max_tile))
     pooled = block > 1
     if pooled:
@@ -95,7 +97,7 @@ def attention_grid(patterns: np.ndarray, max_tile: int = 48) -> tuple[go.Figure,
         patterns = p.reshape(n_layers, n_heads, m, block, m, block).max(axis=(3, 5))
     t = patterns.shape[-1]
     gap = max(1, t // 8)
-    canvas = np.full((n_layers * (t + gap) - gap, n_heads * (t + gap) - gap), np.nan)
+    canvas = np.full((n_layers * (t + gap) - gap, n_heads * (t + gap) - gap), np.nan, dtype=np.float32)
     for layer in range(n_layers):
         for head in range(n_heads):
             r, c = layer * (t + gap), head * (t + gap)
