@@ -1,18 +1,18 @@
 """Attention: every layer and head at a glance, and one head in detail."""
 
-import numpy as np
 import streamlit as st
 
 from viz_ui.figures import attention_grid, attention_heatmap
 from viz_ui.layout import pick_layer_head, require_trace, setup_page, show_figure
-from viz_ui.steps import unmasked_view
+from viz_ui.heads import stacked_patterns
+from viz_ui.steps import future_share, unmasked_view
 
 state = setup_page("Attention",
                    "In every layer, each head lets every token gather information from earlier tokens. "
                    "Row = the token that asks (query), column = the token it looks at (key); each row sums to 1.")
 trace = require_trace(state)
 cfg = state.model.cfg
-patterns = np.stack([trace.arrays[f"blocks.{i}.attn.hook_pattern"] for i in range(cfg.n_layers)])
+patterns = stacked_patterns(trace.arrays, cfg.n_layers)
 
 grid, pooled = attention_grid(patterns)
 show_figure(grid, state, "attention_all_heads")
@@ -56,6 +56,5 @@ if cfg.causal:
     with m3:
         show_figure(attention_heatmap(free, trace.labels, "Weights without mask", "weights"), state,
                     f"weights_unmasked_L{layer}_H{head}")
-    future = np.triu(np.ones_like(free, dtype=bool), 1)
-    st.caption(f"Without the mask this head would put on average {free[future].sum() / trace.n_tokens:.1%} "
+    st.caption(f"Without the mask this head would put on average {future_share(free):.1%} "
                "of each token's attention on later tokens; with it, exactly 0%.")

@@ -39,8 +39,8 @@ layer = pick_index(c1, "Layer", "layer", cfg.n_layers)
 pos = pick_position(c2, trace, "Token")
 stats = layernorm_stats(trace, layer, pos, placement)
 st.dataframe(pd.DataFrame({s.name: s.summary for s in stats}).T.style.format("{:.4f}"))
-st.caption("Before normalising, mean and variance vary from token to token; after the (x − μ)/σ step they are 0 and "
-           "1, and the learned scale w and shift b then move them slightly.")
+st.caption("Before normalising, mean and variance vary from token to token; the (x − μ)/σ step makes them 0 and 1, "
+           "and the learned scale w and shift b then change them to the values shown under 'after'.")
 both = np.stack([stats[0].before, stats[0].after])
 show_figure(matrix_heatmap(both, ["ln1 input", "ln1 output"], f"ln1 of layer {layer}, token {pos} {trace.labels[pos]}"),
             state, f"layernorm_L{layer}_pos{pos}")

@@ -1,11 +1,10 @@
 """One attention head, step by step, with the model's own numbers."""
 
-import numpy as np
 import streamlit as st
 
 from viz_ui.figures import matrix_heatmap, topk_bar
 from viz_ui.layout import pick_layer_head, pick_position, require_trace, setup_page, show_figure
-from viz_ui.steps import head_steps
+from viz_ui.steps import head_steps, largest_weights, value_contributions
 from viz_ui.tables import score_table, vector_table
 
 state = setup_page("One head, step by step",
@@ -42,7 +41,7 @@ st.dataframe(vector_table({f"q[{query}]": s.q[query]}, SHOW_DIMS).style.format(f
 st.header("3 · Scores, mask and softmax")
 st.latex(r"\text{score}_j = \frac{q \cdot k_j}{\sqrt{d_k}}\;(+\,{-\infty}\ \text{if}\ j > i),\qquad "
          r"w_j = \frac{e^{\text{score}_j}}{\sum_{j'} e^{\text{score}_{j'}}}")
-st.markdown(f"√d_k = √{cfg.d_head} = {np.sqrt(cfg.d_head):.4f}. Dividing by it keeps the scores in a range where "
+st.markdown(f"√d_k = √{cfg.d_head} = {cfg.d_head ** 0.5:.4f}. Dividing by it keeps the scores in a range where "
             "softmax is not saturated. "
             + ("The causal mask adds −∞ to the scores of later tokens, so their weight is exactly 0: "
                "a decoder cannot look ahead. " if cfg.causal else "")
@@ -52,15 +51,14 @@ st.dataframe(table.style.format({c: fmt for c in ("q·k", "q·k / √d_k", "exp(
              hide_index=True)
 total = table["exp(score − max)"].sum()
 st.markdown(f"Sum of exp(score − max) = **{total:.4f}**; the weights sum to **{s.weights.sum():.4f}**.")
-visible = np.flatnonzero(np.isfinite(s.scores))
-order = visible[np.argsort(-s.weights[visible], kind="stable")][:15]
+order = largest_weights(s)
 show_figure(topk_bar([f"{j} {trace.labels[j]}" for j in order], s.weights[order],
                      f"Attention weights of {query} {trace.labels[query]} (largest first)", x_title="weight"),
             state, f"steps_weights_L{layer}_H{head}_q{query}")
 
 st.header("4 · The weighted sum of values")
 st.latex(r"z = \sum_j w_j\, v_j")
-contrib = s.weights[:, None] * s.v
+contrib = value_contributions(s)
 rows = {f"w{j}·v{j}": contrib[j] for j in order[:5]}
 rows["z = Σ"] = s.z
 st.markdown(f"Each value vector v_j is scaled by its weight; their sum is z (d_head = {cfg.d_head}). "
@@ -76,5 +74,4 @@ st.markdown(f"The {cfg.n_heads} heads' z vectors are concatenated into {cfg.n_he
             + (" In this post-LN model, LayerNorm then normalises the sum." if cfg.norm_placement == "post" else ""))
 st.dataframe(vector_table({"this head's part z·W_O[h]": s.head_out, "attn_out (all heads + b_O)": s.attn_out,
                            "resid_pre": s.resid_pre, "resid_pre + attn_out": s.resid_mid}, SHOW_DIMS).style.format(fmt))
-st.caption(f"Norms: this head's part {np.linalg.norm(s.head_out):.3f}, attn_out {np.linalg.norm(s.attn_out):.3f}, "
-           f"resid_pre {np.linalg.norm(s.resid_pre):.3f}, resid_pre + attn_out {np.linalg.norm(s.resid_mid):.3f}.")
+st.caption("Norms: " + ", ".join(f"{name} {value:.3f}" for name, value in s.norms.items()) + ".")

@@ -17,9 +17,11 @@ EXPLAIN = {
     "previous-token": "Weight each token puts on the token just before it (measured on your text). Previous-token "
                       "heads copy the preceding word into the current position.",
     "first-token": "Weight each token puts on the very first token (measured on your text, position 0 excluded). "
-                   "**Attention sink:** softmax must give its weight to *something*; a head with nothing useful to "
-                   "read often parks its attention on the first token, whose value vector is small, so the head "
-                   "effectively does nothing. A high score here usually means 'idle', not 'the first word matters'.",
+                   "**Attention sink:** softmax must give all of its weight to *some* tokens; a head with nothing useful "
+                   "to read often parks its attention on the first token, which every position can see (Xiao et al., "
+                   "2023, *Efficient Streaming Language Models with Attention Sinks*). A high score here often means "
+                   "'this head is idle here', not 'the first word matters'; the step-by-step view shows how much "
+                   "the head then adds to the residual stream.",
     "duplicate-token": "On a random token sequence repeated twice: weight from each token of the second copy to the "
                        "same token in the first copy. Such heads notice that a token has been seen before.",
     "induction": "On the same repeated sequence: weight from a token of the second copy to the token that came "

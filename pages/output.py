@@ -1,14 +1,10 @@
 """Output: the next-token distribution, temperature, top-k / top-p, and generation."""
 
-import numpy as np
 import streamlit as st
-import torch
 
-from viz_model import iter_generate, next_token_probs
 from viz_ui.figures import generation_heatmap, topk_bar
-from viz_ui.generation import attention_rows, is_pattern, record_step
-from viz_ui.layout import pick_index, require_trace, set_shared, setup_page, show_figure
-from viz_ui.numeric import entropy_bits
+from viz_ui.generation import attention_rows, continuation_text, generate_records, next_token_view
+from viz_ui.layout import pick_index, pick_position, require_trace, set_shared, setup_page, show_figure
 from viz_ui.state import get_vocab_labels
 from viz_ui.tables import kv_table, steps_table, topk_table
 
@@ -21,26 +17,26 @@ vocab = get_vocab_labels(state.model_path)
 logits_all = trace.arrays["hook_logits"]
 
 c1, c2, c3, c4 = st.columns([2, 2, 1, 1])
-pos = c1.selectbox("Prediction after position", range(trace.n_tokens), index=trace.n_tokens - 1,
-                   format_func=lambda i: f"{i} {trace.labels[i]}", key="position")
+pos = pick_position(c1, trace, "Prediction after position")
 temperature = c2.slider("Temperature T (0 = greedy)", 0.0, 3.0, 1.0, 0.05, key="temperature",
                         help="Divides the logits before softmax: T < 1 sharpens the distribution, T > 1 flattens it.")
 top_k = c3.number_input("top-k (0 = all)", 0, state.model.cfg.d_vocab, 0, key="top_k")
 top_p = c4.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="top_p", help="Keep the most likely tokens whose mass reaches p.")
 
 logits = logits_all[pos]
-probs = next_token_probs(torch.from_numpy(logits), temperature, int(top_k), float(top_p)).numpy()
+actual = int(trace.ids[pos + 1]) if pos + 1 < trace.n_tokens else None
+view = next_token_view(logits, temperature, int(top_k), float(top_p), actual)
+probs = view.probs
 n_bars = st.slider("Tokens shown", 5, 30, 10, key="n_bars")
 table = topk_table(probs, logits, vocab, n_bars)
-actual = int(trace.ids[pos + 1]) if pos + 1 < trace.n_tokens else None
-highlight = int(np.flatnonzero(table["id"].to_numpy() == actual)[0]) if actual in set(table["id"]) else None
+highlight = table["id"].tolist().index(actual) if actual in set(table["id"]) else None
 
 m1, m2, m3 = st.columns(3)
 m1.metric("Most likely next token", table["token"][0], f"p = {table['probability'][0]:.1%}", delta_color="off", delta_arrow="off")
-m2.metric("Entropy of the distribution", f"{entropy_bits(probs):.2f} bits")
+m2.metric("Entropy of the distribution", f"{view.entropy:.2f} bits")
 if actual is not None:
-    rank = int((probs > probs[actual]).sum()) + 1
-    m3.metric("The text's real next token", vocab[actual], f"p = {probs[actual]:.2%}, rank {rank}", delta_color="off", delta_arrow="off")
+    m3.metric("The text's real next token", vocab[actual], f"p = {view.actual_prob:.2%}, rank {view.actual_rank} by logit",
+              delta_color="off", delta_arrow="off")
 if temperature == 0:
     st.caption("T = 0 is greedy decoding: all probability goes to the token with the highest logit.")
 show_figure(topk_bar(table["token"].tolist(), table["probability"].to_numpy(),
@@ -55,16 +51,15 @@ st.markdown("Generation repeats the last step: pick a token from the distributio
 g1, g2, g3 = st.columns([1, 1, 2])
 n_new = g1.number_input("Tokens to generate", 1, 200, 20, key="n_new")
 seed = g2.number_input("Seed", 0, 2**31 - 1, 0, key="seed", help="The same seed gives the same tokens.")
-room = state.model.cfg.n_ctx - trace.n_tokens
+room = state.model.cfg.n_ctx - trace.n_tokens + 1  # the last new token is predicted, never read
 settings = (state.model_name, trace.text, temperature, int(top_k), float(top_p), int(seed), int(n_new))
 if room <= 0:
     st.info("The context is full: there is no room to generate more tokens.")
 elif g3.button("Generate", type="primary", icon=":material/play_arrow:"):
     records, out, bar = [], st.empty(), st.progress(0.0, text="Generating…")
-    steps = iter_generate(state.model, trace.ids.tolist(), int(n_new), temperature, int(top_k), float(top_p),
-                          int(seed), record=is_pattern)
-    for step in steps:
-        records.append(record_step(step, cfg.n_layers))
+    for record in generate_records(state.model, trace.ids.tolist(), int(n_new), temperature, int(top_k),
+                                   float(top_p), int(seed)):
+        records.append(record)
         bar.progress(len(records) / min(int(n_new), room), text=f"Generated {len(records)} tokens")
         out.dataframe(steps_table(records, vocab), hide_index=True)
     out.empty()
@@ -76,7 +71,7 @@ if generated and generated["settings"] == settings:
     records = generated["records"]
     new_ids = [r.token_id for r in records]
     prompt = trace.ids.tolist()
-    continuation = state.tokenizer.decode(prompt + new_ids)[len(state.tokenizer.decode(prompt)):]
+    continuation = continuation_text(state.tokenizer, prompt, new_ids)
     st.markdown("**Continuation:**")
     st.code(trace.text + "⟨" + continuation + "⟩" if continuation else trace.text, language=None, wrap_lines=True)
     st.dataframe(steps_table(records, vocab), hide_index=True, column_config={

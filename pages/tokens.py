@@ -2,9 +2,9 @@
 
 import streamlit as st
 
-from viz_model.tokenizer import tokenizer_kind
 from viz_ui.layout import require_trace, setup_page
 from viz_ui.tables import token_chips_html, token_table
+from viz_ui.trace import tokenizer_kind
 
 state = setup_page("Tokens", "The model never sees letters: the tokenizer cuts the text into pieces (tokens) "
                              "and replaces each by its integer id in a fixed vocabulary.")

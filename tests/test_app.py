@@ -128,8 +128,11 @@ def test_emoji_and_other_scripts():
 
 
 def test_text_and_model_come_from_the_link():
-    at = open_page("pages/tokens.py", query={"text": "Ben found a key."})
+    at = open_page("pages/tokens.py", query={"text": "Ben found a key.", "model": "tinystories-6l"})
     assert "".join(at.dataframe[0].value["characters"].map(eval)) == "Ben found a key."
+    assert at.selectbox(key="model").value == "tinystories-6l"
+    at = open_page("pages/tokens.py", query={"model": "no-such-model"})  # an unknown model falls back
+    assert at.selectbox(key="model").value == "tinystories-6l" and not at.error
 
 
 def test_example_picker_sets_the_text():

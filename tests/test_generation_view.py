@@ -5,7 +5,7 @@ import torch
 
 from conftest import small_model
 from viz_model import generate
-from viz_ui.generation import attention_rows, is_pattern, record_step
+from viz_ui.generation import attention_rows, continuation_text, is_pattern, next_token_view, record_step
 
 
 def test_rows_from_the_kv_cache_equal_a_full_rerun():
@@ -28,3 +28,17 @@ def test_rows_from_the_kv_cache_equal_a_full_rerun():
 
 def full_mean(cache, layer, q):
     return cache[f"blocks.{layer}.attn.hook_pattern"][0, :, q, :q + 1].mean(0).numpy()
+
+
+def test_next_token_view_ranks_by_logit_and_keeps_special_tokens(tokenizer):
+
+    logits = np.array([3.0, 1.0, 2.0, 0.0])
+    greedy = next_token_view(logits, 0.0, 0, 1.0, actual=2)
+    assert greedy.actual_rank == 2 and greedy.actual_prob == 0.0 and greedy.entropy == 0.0
+    cut = next_token_view(logits, 1.0, 1, 1.0, actual=3)
+    assert cut.actual_rank == 4  # rank by the model's logits, not by the cut distribution
+    eot = tokenizer.token_to_id("<|endoftext|>")
+    prompt = tokenizer.encode("Max ran.").ids
+    assert continuation_text(tokenizer, prompt, [eot] + tokenizer.encode("Tim").ids) == "<|endoftext|>Tim"
+    emoji = tokenizer.encode(" 🐶").ids
+    assert continuation_text(tokenizer, prompt, emoji[:-1]) == " "  # half an emoji is not shown as U+FFFD

@@ -47,5 +47,6 @@ def test_a_one_token_text_has_no_text_scores(tokenizer):
 def test_top_heads_and_heatmap():
     s = np.array([[0.1, np.nan], [0.9, 0.5]])
     assert top_heads(s, 2) == [(1, 0, 0.9), (1, 1, 0.5)]
+    assert top_heads(s, 5) == [(1, 0, 0.9), (1, 1, 0.5), (0, 0, 0.1)]
     fig = layer_head_heatmap(s, "t")
     assert fig.data[0].texttemplate == "%{text}" and list(fig.layout.xaxis.tickvals) == [0, 1]

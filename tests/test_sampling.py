@@ -52,7 +52,9 @@ def test_generation_is_seeded_and_greedy_follows_the_argmax(model):
 
 
 def test_generation_stops_at_the_context(model):
-    assert len(generate(model, list(range(45)), 10)) == 3  # n_ctx = 48
+    # n_ctx = 48: a 45-token prompt leaves room to read 3 more tokens, and the 4th is only predicted
+    assert len(generate(model, list(range(45)), 10)) == 4
+    assert len(generate(model, list(range(48)), 10)) == 1
     with pytest.raises(ValueError):
         generate(model, [], 3)
 

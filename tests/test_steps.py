@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import small_model
-from viz_ui.steps import head_steps, unmasked_view
+from viz_ui.steps import future_share, head_steps, largest_weights, unmasked_view, value_contributions
 from viz_ui.tables import score_table
 from viz_ui.trace import run_trace
 
@@ -68,7 +68,7 @@ def test_score_table_is_checkable_by_hand():
     exp = table["exp(score − max)"].to_numpy()
     np.testing.assert_allclose(exp, [1.0, math.exp(-1), math.exp(-2), 0.0])
     np.testing.assert_allclose(exp / exp.sum(), weights, atol=1e-7)
-    assert [round(w, 3) for w in table["weight"][:3]] == [0.665, 0.245, 0.090]
+    assert [round(w, 3) for w in exp[:3] / exp.sum()] == [0.665, 0.245, 0.090]
 
 
 def test_out_of_range_selection_is_refused(tokenizer):
@@ -89,3 +89,14 @@ def test_unmasked_view_agrees_with_the_model_below_the_diagonal(tokenizer):
     assert np.isfinite(raw).all()
     np.testing.assert_allclose(free.sum(-1), 1.0, atol=1e-6)
     assert (free[~lower] > 0).all()  # without the mask, later tokens get weight
+
+
+def test_helpers_for_the_page(tokenizer):
+
+    model = small_model(seed=7)
+    trace = run_trace(model, tokenizer, TEXT)
+    s = head_steps(model, trace, 0, 1, 6)
+    order = largest_weights(s, 3)
+    assert all(j <= 6 for j in order) and list(s.weights[order]) == sorted(s.weights[:7], reverse=True)[:3]
+    np.testing.assert_allclose(value_contributions(s).sum(0), s.z, atol=1e-5)
+    assert future_share(np.array([[0.5, 0.5], [0.2, 0.8]])) == 0.25

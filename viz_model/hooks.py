@@ -133,6 +133,9 @@ class HookedModule(nn.Module):
 
         Returns:
             ``(logits, cache)``: logits ``[batch, pos, d_vocab]`` and an :class:`ActivationCache`.
+
+        Raises:
+            ValueError: from the model's ``forward`` (bad shape, too long, ids outside the vocabulary).
         """
         keep = _as_predicate(names_filter)
         store: dict[str, torch.Tensor] = {}

@@ -31,7 +31,7 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
         probabilities ``[..., d_vocab]`` (float32) that sum to 1 along the last axis.
 
     Raises:
-        ValueError: for a negative or non-finite temperature, negative top_k, or top_p outside (0, 1].
+        ValueError: for a negative or NaN temperature, negative top_k, or top_p outside (0, 1].
     """
     if not (temperature >= 0 and temperature == temperature):
         raise ValueError(f"temperature must be a number >= 0, got {temperature}")
@@ -78,7 +78,8 @@ def iter_generate(model: VizTransformer, ids: list[int], n_new: int, temperature
     filter as in ``run_with_cache``), each step carries the hooks of the forward pass that chose its
     token: for the first step the whole prompt, afterwards the newest position only (patterns
     ``[1, head_index, 1, key_pos]``). Sampling uses a ``torch.Generator`` seeded with ``seed``, so the
-    same inputs give the same tokens. Generation stops early when the context ``n_ctx`` is full.
+    same inputs give the same tokens. Generation stops early when the context ``n_ctx`` is full: a prompt
+of ``n_ctx - m`` tokens allows at most ``m + 1`` new tokens (the last one is predicted, never read).
 
     Raises:
         ValueError: for empty ``ids`` or invalid sampling settings (see :func:`next_token_probs`).
@@ -89,10 +90,10 @@ def iter_generate(model: VizTransformer, ids: list[int], n_new: int, temperature
     gen = torch.Generator().manual_seed(seed)
     kv = model.new_kv_cache()
     names = None if record is True else record
-    feed, total = list(ids), len(ids)
+    feed = list(ids)
     with torch.no_grad():
         for _ in range(n_new):
-            if total >= model.cfg.n_ctx:
+            if kv.n_pos + len(feed) > model.cfg.n_ctx:  # the newest token no longer fits: stop
                 return
             tokens = torch.tensor([feed])
             if record is not False:
@@ -102,7 +103,7 @@ def iter_generate(model: VizTransformer, ids: list[int], n_new: int, temperature
             logits = logits[0, -1]
             probs = next_token_probs(logits, temperature, top_k, top_p)
             token = int(torch.multinomial(probs, 1, generator=gen)) if temperature > 0 else int(probs.argmax())
-            feed, total = [token], total + 1
+            feed = [token]
             yield Step(token, float(probs[token]), float(torch.softmax(logits.float(), -1)[token]), cache)
 
 

@@ -59,12 +59,12 @@ def evaluate(model: VizTransformer, tokenizer: Tokenizer, ids: torch.Tensor, max
     Returns nats/token and bits/character, where characters are those of the predicted tokens.
 
     Raises:
-        ValueError: when ``ids`` holds fewer than 2 tokens.
+        ValueError: when ``ids`` (cut to ``max_tokens``) holds fewer than 2 tokens.
     """
-    if len(ids) < 2:
-        raise ValueError("the validation text is too short to evaluate (fewer than 2 tokens)")
     if max_tokens:
         ids = ids[:max_tokens]
+    if len(ids) < 2:
+        raise ValueError("the validation text is too short to evaluate (fewer than 2 tokens)")
     was_training = model.training
     model.eval()
     n_ctx, total_nats, n_pred, n_chars = model.cfg.n_ctx, 0.0, 0, 0
@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> EvalResult:
     train_ids, valid_ids = encode(tokenizer, train_text), encode(tokenizer, valid_text)
     print(f"tokenizer: {tokenizer.get_vocab_size()} tokens; train {len(train_ids):,} tokens "
           f"({len(train_text) / len(train_ids):.2f} chars/token), valid {len(valid_ids):,} tokens")
+    if len(valid_ids) < 2:
+        sys.exit("error: the validation text has fewer than 2 tokens; give a longer --valid file")
     if len(train_ids) <= args.n_ctx + 1:
         sys.exit(f"error: the corpus has {len(train_ids)} tokens, fewer than the context ({args.n_ctx}) + 2")
 
@@ -143,7 +145,8 @@ def main(argv: list[str] | None = None) -> EvalResult:
     cfg = Config(n_layers=args.n_layers, d_model=args.d_model, n_heads=args.n_heads, d_head=d_head,
                  d_mlp=args.d_mlp or 4 * args.d_model, d_vocab=tokenizer.get_vocab_size(), n_ctx=args.n_ctx,
                  positional=args.positional, norm_placement=args.norm_placement,
-                 tied_embeddings=not args.untied, dropout=args.dropout)
+                 tied_embeddings=not args.untied, dropout=args.dropout,
+                 final_norm=args.norm_placement == "pre")  # post-LN blocks already end with a LayerNorm
     model = VizTransformer(cfg)
     model.init_weights(seed=args.seed)
     print(f"model: {model.n_params():,} parameters ({cfg.n_layers} layers, {cfg.n_heads} heads, d_model {cfg.d_model})")

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import torch
+from tokenizers import Tokenizer
 
-from viz_model import Step
+from viz_model import Step, VizTransformer, iter_generate, next_token_probs
+
+from .numeric import entropy_bits
 
 
 def is_pattern(name: str) -> bool:
@@ -27,7 +32,11 @@ class StepRecord:
 
 
 def record_step(step: Step, n_layers: int) -> StepRecord:
-    """Keep the last query row of every layer's pattern from a step recorded with :func:`is_pattern`."""
+    """Keep the last query row of every layer's pattern from a step recorded with :func:`is_pattern`.
+
+    Raises:
+        KeyError, TypeError: when the step was generated without ``record=is_pattern``.
+    """
     rows = np.stack([step.cache[f"blocks.{i}.attn.hook_pattern"][0, :, -1].numpy() for i in range(n_layers)])
     n_keys = rows.shape[-1]
     computed = step.cache["blocks.0.attn.hook_q"].shape[1]
@@ -44,3 +53,41 @@ def attention_rows(records: list[StepRecord], layer: int, head: int | None) -> n
         row = rec.attention[layer].mean(0) if head is None else rec.attention[layer, head]
         out[s, :len(row)] = row
     return out
+
+
+def generate_records(model: VizTransformer, ids: list[int], n_new: int, temperature: float, top_k: int,
+                     top_p: float, seed: int) -> Iterator[StepRecord]:
+    """:func:`viz_model.iter_generate` with the KV cache, keeping each step's attention rows."""
+    for step in iter_generate(model, ids, n_new, temperature, top_k, top_p, seed, record=is_pattern):
+        yield record_step(step, model.cfg.n_layers)
+
+
+def continuation_text(tokenizer: Tokenizer, prompt_ids: list[int], new_ids: list[int]) -> str:
+    """The text the new tokens add after the prompt, special tokens (``<|endoftext|>``) included; a
+    character whose bytes are not all generated yet is left out rather than shown as U+FFFD."""
+    full = tokenizer.decode(prompt_ids + new_ids, skip_special_tokens=False)
+    before = tokenizer.decode(prompt_ids, skip_special_tokens=False)
+    return full[len(before):].rstrip("\ufffd")
+
+
+@dataclass
+class NextToken:
+    """The next-token distribution at one position under the sampling settings."""
+
+    probs: np.ndarray  # [d_vocab], softmax(logits / T) after top-k / top-p
+    entropy: float  # bits
+    actual_rank: int | None  # rank of the text's real next token by raw logit (1 = highest)
+    actual_prob: float | None  # its probability under ``probs``
+
+
+def next_token_view(logits: np.ndarray, temperature: float, top_k: int, top_p: float,
+                    actual: int | None = None) -> NextToken:
+    """Re-apply softmax with temperature, top-k and top-p to cached logits ``[d_vocab]`` (see
+    :func:`viz_model.next_token_probs`), and place the real next token ``actual`` (if any).
+
+    Raises:
+        ValueError: for invalid sampling settings.
+    """
+    probs = next_token_probs(torch.from_numpy(logits), temperature, top_k, top_p).numpy()
+    rank = None if actual is None else int((logits > logits[actual]).sum()) + 1
+    return NextToken(probs, entropy_bits(probs), rank, None if actual is None else float(probs[actual]))

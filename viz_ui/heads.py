@@ -13,12 +13,16 @@ from .trace import Trace
 SCORE_NAMES = ("previous-token", "first-token", "duplicate-token", "induction")
 
 
-def _patterns(arrays: dict, n_layers: int) -> np.ndarray:
-    return np.stack([arrays[f"blocks.{i}.attn.hook_pattern"] for i in range(n_layers)])  # [L, H, q, k]
+def stacked_patterns(arrays: dict, n_layers: int) -> np.ndarray:
+    """Every layer's ``hook_pattern`` from a trace's arrays: ``[n_layers, n_heads, query_pos, key_pos]``."""
+    return np.stack([arrays[f"blocks.{i}.attn.hook_pattern"] for i in range(n_layers)])
 
 
 def diagonal_score(patterns: np.ndarray, offset: int, start: int) -> np.ndarray:
-    """Mean attention from query ``i`` to key ``i - offset`` over queries ``i >= start``: ``[L, H]``."""
+    """Mean attention from query ``i`` to key ``i - offset`` over queries ``i >= start``.
+
+    ``patterns`` ``[n_layers, n_heads, query_pos, key_pos]`` -> ``[n_layers, n_heads]``.
+    """
     n = patterns.shape[-1]
     rows = np.arange(start, n)
     return patterns[:, :, rows, rows - offset].mean(-1)
@@ -38,7 +42,7 @@ def head_scores(model: VizTransformer, trace: Trace, length: int | None = None, 
     """
     cfg = model.cfg
     n_layers = cfg.n_layers
-    text_patterns = _patterns(trace.arrays, n_layers)
+    text_patterns = stacked_patterns(trace.arrays, n_layers)
     nan = np.full((n_layers, cfg.n_heads), np.nan)
     scores = {
         "previous-token": diagonal_score(text_patterns, 1, 1) if trace.n_tokens > 1 else nan,
@@ -47,14 +51,15 @@ def head_scores(model: VizTransformer, trace: Trace, length: int | None = None, 
     length = length or min(50, cfg.n_ctx // 2)
     half = torch.randint(0, cfg.d_vocab, (1, length), generator=torch.Generator().manual_seed(seed))
     _, cache = model.run_with_cache(torch.cat([half, half], dim=1), names_filter=lambda n: n.endswith("hook_pattern"))
-    rep = _patterns({k: v[0].numpy() for k, v in cache.items()}, n_layers)
+    rep = stacked_patterns({k: v[0].numpy() for k, v in cache.items()}, n_layers)
     scores["duplicate-token"] = diagonal_score(rep, length, length)
     scores["induction"] = diagonal_score(rep, length - 1, length)
     return scores
 
 
 def top_heads(scores: np.ndarray, k: int = 3) -> list[tuple[int, int, float]]:
-    """The ``k`` highest-scoring ``(layer, head, score)`` (NaN scores last)."""
-    flat = np.nan_to_num(scores, nan=-np.inf).ravel()
-    order = np.argsort(-flat, kind="stable")[:k]
+    """The ``k`` highest-scoring ``(layer, head, score)`` of ``scores`` ``[n_layers, n_heads]``; NaN scores
+    (e.g. previous-token on a one-token text) are left out."""
+    flat = scores.ravel()
+    order = [i for i in np.argsort(-np.nan_to_num(flat, nan=-np.inf), kind="stable") if not np.isnan(flat[i])][:k]
     return [(int(i // scores.shape[1]), int(i % scores.shape[1]), float(scores.ravel()[i])) for i in order]

@@ -77,6 +77,7 @@ def set_shared(key: str, value: str) -> None:
 
 def _use_example() -> None:
     set_shared("text", st.session_state["example"])
+    st.session_state["example"] = None  # so that the same example can be picked again after an edit
 
 
 def _sidebar(models: dict[str, str]) -> tuple[str, str]:

@@ -45,6 +45,14 @@ class HeadSteps:
     resid_mid: np.ndarray  # [d_model] after adding attn_out (before LayerNorm in post-LN models)
 
 
+    @property
+    def norms(self) -> dict[str, float]:
+        """L2 norms of this head's part, attn_out, resid_pre and resid_pre + attn_out."""
+        return {name: float(np.linalg.norm(v)) for name, v in (
+            ("this head's part", self.head_out), ("attn_out", self.attn_out), ("resid_pre", self.resid_pre),
+            ("resid_pre + attn_out", self.resid_mid))}
+
+
 def _np(t) -> np.ndarray:
     return t.detach().float().numpy()
 
@@ -88,3 +96,19 @@ def unmasked_view(trace: Trace, layer: int, head: int, d_head: int) -> tuple[np.
     scores = q @ k.T / math.sqrt(d_head)
     e = np.exp(scores - scores.max(-1, keepdims=True))
     return scores, e / e.sum(-1, keepdims=True)
+
+
+def future_share(pattern: np.ndarray) -> float:
+    """Mean over queries of the weight a ``[query_pos, key_pos]`` pattern puts on later keys (above the diagonal)."""
+    return float(np.triu(pattern, 1).sum(-1).mean())
+
+
+def largest_weights(s: HeadSteps, k: int = 15) -> np.ndarray:
+    """Key positions with the largest weights for the query (visible keys only), largest first."""
+    visible = np.flatnonzero(np.isfinite(s.scores))
+    return visible[np.argsort(-s.weights[visible], kind="stable")][:k]
+
+
+def value_contributions(s: HeadSteps) -> np.ndarray:
+    """``w_j v_j`` for every key position ``[key_pos, d_head]``; their sum over j is ``z``."""
+    return s.weights[:, None] * s.v

@@ -9,7 +9,7 @@ import torch
 from tokenizers import Tokenizer
 
 from viz_model import VizTransformer
-from viz_model.tokenizer import token_bytes
+from viz_model.tokenizer import token_bytes, tokenizer_kind  # noqa: F401  (re-exported for pages)
 
 
 @dataclass
@@ -50,7 +50,8 @@ def token_label(tokenizer: Tokenizer, token_id: int) -> str:
 
 
 def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
-    """Tokenize ``text`` (keeping the first ``n_ctx`` tokens), run the model with every hook recorded.
+    """Tokenize ``text`` (keeping the first ``n_ctx`` tokens), run the model with every hook recorded
+    except ``hook_probs`` (an exact function of ``hook_logits``).
 
     Raises:
         ValueError: when ``text`` encodes to no tokens.
@@ -60,7 +61,8 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
         raise ValueError("the text has no tokens")
     n_ctx = model.cfg.n_ctx
     ids = enc.ids[:n_ctx]
-    _, cache = model.run_with_cache(torch.tensor([ids]))
+    # hook_probs is softmax(hook_logits): dropped to halve what Streamlit's cache copies per rerun
+    _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=lambda name: name != "hook_probs")
     arrays = {name: t[0].float().numpy() for name, t in cache.items()}
     return Trace(text=text, ids=np.array(ids, dtype=np.int64),
                  labels=[token_label(tokenizer, i) for i in ids], offsets=list(enc.offsets[:n_ctx]),
