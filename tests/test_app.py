@@ -111,6 +111,11 @@ def test_empty_text_gives_a_message_not_a_traceback(page):
     assert any("empty" in i.value for i in at.info)
 
 
+def test_a_link_with_huge_text_is_cut_to_the_text_box_limit():
+    at = open_page("pages/tokens.py", query={"text": "The cat sat. " * 2500})
+    assert len(at.text_area(key="text").value) == 20_000 and not at.error
+
+
 def test_text_beyond_the_context_is_truncated_with_a_notice():
     at = open_page("pages/attention.py", text="The cat sat on the mat. " * 200)
     assert any("only the first" in w.value for w in at.warning)

@@ -90,7 +90,8 @@ def _sidebar(models: dict[str, str]) -> tuple[str, str]:
         name = st.selectbox("Model", list(models), key=shared_widget_key("model", default_model, models.__contains__),
                             on_change=remember, args=("model",),
                             help="Models shipped in assets/models; each has a model card on the Start page.")
-        text = st.text_area("Text", key=shared_widget_key("text", EXAMPLES[0]), height=150, max_chars=MAX_CHARS,
+        text = st.text_area("Text", key=shared_widget_key("text", EXAMPLES[0], cast=lambda v: str(v)[:MAX_CHARS]),
+                            height=150, max_chars=MAX_CHARS,
                             on_change=remember, args=("text",),
                             help="Press Ctrl+Enter (or click outside) to run the model on the new text.")
         st.selectbox("…or start from an example", EXAMPLES, index=None, key="example", on_change=_use_example,
