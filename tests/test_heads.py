@@ -49,4 +49,4 @@ def test_top_heads_and_heatmap():
     assert top_heads(s, 2) == [(1, 0, 0.9), (1, 1, 0.5)]
     assert top_heads(s, 5) == [(1, 0, 0.9), (1, 1, 0.5), (0, 0, 0.1)]
     fig = layer_head_heatmap(s, "t")
-    assert fig.data[0].texttemplate == "%{text}" and list(fig.layout.xaxis.tickvals) == [0, 1]
+    assert fig.data[0].texttemplate == "%{z:.2f}" and list(fig.layout.xaxis.tickvals) == [0, 1]

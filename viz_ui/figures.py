@@ -220,8 +220,8 @@ def value_bar(labels: list[str], values: np.ndarray, title: str, x_title: str) -
 def layer_head_heatmap(scores: np.ndarray, title: str) -> go.Figure:
     """A ``[n_layers, n_heads]`` score in [0, 1] with the value written in each cell."""
     n_layers, n_heads = scores.shape
-    fig = go.Figure(go.Heatmap(z=scores, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, text=np.round(scores, 2),
-                               texttemplate="%{text}", colorbar=dict(title="score"),
+    fig = go.Figure(go.Heatmap(z=scores, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, texttemplate="%{z:.2f}",
+                               textfont=dict(size=14), colorbar=dict(title="score"),
                                hovertemplate="layer %{y}, head %{x}<br>score %{z:.3f}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", title="layer", tickmode="array", tickvals=list(range(n_layers)))
     fig.update_xaxes(title="head", tickmode="array", tickvals=list(range(n_heads)))
