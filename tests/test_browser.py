@@ -6,13 +6,14 @@ import subprocess
 import sys
 import time
 import urllib.request
+from urllib.parse import urlparse
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from conftest import ROOT
 from viz_model import load_model
-from viz_ui.layout import EXAMPLES
+from viz_ui.layout import EXAMPLES, PAGES
 from viz_ui.trace import token_label
 
 CHROMIUM = "/usr/bin/chromium"
@@ -108,3 +109,19 @@ def test_step_by_step_and_head_view_pages(server, browser):
     svg.locator("text.tq3").hover()
     shown = svg.locator("line").evaluate_all(visible)
     assert 0 < shown < total and shown == svg.locator("line.q3").count()
+
+
+def test_every_page_loads_nothing_from_outside_the_server(server, browser):
+    """Offline guarantee: fonts, scripts and telemetry all come from the serving machine."""
+    hosts: set[str] = set()
+    context = browser.new_context()
+    context.on("request", lambda request: hosts.add(urlparse(request.url).hostname or request.url.split(":")[0]))
+    page = context.new_page()
+    for path, label, _ in PAGES:
+        slug = "" if path == "app.py" else path.removeprefix("pages/").removesuffix(".py")
+        page.goto(f"{server}/{slug}")
+        expect(page.locator("h1").first).to_be_visible(timeout=60_000)
+        page.wait_for_timeout(1500)  # let figures, fonts and any late requests load
+    local = {"127.0.0.1"}
+    assert hosts - local <= {"data", "blob"}, f"requests left the machine: {sorted(hosts - local)}"
+    context.close()

@@ -107,7 +107,8 @@ def setup_page(title: str, intro: str) -> AppState:
     Stops the page with a clear message (never a traceback) when the model cannot be loaded or the
     text is empty.
     """
-    st.set_page_config(page_title=f"{title} · {APP_NAME}", page_icon=":material/neurology:", layout="wide")
+    # A local icon file: a ":material/...:" page icon is fetched from Google's font CDN, which breaks offline use.
+    st.set_page_config(page_title=f"{title} · {APP_NAME}", page_icon=str(ROOT / "assets" / "icon.png"), layout="wide")
     models = shipped_models()
     if not models:
         st.error("No model found in assets/models. Train one with `python -m viz_model.train` (see the README).")
