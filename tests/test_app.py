@@ -155,3 +155,9 @@ def test_head_summaries_open_the_step_by_step_view():
     assert not at.exception
     assert at.title[0].value == "One head, step by step"
     assert (at.selectbox(key="layer").value, at.selectbox(key="head").value) == (layer, head)
+
+
+def test_every_figure_offers_its_data_and_the_trace_is_downloadable():
+    at = open_page("pages/attention.py")
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert labels.count("Data (CSV)") == len(figures(at)) and "Whole trace (.npz)" in labels

@@ -11,6 +11,7 @@ from tokenizers import Tokenizer
 
 from viz_model import CheckpointError, VizTransformer
 
+from .export import figure_csv, trace_npz
 from .state import get_model, get_trace, shipped_models
 from .trace import Trace
 
@@ -126,6 +127,9 @@ def setup_page(title: str, intro: str) -> AppState:
         st.info("The text is empty: type a sentence in the sidebar to see what the model computes for it.")
     else:
         trace = get_trace(models[name], text)
+        st.sidebar.download_button("Whole trace (.npz)", data=lambda: trace_npz(trace), icon=":material/download:",
+                                   file_name=f"{name}_trace.npz", mime="application/octet-stream",
+                                   help="Every hook's values for this text (hook name → array), for numpy.load.")
         if trace.truncated:
             st.warning(f"The text has {trace.n_tokens_total} tokens; this model's context is "
                        f"{model.cfg.n_ctx}, so only the first {trace.n_tokens} are used.", icon=":material/content_cut:")
@@ -160,7 +164,10 @@ def require_trace(state: AppState) -> Trace:
 
 
 def show_figure(fig: go.Figure, state: AppState, view: str) -> None:
-    """Render a figure with a PNG export (3x scale, for slides) named after the model and view."""
+    """Render a figure with a PNG export (3x scale, for slides) in its toolbar and a CSV of its data,
+    both named after the model and view."""
     filename = f"{state.model_name}_{view}".replace(" ", "_")
     st.plotly_chart(fig, config={"displaylogo": False,
                                  "toImageButtonOptions": {"format": "png", "scale": 3, "filename": filename}})
+    st.download_button("Data (CSV)", data=lambda: figure_csv(fig), file_name=f"{filename}.csv", mime="text/csv",
+                       key=f"csv_{view}", type="tertiary", icon=":material/download:")

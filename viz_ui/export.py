@@ -1,0 +1,66 @@
+"""Exports: the data behind a figure as a table, and a whole trace as an ``.npz`` archive (no Streamlit)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from .trace import Trace
+
+
+def _axis_labels(axis, n: int) -> list:
+    """The tick labels of an axis when they name every row/column, else the positions ``0 .. n - 1``."""
+    vals, text = axis.tickvals, axis.ticktext
+    if vals is not None and text is not None and list(vals) == list(range(n)):
+        return list(text)
+    return list(range(n))
+
+
+def figure_frame(fig: go.Figure) -> pd.DataFrame:
+    """The values a figure draws, as a table.
+
+    Heatmaps: one row per y, one column per x, labelled with the axis tick labels when every row or
+    column has one (NaN = a blank cell, such as a masked score). Bars: label and value. Scatter
+    traces: x, y (and z), the point text, and the trace name. Several traces are stacked with a
+    ``trace`` column.
+    """
+    frames = []
+    for trace in fig.data:
+        if isinstance(trace, go.Heatmap):
+            z = np.asarray(trace.z, dtype=float)
+            frame = pd.DataFrame(z, index=_axis_labels(fig.layout.yaxis, z.shape[0]),
+                                 columns=_axis_labels(fig.layout.xaxis, z.shape[1]))
+            frame.index.name = fig.layout.yaxis.title.text or "row"
+        elif isinstance(trace, go.Bar):
+            values = np.asarray(trace.x if trace.orientation == "h" else trace.y, dtype=float)
+            labels = trace.customdata if trace.customdata is not None else \
+                _axis_labels(fig.layout.yaxis if trace.orientation == "h" else fig.layout.xaxis, len(values))
+            frame = pd.DataFrame({"label": list(labels), "value": values})
+        else:
+            cols = {"x": np.asarray(trace.x, dtype=float), "y": np.asarray(trace.y, dtype=float)}
+            if getattr(trace, "z", None) is not None:
+                cols["z"] = np.asarray(trace.z, dtype=float)
+            frame = pd.DataFrame(cols)
+            if trace.text is not None and not isinstance(trace.text, str):
+                frame["text"] = list(trace.text)
+        if len(fig.data) > 1:
+            frame.insert(0, "trace", trace.name or type(trace).__name__)
+        frames.append(frame)
+    return pd.concat(frames) if len(frames) > 1 else frames[0]
+
+
+def figure_csv(fig: go.Figure) -> str:
+    """:func:`figure_frame` as CSV text."""
+    return figure_frame(fig).to_csv()
+
+
+def trace_npz(trace: Trace) -> bytes:
+    """Every recorded hook of a trace (``hook name -> array``, batch axis removed) plus ``ids`` ``[pos]``,
+    ``labels`` ``[pos]`` and ``text``, as a compressed ``.npz`` archive (``numpy.load`` reads it back)."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, ids=trace.ids, labels=np.array(trace.labels), text=np.array(trace.text),
+                        **trace.arrays)
+    return buffer.getvalue()
