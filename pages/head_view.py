@@ -4,7 +4,7 @@ import streamlit as st
 import streamlit.components.v1 as components
 
 from viz_ui.headview import head_view_svg, legend_html, svg_height
-from viz_ui.layout import pick_index, require_trace, setup_page
+from viz_ui.layout import pick_index, require_trace, setup_page, show_link
 
 MAX_WINDOW = 64
 
@@ -29,6 +29,7 @@ patterns = trace.arrays[f"blocks.{layer}.attn.hook_pattern"][:, window, window]
 if not heads:
     st.info("Choose at least one head.")
     st.stop()
+show_link(state)
 svg = head_view_svg(patterns, trace.labels[window], sorted(heads), first)
 st.html(legend_html(sorted(heads)))
 # st.html sanitises inline SVG away; a components iframe shows our own SVG as it is (labels are escaped).

@@ -4,7 +4,8 @@ import streamlit as st
 
 from viz_ui.figures import generation_heatmap, topk_bar
 from viz_ui.generation import attention_rows, continuation_text, generate_records, next_token_view
-from viz_ui.layout import pick_index, pick_position, require_trace, set_shared, setup_page, show_figure
+from viz_ui.layout import (pick_index, pick_position, require_trace, set_shared, setup_page, shared_number,
+                           show_figure)
 from viz_ui.state import get_vocab_labels
 from viz_ui.tables import kv_table, steps_table, topk_table
 
@@ -18,10 +19,11 @@ logits_all = trace.arrays["hook_logits"]
 
 c1, c2, c3, c4 = st.columns([2, 2, 1, 1])
 pos = pick_position(c1, trace, "Prediction after position")
-temperature = c2.slider("Temperature T (0 = greedy)", 0.0, 3.0, 1.0, 0.05, key="temperature",
-                        help="Divides the logits before softmax: T < 1 sharpens the distribution, T > 1 flattens it.")
-top_k = c3.number_input("top-k (0 = all)", 0, state.model.cfg.d_vocab, 0, key="top_k")
-top_p = c4.slider("top-p", 0.05, 1.0, 1.0, 0.05, key="top_p", help="Keep the most likely tokens whose mass reaches p.")
+temperature = shared_number(c2.slider, "Temperature T (0 = greedy)", "temperature", 0.0, 3.0, 1.0, float, step=0.05,
+                            help="Divides the logits before softmax: T < 1 sharpens the distribution, T > 1 flattens it.")
+top_k = shared_number(c3.number_input, "top-k (0 = all)", "top_k", 0, state.model.cfg.d_vocab, 0, int)
+top_p = shared_number(c4.slider, "top-p", "top_p", 0.05, 1.0, 1.0, float, step=0.05,
+                      help="Keep the most likely tokens whose mass reaches p.")
 
 logits = logits_all[pos]
 actual = int(trace.ids[pos + 1]) if pos + 1 < trace.n_tokens else None
@@ -49,8 +51,8 @@ st.subheader("Generate")
 st.markdown("Generation repeats the last step: pick a token from the distribution above (the most likely one "
             "when T = 0, otherwise a random draw with the seed below), append it, and run the model again.")
 g1, g2, g3 = st.columns([1, 1, 2])
-n_new = g1.number_input("Tokens to generate", 1, 200, 20, key="n_new")
-seed = g2.number_input("Seed", 0, 2**31 - 1, 0, key="seed", help="The same seed gives the same tokens.")
+n_new = shared_number(g1.number_input, "Tokens to generate", "n_new", 1, 200, 20, int)
+seed = shared_number(g2.number_input, "Seed", "seed", 0, 2**31 - 1, 0, int, help="The same seed gives the same tokens.")
 room = state.model.cfg.n_ctx - trace.n_tokens + 1  # the last new token is predicted, never read
 settings = (state.model_name, trace.text, temperature, int(top_k), float(top_p), int(seed), int(n_new))
 if room <= 0:

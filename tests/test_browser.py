@@ -125,3 +125,31 @@ def test_every_page_loads_nothing_from_outside_the_server(server, browser):
     local = {"127.0.0.1"}
     assert hosts - local <= {"data", "blob"}, f"requests left the machine: {sorted(hosts - local)}"
     context.close()
+
+
+def test_a_copied_link_reopens_the_same_view_and_samples(server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server + "/output?text=Tom+had+a+red+ball.&temperature=0.7&seed=5&n_new=6&layer=2&head=3")
+    generate = page.get_by_role("button", name="Generate")
+    expect(generate).to_be_visible(timeout=60_000)
+    generate.click()
+    continuation = page.get_by_text("Tom had a red ball.⟨")
+    expect(continuation).to_be_visible(timeout=60_000)
+    first = continuation.inner_text()
+    link = page.locator("[data-testid=stSidebar] code").last.inner_text()
+    assert "/output?" in link and "temperature=0.7" in link and "seed=5" in link and "layer=2" in link
+
+    fresh = browser.new_context().new_page()
+    fresh.set_viewport_size({"width": 1400, "height": 1000})
+    fresh.goto(link)
+    expect(fresh.get_by_role("button", name="Generate")).to_be_visible(timeout=60_000)
+    assert fresh.get_by_label("Text", exact=True).input_value() == "Tom had a red ball."
+    temperature = fresh.locator("[data-testid=stSlider]").filter(has_text="Temperature")
+    expect(temperature.locator("[data-testid=stSliderThumbValue]")).to_have_text("0.70")
+    fresh.get_by_role("button", name="Generate").click()
+    again = fresh.get_by_text("Tom had a red ball.⟨")
+    expect(again).to_be_visible(timeout=60_000)
+    assert again.inner_text() == first
+    # the layer and head chosen there reach the pages that use them
+    fresh.get_by_role("link", name="3a · One head, step by step").click()
+    expect(fresh).to_have_url(re.compile("layer=2.*head=3"), timeout=30_000)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlencode
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -44,6 +45,21 @@ class AppState:
     tokenizer: Tokenizer
     text: str
     trace: Trace | None  # None when the text is empty
+    link_slot: object = None  # sidebar placeholder for "Link to this view", refreshed by show_link
+
+
+def view_link(page_url: str, params: dict[str, str]) -> str:
+    """The address that reopens the current view: the page's address with the view state as query string."""
+    return page_url.split("?", 1)[0] + ("?" + urlencode(params) if params else "")
+
+
+def show_link(state: AppState) -> None:
+    """(Re)draw "Link to this view" from the current ``st.query_params`` (call after the page's widgets)."""
+    if state.link_slot is not None:
+        url = st.context.url or ""
+        with state.link_slot.container():
+            st.caption("Link to this view (model, text, page and selections):")
+            st.code(view_link(url, st.query_params.to_dict()), language=None, wrap_lines=True)
 
 
 def shared_widget_key(key: str, default, valid=lambda value: True, cast=str) -> str:
@@ -115,6 +131,7 @@ def setup_page(title: str, intro: str) -> AppState:
         st.error("No model found in assets/models. Train one with `python -m viz_model.train` (see the README).")
         st.stop()
     name, text = _sidebar(models)
+    link_slot = st.sidebar.empty()
     st.title(title)
     st.caption(intro)
     try:
@@ -133,13 +150,24 @@ def setup_page(title: str, intro: str) -> AppState:
         if trace.truncated:
             st.warning(f"The text has {trace.n_tokens_total} tokens; this model's context is "
                        f"{model.cfg.n_ctx}, so only the first {trace.n_tokens} are used.", icon=":material/content_cut:")
-    return AppState(name, models[name], model, tokenizer, text, trace)
+    state = AppState(name, models[name], model, tokenizer, text, trace, link_slot)
+    show_link(state)
+    return state
 
 
 def pick_index(container, label: str, key: str, n: int, default: int = 0, format_func=str) -> int:
     """A selector of ``0 .. n - 1`` shared by every page and kept in the link under ``key``."""
     value = container.selectbox(label, range(n), format_func=format_func, on_change=remember, args=(key,),
                                 key=shared_widget_key(key, default, lambda v: 0 <= v < n, int))
+    st.query_params[key] = str(value)
+    return value
+
+
+def shared_number(widget, label: str, key: str, lo, hi, default, cast, **kwargs):
+    """A number widget (e.g. ``column.slider``, ``column.number_input``) whose value is shared by every page
+    and kept in the link under ``key``; a value from the link outside ``[lo, hi]`` falls back to ``default``."""
+    value = widget(label, lo, hi, key=shared_widget_key(key, default, lambda v: lo <= v <= hi, cast),
+                   on_change=remember, args=(key,), **kwargs)
     st.query_params[key] = str(value)
     return value
 
@@ -171,3 +199,4 @@ def show_figure(fig: go.Figure, state: AppState, view: str) -> None:
                                  "toImageButtonOptions": {"format": "png", "scale": 3, "filename": filename}})
     st.download_button("Data (CSV)", data=lambda: figure_csv(fig), file_name=f"{filename}.csv", mime="text/csv",
                        key=f"csv_{view}", type="tertiary", icon=":material/download:")
+    show_link(state)
