@@ -153,3 +153,24 @@ def test_a_copied_link_reopens_the_same_view_and_samples(server, browser):
     # the layer and head chosen there reach the pages that use them
     fresh.get_by_role("link", name="3a · One head, step by step").click()
     expect(fresh).to_have_url(re.compile("layer=2.*head=3"), timeout=30_000)
+
+
+SMALLEST_LECTURE_FONT_PX = 24  # at 2x: every figure label and page text is at least this large
+
+
+@pytest.mark.parametrize("size, theme", [((1920, 1080), "light"), ((1280, 720), "dark")])
+def test_lecture_mode_is_readable_from_the_back_row(server, browser, size, theme):
+    page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+    page.goto(f"{server}/attention?lecture=true&scale=2.0&theme={theme}")
+    expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
+    page.wait_for_timeout(2000)
+    sizes = page.evaluate("""() => Array.from(document.querySelectorAll(
+            '.js-plotly-plot text, [data-testid=stMain] p, [data-testid=stMain] label, [data-testid=stMain] h1'))
+        .filter(e => e.getBoundingClientRect().width > 0 && (e.textContent || '').trim())
+        .map(e => parseFloat(getComputedStyle(e).fontSize))""")
+    assert len(sizes) > 50 and min(sizes) >= SMALLEST_LECTURE_FONT_PX
+    assert page.locator(".modebar").count() == 0  # projected views hide the figure toolbar
+    assert page.get_by_text("Data (CSV)").count() == 0
+    page.screenshot(path=f"/tmp/lecture_{size[0]}x{size[1]}_{theme}.png")
+    background = page.evaluate("getComputedStyle(document.querySelector('[data-testid=stApp]')).backgroundColor")
+    assert (background == "rgb(14, 17, 23)") == (theme == "dark")

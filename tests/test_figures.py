@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from conftest import plotly_array
-from viz_ui.figures import (attention_grid, attention_heatmap, matrix_heatmap, pca_scatter, position_curves,
-                            position_ticks, topk_bar)
+from viz_ui.figures import (attention_grid, attention_heatmap, layer_head_heatmap, matrix_heatmap, pca_scatter,
+                            position_curves, position_ticks, style_for_display, topk_bar)
 from viz_ui.numeric import cosine_similarity, entropy_bits, fit_pca
 from viz_ui.tables import token_chips_html, token_table, topk_table
 
@@ -125,3 +125,11 @@ def test_views_stay_light_at_12_layers_12_heads_256_tokens():
     assert len(fig.to_json()) < 2_000_000
     single = attention_heatmap(pats[3, 4], [f"t{i}" for i in range(256)], "t")
     assert len(single.layout.yaxis.tickvals) <= 64  # thinned tick labels stay readable
+
+
+def test_style_for_display_scales_every_font():
+
+    fig = style_for_display(layer_head_heatmap(np.full((2, 2), 0.5), "t"), scale=2.0, theme="dark")
+    assert fig.layout.font.size == 30 and fig.layout.xaxis.tickfont.size == 30
+    assert fig.data[0].textfont.size == 28 and fig.layout.template.layout.paper_bgcolor is not None
+    assert fig.layout.paper_bgcolor == "#0e1117" and fig.layout.font.color == "#f2f2f2"

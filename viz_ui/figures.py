@@ -108,7 +108,7 @@ def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 25
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=centres[:n_layers],
                      ticktext=[f"L{i}" for i in range(n_layers)], title="layer", showgrid=False, zeroline=False)
     fig.update_xaxes(tickmode="array", tickvals=centres[:n_heads], ticktext=[f"H{i}" for i in range(n_heads)],
-                     title="head", side="top", showgrid=False, zeroline=False, scaleanchor="y")
+                     side="top", showgrid=False, zeroline=False, scaleanchor="y")  # tick labels H0.. name the heads
     height = max(300, min(1100, 90 + 110 * n_layers))
     title = "All heads: attention weights" + (f" (max-pooled over {block}×{block} blocks)" if pooled else "")
     return _layout(fig, title, height=height), pooled
@@ -239,3 +239,26 @@ def generation_heatmap(matrix: np.ndarray, row_labels: list[str], key_labels: li
                      title="step: query → chosen token")
     fig.update_xaxes(title="key position", tickangle=-60, **position_ticks(key_labels))
     return _layout(fig, title, height=max(320, 150 + 26 * n_rows))
+
+
+def style_for_display(fig: go.Figure, scale: float = 1.0, theme: str = "light") -> go.Figure:
+    """Scale every font of a figure by ``scale`` and apply a high-contrast ``"light"`` or a ``"dark"`` theme.
+
+    Used by lecture mode: text sizes (layout, titles, ticks, colour bars, cell and bar texts) and the
+    height grow with ``scale``; the figure is changed in place and returned.
+    """
+    base = fig.layout.font.size or FONT["size"]
+    ink = "#000000" if theme == "light" else "#f2f2f2"
+    fig.update_layout(template="plotly_white" if theme == "light" else "plotly_dark",
+                      font=dict(size=round(base * scale), color=ink),
+                      paper_bgcolor="#ffffff" if theme == "light" else "#0e1117",
+                      plot_bgcolor="#ffffff" if theme == "light" else "#0e1117",
+                      height=round((fig.layout.height or 450) * (1 + (scale - 1) * 0.6)),
+                      margin=dict(t=round(60 * scale)))
+    fig.update_xaxes(tickfont=dict(size=round(base * scale), color=ink))
+    fig.update_yaxes(tickfont=dict(size=round(base * scale), color=ink))
+    for trace in fig.data:
+        textfont = getattr(trace, "textfont", None)
+        if textfont is not None and textfont.size:
+            trace.textfont.size = round(textfont.size * scale)
+    return fig

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -13,6 +13,7 @@ from tokenizers import Tokenizer
 from viz_model import CheckpointError, VizTransformer
 
 from .export import figure_csv, trace_npz
+from .figures import style_for_display
 from .state import get_model, get_trace, shipped_models
 from .trace import Trace
 
@@ -36,6 +37,55 @@ PAGES = [  # (file, label, icon): the order follows the pipeline
 
 
 @dataclass
+class Display:
+    """How the page is drawn: lecture mode, font scale, theme, and the toolbar's figure download format."""
+
+    lecture: bool = False
+    scale: float = 1.0
+    theme: str = "light"  # "light" (high contrast) or "dark"
+    export: str = "png"  # "png" (3x) or "svg"
+
+
+THEME_CSS = {
+    "dark": ("[data-testid=stApp],[data-testid=stSidebar],[data-testid=stHeader]{background:#0e1117;color:#f2f2f2}"
+             "[data-testid=stApp] p,[data-testid=stApp] h1,[data-testid=stApp] h2,[data-testid=stApp] h3,"
+             "[data-testid=stApp] label,[data-testid=stApp] span,[data-testid=stApp] li{color:#f2f2f2}"),
+    "light": "[data-testid=stApp] p,[data-testid=stApp] li,[data-testid=stCaptionContainer]{color:#000}",
+}
+
+
+def _truthy(value) -> bool:
+    return str(value).lower() in ("1", "true", "yes")
+
+
+def _display_controls() -> Display:
+    truthy = _truthy
+    with st.sidebar.expander("Classroom", icon=":material/school:"):
+        lecture = st.toggle("Lecture mode", key=shared_widget_key("lecture", False, cast=truthy), on_change=remember,
+                            args=("lecture",), help="Large fonts and figures, fewer controls: for a projector.")
+        scale = st.slider("Font scale", 1.0, 2.5, key=shared_widget_key("scale", 1.5, lambda v: 1.0 <= v <= 2.5, float),
+                          step=0.25, on_change=remember, args=("scale",), disabled=not lecture)
+        theme = st.radio("Theme", ["light", "dark"], horizontal=True, on_change=remember, args=("theme",),
+                         key=shared_widget_key("theme", "light", ("light", "dark").__contains__),
+                         format_func={"light": "high-contrast light", "dark": "dark"}.get)
+        export = st.radio("Figure download (toolbar camera)", ["png", "svg"], horizontal=True, on_change=remember,
+                          args=("export",), key=shared_widget_key("export", "png", ("png", "svg").__contains__),
+                          format_func={"png": "PNG (3×)", "svg": "SVG"}.get)
+    st.query_params.update(lecture=str(lecture).lower(), scale=str(scale), theme=theme, export=export)
+    return Display(lecture, scale if lecture else 1.0, theme, export)
+
+
+def _apply_display(display: Display) -> None:
+    css = THEME_CSS[display.theme]
+    if display.lecture:
+        # Streamlit sizes its text in rem: scaling the root font scales the page's text and widgets.
+        css += (f"html{{font-size:{16 * display.scale:.0f}px}}"
+                "[data-testid=stToolbar]{display:none}.block-container{max-width:100%;padding-left:2rem;padding-right:2rem}"
+                f"[data-testid=stSidebar]{{min-width:{300 * display.scale:.0f}px}}")
+    st.html(f"<style>{css}</style>")
+
+
+@dataclass
 class AppState:
     """What every page works from: the chosen model, the text, and the model's trace of it."""
 
@@ -46,6 +96,7 @@ class AppState:
     text: str
     trace: Trace | None  # None when the text is empty
     link_slot: object = None  # sidebar placeholder for "Link to this view", refreshed by show_link
+    display: Display = field(default_factory=Display)
 
 
 def view_link(page_url: str, params: dict[str, str]) -> str:
@@ -125,12 +176,16 @@ def setup_page(title: str, intro: str) -> AppState:
     text is empty.
     """
     # A local icon file: a ":material/...:" page icon is fetched from Google's font CDN, which breaks offline use.
-    st.set_page_config(page_title=f"{title} · {APP_NAME}", page_icon=str(ROOT / "assets" / "icon.png"), layout="wide")
+    lecture = _truthy(st.session_state.get("_lecture", st.query_params.get("lecture", "")))
+    st.set_page_config(page_title=f"{title} · {APP_NAME}", page_icon=str(ROOT / "assets" / "icon.png"), layout="wide",
+                       initial_sidebar_state="collapsed" if lecture else "auto")
     models = shipped_models()
     if not models:
         st.error("No model found in assets/models. Train one with `python -m viz_model.train` (see the README).")
         st.stop()
     name, text = _sidebar(models)
+    display = _display_controls()
+    _apply_display(display)
     link_slot = st.sidebar.empty()
     st.title(title)
     st.caption(intro)
@@ -144,13 +199,14 @@ def setup_page(title: str, intro: str) -> AppState:
         st.info("The text is empty: type a sentence in the sidebar to see what the model computes for it.")
     else:
         trace = get_trace(models[name], text)
-        st.sidebar.download_button("Whole trace (.npz)", data=lambda: trace_npz(trace), icon=":material/download:",
-                                   file_name=f"{name}_trace.npz", mime="application/octet-stream",
-                                   help="Every hook's values for this text (hook name → array), for numpy.load.")
+        if not display.lecture:
+            st.sidebar.download_button("Whole trace (.npz)", data=lambda: trace_npz(trace), icon=":material/download:",
+                                       file_name=f"{name}_trace.npz", mime="application/octet-stream",
+                                       help="Every hook's values for this text (hook name → array), for numpy.load.")
         if trace.truncated:
             st.warning(f"The text has {trace.n_tokens_total} tokens; this model's context is "
                        f"{model.cfg.n_ctx}, so only the first {trace.n_tokens} are used.", icon=":material/content_cut:")
-    state = AppState(name, models[name], model, tokenizer, text, trace, link_slot)
+    state = AppState(name, models[name], model, tokenizer, text, trace, link_slot, display)
     show_link(state)
     return state
 
@@ -194,9 +250,13 @@ def require_trace(state: AppState) -> Trace:
 def show_figure(fig: go.Figure, state: AppState, view: str) -> None:
     """Render a figure with a PNG export (3x scale, for slides) in its toolbar and a CSV of its data,
     both named after the model and view."""
+    d = state.display
     filename = f"{state.model_name}_{view}".replace(" ", "_")
-    st.plotly_chart(fig, config={"displaylogo": False,
-                                 "toImageButtonOptions": {"format": "png", "scale": 3, "filename": filename}})
-    st.download_button("Data (CSV)", data=lambda: figure_csv(fig), file_name=f"{filename}.csv", mime="text/csv",
-                       key=f"csv_{view}", type="tertiary", icon=":material/download:")
+    style_for_display(fig, d.scale, d.theme)
+    st.plotly_chart(fig, theme=None, config={
+        "displaylogo": False, "displayModeBar": not d.lecture,
+        "toImageButtonOptions": {"format": d.export, "scale": 3 if d.export == "png" else 1, "filename": filename}})
+    if not d.lecture:
+        st.download_button("Data (CSV)", data=lambda: figure_csv(fig), file_name=f"{filename}.csv", mime="text/csv",
+                           key=f"csv_{view}", type="tertiary", icon=":material/download:")
     show_link(state)
