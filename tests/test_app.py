@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 from conftest import ROOT, plotly_array
 from viz_model import load_model
 
-PAGES = ["pages/tokens.py", "pages/embeddings.py", "pages/attention.py", "pages/head_steps.py", "pages/head_view.py", "pages/heads.py", "pages/block.py",
+PAGES = ["pages/walkthrough.py", "pages/tokens.py", "pages/embeddings.py", "pages/attention.py", "pages/head_steps.py", "pages/head_view.py", "pages/heads.py", "pages/block.py",
          "pages/logit_lens.py", "pages/output.py"]
 
 
@@ -44,7 +44,7 @@ def chips(at: AppTest) -> str:
 def test_every_page_renders_on_the_shipped_model(page):
     at = open_page(page)
     assert at.title and not at.error
-    if page not in (None, "pages/tokens.py", "pages/head_view.py"):
+    if page not in (None, "pages/tokens.py", "pages/head_view.py", "pages/walkthrough.py"):  # chips/SVG, no Plotly
         assert figures(at)
 
 
@@ -161,3 +161,16 @@ def test_every_figure_offers_its_data_and_the_trace_is_downloadable():
     at = open_page("pages/attention.py")
     labels = [b.proto.label for b in at.get("download_button")]
     assert labels.count("Data (CSV)") == len(figures(at)) and "Whole trace (.npz)" in labels
+
+
+def test_walkthrough_every_step_renders_and_next_moves_on():
+    at = open_page("pages/walkthrough.py")
+    n_steps = len(at.selectbox(key="step").options)
+    assert n_steps == 11 and at.header[0].value.startswith("1 · Text")
+    for step in range(2, n_steps + 1):
+        next(b for b in at.button if b.label == "Next").click().run()
+        assert not at.exception, (step, [e.value for e in at.exception])
+        assert at.header[0].value.startswith(f"{step} · ") and at.selectbox(key="step").value == step
+    assert next(b for b in at.button if b.label == "Next").disabled
+    at = open_page("pages/walkthrough.py", query={"step": "4"})
+    assert at.header[0].value == "4 · One attention head"

@@ -153,6 +153,8 @@ def test_a_copied_link_reopens_the_same_view_and_samples(server, browser):
     # the layer and head chosen there reach the pages that use them
     fresh.get_by_role("link", name="3a · One head, step by step").click()
     expect(fresh).to_have_url(re.compile("layer=2.*head=3"), timeout=30_000)
+    for label, value in (("Layer", "2"), ("Head", "3")):
+        expect(fresh.get_by_role("combobox", name=label, exact=True)).to_have_value(value, timeout=30_000)
 
 
 SMALLEST_LECTURE_FONT_PX = 24  # at 2x: every figure label and page text is at least this large
@@ -174,3 +176,6 @@ def test_lecture_mode_is_readable_from_the_back_row(server, browser, size, theme
     page.screenshot(path=f"/tmp/lecture_{size[0]}x{size[1]}_{theme}.png")
     background = page.evaluate("getComputedStyle(document.querySelector('[data-testid=stApp]')).backgroundColor")
     assert (background == "rgb(14, 17, 23)") == (theme == "dark")
+    box = page.locator("textarea").first  # the text stays readable on its own background in both themes
+    colours = box.evaluate("e => [getComputedStyle(e).color, getComputedStyle(e).backgroundColor]")
+    assert colours[0] != colours[1]

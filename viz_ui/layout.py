@@ -24,6 +24,7 @@ EXAMPLES = [line.strip() for line in (ROOT / "assets" / "examples.txt").read_tex
 MAX_CHARS = 20_000
 PAGES = [  # (file, label, icon): the order follows the pipeline
     ("app.py", "Start", ":material/home:"),
+    ("pages/walkthrough.py", "Guided walkthrough", ":material/route:"),
     ("pages/tokens.py", "1 · Tokens", ":material/text_fields:"),
     ("pages/embeddings.py", "2 · Embeddings & positions", ":material/scatter_plot:"),
     ("pages/attention.py", "3 · Attention", ":material/visibility:"),
@@ -49,7 +50,11 @@ class Display:
 THEME_CSS = {
     "dark": ("[data-testid=stApp],[data-testid=stSidebar],[data-testid=stHeader]{background:#0e1117;color:#f2f2f2}"
              "[data-testid=stApp] p,[data-testid=stApp] h1,[data-testid=stApp] h2,[data-testid=stApp] h3,"
-             "[data-testid=stApp] label,[data-testid=stApp] span,[data-testid=stApp] li{color:#f2f2f2}"),
+             "[data-testid=stApp] label,[data-testid=stApp] span,[data-testid=stApp] li{color:#f2f2f2}"
+             # form widgets keep their own light background otherwise: give them a dark one with light text
+             "[data-testid=stApp] textarea,[data-testid=stApp] input,[data-baseweb=select]>div,"
+             "[data-testid=stMetricDelta],[data-testid=stExpander] details,[data-testid=stCode] pre"
+             "{background:#262730 !important;color:#f2f2f2 !important;-webkit-text-fill-color:#f2f2f2}"),
     "light": "[data-testid=stApp] p,[data-testid=stApp] li,[data-testid=stCaptionContainer]{color:#000}",
 }
 
@@ -117,13 +122,16 @@ def shared_widget_key(key: str, default, valid=lambda value: True, cast=str) -> 
     """Prepare the session-wide widget ``key`` and return it; pass ``on_change=remember, args=(key,)``.
 
     Streamlit forgets a widget's value when the page changes, so the value lives in our own key
-    ``_key``: first taken from the link (``cast(st.query_params[key])``) when valid, else ``default``,
-    then copied back into the widget on every run. See DESIGN.md, "Pages and navigation".
+    ``_key``: first taken from the link (``cast(st.query_params[key])``, or from the link the session
+    was opened with, so that ``head=3`` survives a first page without a head selector) when valid,
+    else ``default``, then copied back into the widget on every run. See DESIGN.md, "Pages and navigation".
     """
     ss = st.session_state
+    if "_link" not in ss:  # the link the session was opened with: pages that come later read their values from it
+        ss["_link"] = st.query_params.to_dict()
     if "_" + key not in ss:
         try:
-            value = cast(st.query_params[key])
+            value = cast(st.query_params.get(key, ss["_link"][key]))
         except (KeyError, ValueError):
             value = default
         ss["_" + key] = value if valid(value) else default

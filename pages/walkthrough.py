@@ -1,0 +1,163 @@
+"""Guided walkthrough: the whole pipeline in order, with the live model and the current text."""
+
+import streamlit as st
+
+from viz_ui.block import layernorm_stats, logit_lens, residual_norms, top_neurons
+from viz_ui.figures import (attention_grid, attention_heatmap, matrix_heatmap, position_curves, stage_heatmap, topk_bar,
+                            value_bar)
+from viz_ui.generation import next_token_view
+from viz_ui.heads import head_scores
+from viz_ui.layout import remember, require_trace, set_shared, setup_page, shared_number, shared_widget_key, show_figure
+from viz_ui.state import get_positional_table, get_vocab_labels
+from viz_ui.steps import head_steps, largest_weights
+from viz_ui.tables import score_table, token_chips_html, token_table, topk_table, vector_table
+
+state = setup_page("Guided walkthrough",
+                   "From your text to the next token, one step at a time, with the numbers this model computes now.")
+trace = require_trace(state)
+model, cfg, n = state.model, state.model.cfg, trace.n_tokens
+vocab = get_vocab_labels(state.model_path)
+last = n - 1
+fmt = "{:.4f}"
+
+
+def tokens() -> None:
+    st.html(token_chips_html(trace.labels, trace.ids))
+    st.dataframe(token_table(trace.ids, trace.labels, trace.offsets, trace.text), hide_index=True, height=250)
+
+
+def embeddings() -> None:
+    tab_e, tab_p, tab_x = st.tabs(["E (token)", "P (position)", "x = E + P"])
+    with tab_e:
+        show_figure(matrix_heatmap(trace.arrays["hook_embed"], trace.labels, "Token embeddings E"), state, "walk_E")
+    with tab_p:
+        table = get_positional_table(state.model_path)
+        show_figure(position_curves(table, [0, 1, cfg.d_model // 4, cfg.d_model // 2], n, "P over every position"),
+                    state, "walk_P")
+    with tab_x:
+        show_figure(matrix_heatmap(trace.arrays["blocks.0.hook_resid_pre"], trace.labels, "x = E + P"), state, "walk_x")
+
+
+def one_head() -> None:
+    s = head_steps(model, trace, 0, 0, last)
+    st.markdown(f"Layer 0, head 0, for the last token **{trace.labels[last]}**. √d_k = √{cfg.d_head}: without this "
+                "division the dot products grow with d_k and softmax would put almost all weight on one token. "
+                "The causal mask (−∞) hides later tokens; here the query is the last token, so it sees everything.")
+    st.dataframe(score_table(trace.labels, s.dots, s.scaled, s.scores, s.weights).style.format(
+        {c: fmt for c in ("q·k", "q·k / √d_k", "exp(score − max)", "weight")}), hide_index=True, height=260)
+    order = largest_weights(s, 10)
+    show_figure(topk_bar([f"{j} {trace.labels[j]}" for j in order], s.weights[order], "Where the last token looks",
+                         x_title="weight"), state, "walk_head")
+
+
+def multi_head() -> None:
+    grid, _ = attention_grid(trace.arrays["blocks.0.attn.hook_pattern"][None])
+    show_figure(grid, state, "walk_heads_L0")
+    s = head_steps(model, trace, 0, 0, last)
+    st.dataframe(vector_table({"head 0's part z·W_O[0]": s.head_out, "attn_out (all heads + b_O)": s.attn_out}, 8)
+                 .style.format(fmt))
+
+
+def add_norm() -> None:
+    stats = layernorm_stats(trace, 0, last, cfg.norm_placement)
+    st.dataframe(vector_table({f"{x.name} {k}": x.before if k == "input" else x.after for x in stats
+                               for k in ("input", "output")}, 8).style.format(fmt))
+    st.table({x.name: {k: f"{v:.3f}" for k, v in x.summary.items()} for x in stats})
+
+
+def feed_forward() -> None:
+    post = trace.arrays["blocks.0.mlp.hook_post"]
+    show_figure(matrix_heatmap(post, trace.labels, f"Layer 0 hidden activations [{n} × {cfg.d_mlp}]", "neuron",
+                               "activation"), state, "walk_mlp")
+    idx, vals = top_neurons(post[last], 10)
+    show_figure(value_bar([f"neuron {i}" for i in idx], vals, f"Most active for {trace.labels[last]}", "activation"),
+                state, "walk_neurons")
+
+
+def stack() -> None:
+    norms, names = residual_norms(trace, cfg.n_layers)
+    show_figure(stage_heatmap(norms, names, trace.labels, "‖residual stream‖ through the stack", "L2 norm"),
+                state, "walk_stack")
+    ids, probs, rows = logit_lens(model, trace)
+    text = [[vocab[i] for i in row] for row in ids]
+    show_figure(stage_heatmap(probs, rows, trace.labels, "What each layer would predict (logit lens)", "probability",
+                              cell_text=text, zmax=1.0), state, "walk_lens")
+
+
+def logits() -> None:
+    row = trace.arrays["hook_logits"][last]
+    table = topk_table(row, row, vocab, 10)
+    show_figure(value_bar(table["token"].tolist(), table["logit"].to_numpy(), "The 10 largest logits", "logit"),
+                state, "walk_logits")
+
+
+def softmax() -> None:
+    temperature = shared_number(st.slider, "Temperature T", "temperature", 0.0, 3.0, 1.0, float, step=0.05)
+    row = trace.arrays["hook_logits"][last]
+    view = next_token_view(row, temperature, 0, 1.0)
+    table = topk_table(view.probs, row, vocab, 10)
+    st.markdown(f"Entropy: **{view.entropy:.2f} bits**. "
+                "Lower T sharpens the distribution (T → 0 is greedy: all mass on the largest logit); higher T "
+                "flattens it toward uniform, so sampling becomes more surprising.")
+    show_figure(topk_bar(table["token"].tolist(), table["probability"].to_numpy(), f"softmax(logits / {temperature:g})"),
+                state, "walk_softmax")
+
+
+def next_token() -> None:
+    row = trace.arrays["hook_logits"][last]
+    greedy = next_token_view(row, 0.0, 0, 1.0)
+    choice = int(greedy.probs.argmax())
+    plain = next_token_view(row, 1.0, 0, 1.0).probs
+    st.markdown(f"Greedy decoding picks **{vocab[choice]}** (p = {plain[choice]:.1%} at T = 1). Sampling draws from "
+                "the distribution of the previous step instead. Either way the chosen token is appended to the text "
+                "and the whole pipeline runs again for the next one: the Output page does this step by step.")
+    st.code(trace.text + "⟨" + state.tokenizer.decode([choice]) + "⟩", language=None, wrap_lines=True)
+
+
+sinks = head_scores(model, trace)["first-token"]
+STEPS = [
+    ("Text → tokens", "The tokenizer cuts the text into pieces from a fixed vocabulary (byte-level BPE: frequent "
+     "words are one token, rare ones several). Spaces belong to the token after them (·).", None, tokens),
+    ("Tokens → ids", "Each token is replaced by its integer id, its row number in the vocabulary. From here on the "
+     "model only sees these numbers.", None, tokens),
+    ("Embeddings + positional encodings", "Each id selects a row of the embedding matrix W_E (d_model numbers). "
+     "A positional encoding P is added so that order matters; this model uses "
+     f"{cfg.positional} positions.", r"x_i = W_E[\text{id}_i] + P_i", embeddings),
+    ("One attention head", "Each token makes a query q, a key k and a value v. The query is compared with every key; "
+     "softmax turns the scores into weights that sum to 1; the output is the weighted sum of the values.",
+     r"\mathrm{Attention}(Q,K,V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}} + M\right)V", one_head),
+    ("Multi-head attention and W_O", f"{cfg.n_heads} heads do this in parallel, each looking for something else. "
+     "Their outputs are concatenated and multiplied by W_O. Heads that put most weight on the first token are "
+     f"'attention sinks' (here up to {float(sinks.max()):.0%} in one head): softmax must put its weight somewhere, "
+     "and a head with nothing to read parks it there.", r"\mathrm{MultiHead} = \mathrm{Concat}(z_1,\dots,z_h)\,W_O", multi_head),
+    ("Add & norm", "The attention output is added to the token's vector (the residual stream), so nothing is lost. "
+     f"LayerNorm rescales each vector to mean 0 and variance 1 ({cfg.norm_placement}-LN: "
+     + ("before each sub-layer)." if cfg.norm_placement == "pre" else "after each addition)."),
+     r"\mathrm{LN}(x) = \frac{x-\mu}{\sqrt{\sigma^2+\varepsilon}}\odot w + b", add_norm),
+    ("Feed-forward network", f"Every position then passes through the same two-layer network: d_model {cfg.d_model} "
+     f"→ {cfg.d_mlp} → {cfg.d_model}, with a GELU in between; its output is added to the residual stream too.",
+     r"\mathrm{FFN}(x) = \mathrm{GELU}(xW_{in}+b_{in})W_{out}+b_{out}", feed_forward),
+    ("The stack of layers", f"Attention + feed-forward is one block; this model stacks {cfg.n_layers}. The logit "
+     "lens shows what the model would predict if it stopped after each block.", None, stack),
+    ("Logits", "The final vector of the last token is multiplied by the unembedding matrix: one score (logit) per "
+     f"vocabulary token, {cfg.d_vocab} in all.", r"\text{logits} = \mathrm{LN}(x_L)\,W_U", logits),
+    ("Softmax with temperature", "Softmax turns logits into probabilities. Dividing the logits by a temperature T "
+     "before softmax changes how peaked the distribution is.", r"p_i = \frac{e^{z_i/T}}{\sum_j e^{z_j/T}}", softmax),
+    ("The next token", "One token is chosen from the distribution and appended; then everything runs again.",
+     None, next_token),
+]
+
+total = len(STEPS)
+step = st.selectbox("Step", range(1, total + 1), format_func=lambda i: f"{i} / {total} · {STEPS[i - 1][0]}",
+                    key=shared_widget_key("step", 1, lambda v: 1 <= v <= total, int), on_change=remember, args=("step",))
+st.query_params["step"] = str(step)
+title, text, formula, render = STEPS[step - 1]
+st.header(f"{step} · {title}")
+st.markdown(text)
+if formula:
+    st.latex(formula)
+render()
+back, forward, _ = st.columns([1, 1, 4])
+back.button("Previous", icon=":material/arrow_back:", disabled=step == 1, on_click=set_shared, args=("step", step - 1))
+forward.button("Next", icon=":material/arrow_forward:", type="primary", disabled=step == total,
+               on_click=set_shared, args=("step", step + 1))
