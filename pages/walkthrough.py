@@ -6,9 +6,8 @@ from viz_ui.block import layernorm_stats, logit_lens, residual_norms, top_neuron
 from viz_ui.figures import (attention_grid, attention_heatmap, matrix_heatmap, position_curves, stage_heatmap, topk_bar,
                             value_bar)
 from viz_ui.generation import next_token_view
-from viz_ui.heads import head_scores
 from viz_ui.layout import remember, require_trace, set_shared, setup_page, shared_number, shared_widget_key, show_figure
-from viz_ui.state import get_positional_table, get_vocab_labels
+from viz_ui.state import get_head_scores, get_positional_table, get_vocab_labels
 from viz_ui.steps import head_steps, largest_weights
 from viz_ui.tables import score_table, token_chips_html, token_table, topk_table, vector_table
 
@@ -114,7 +113,8 @@ def next_token() -> None:
     st.code(trace.text + "⟨" + state.tokenizer.decode([choice]) + "⟩", language=None, wrap_lines=True)
 
 
-sinks = head_scores(model, trace)["first-token"]
+first_token = get_head_scores(state.model_path, trace.text)["first-token"]
+sink_note = ("" if n < 2 else f" (here up to {float(first_token.max()):.0%} in one head)")
 STEPS = [
     ("Text → tokens", "The tokenizer cuts the text into pieces from a fixed vocabulary (byte-level BPE: frequent "
      "words are one token, rare ones several). Spaces belong to the token after them (·).", None, tokens),
@@ -128,7 +128,7 @@ STEPS = [
      r"\mathrm{Attention}(Q,K,V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}} + M\right)V", one_head),
     ("Multi-head attention and W_O", f"{cfg.n_heads} heads do this in parallel, each looking for something else. "
      "Their outputs are concatenated and multiplied by W_O. Heads that put most weight on the first token are "
-     f"'attention sinks' (here up to {float(sinks.max()):.0%} in one head): softmax must put its weight somewhere, "
+     f"'attention sinks'{sink_note}: softmax must put its weight somewhere, "
      "and a head with nothing to read parks it there.", r"\mathrm{MultiHead} = \mathrm{Concat}(z_1,\dots,z_h)\,W_O", multi_head),
     ("Add & norm", "The attention output is added to the token's vector (the residual stream), so nothing is lost. "
      f"LayerNorm rescales each vector to mean 0 and variance 1 ({cfg.norm_placement}-LN: "

@@ -174,3 +174,10 @@ def test_walkthrough_every_step_renders_and_next_moves_on():
     assert next(b for b in at.button if b.label == "Next").disabled
     at = open_page("pages/walkthrough.py", query={"step": "4"})
     assert at.header[0].value == "4 · One attention head"
+
+
+@pytest.mark.parametrize("step", range(1, 12))
+def test_walkthrough_on_a_one_token_text(step):
+    at = open_page("pages/walkthrough.py", text="Once", query={"step": str(step)})
+    assert at.header[0].value.startswith(f"{step} · ") and not at.error
+    assert "nan" not in " ".join(m.value for m in at.markdown)
