@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from viz_ui.export import pattern_table
 from viz_ui.figures import attention_grid, attention_heatmap
 from viz_ui.layout import pick_layer_head, require_trace, setup_page, show_figure
 from viz_ui.heads import stacked_patterns
@@ -15,7 +16,8 @@ cfg = state.model.cfg
 patterns = stacked_patterns(trace.arrays, cfg.n_layers)
 
 grid, pooled = attention_grid(patterns)
-show_figure(grid, state, "attention_all_heads")
+show_figure(grid, state, "attention_all_heads",
+            data=lambda: pattern_table(patterns, trace.labels, cfg.causal))
 if pooled:
     st.caption(f"{trace.n_tokens} tokens are too many to draw per cell in {cfg.n_layers * cfg.n_heads} small "
                "maps: each cell of the overview is the largest weight in a block of cells. "

@@ -3,20 +3,21 @@
 import numpy as np
 import streamlit as st
 
-from viz_ui.block import logit_lens
+from viz_ui.export import lens_table
 from viz_ui.figures import stage_heatmap
 from viz_ui.layout import require_trace, setup_page, show_figure
-from viz_ui.state import get_vocab_labels
+from viz_ui.state import get_logit_lens, get_vocab_labels
 
 state = setup_page("Logit lens",
                    "Decode the residual stream after every layer with the model's own final LayerNorm and "
                    "unembedding: each cell shows the token it would predict next, and the colour its probability.")
 trace = require_trace(state)
 vocab = get_vocab_labels(state.model_path)
-ids, probs, rows = logit_lens(state.model, trace)
+ids, probs, rows = get_logit_lens(state.model_path, trace.text)
 text = np.vectorize(lambda i: vocab[i])(ids)
 show_figure(stage_heatmap(probs, rows, trace.labels, "Top next-token prediction after each layer", "probability",
-                          cell_text=text, zmax=1.0), state, "logit_lens")
+                          cell_text=text, zmax=1.0), state, "logit_lens",
+            data=lambda: lens_table(ids, probs, rows, trace.labels, vocab))
 if trace.n_tokens > 40:
     st.caption("With more than 40 tokens the predicted tokens are shown on hover only.")
 st.markdown("Read a column from top to bottom to see where a prediction forms: early layers often predict a "

@@ -5,7 +5,7 @@ import streamlit as st
 from viz_ui.figures import generation_heatmap, topk_bar
 from viz_ui.generation import attention_rows, continuation_text, generate_records, next_token_view
 from viz_ui.layout import (pick_index, pick_position, require_trace, set_shared, setup_page, shared_number,
-                           show_figure)
+                           show_figure, show_link)
 from viz_ui.state import get_vocab_labels
 from viz_ui.tables import kv_table, steps_table, topk_table
 
@@ -101,3 +101,4 @@ if generated and generated["settings"] == settings:
                 state, f"generation_attention_L{layer}")
     st.markdown("**The KV cache at work**")
     st.dataframe(kv_table(records, queries, all_labels), hide_index=True)
+show_link(state)  # after every widget of the page, so the link holds n_new and seed too

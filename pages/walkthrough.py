@@ -2,12 +2,13 @@
 
 import streamlit as st
 
-from viz_ui.block import layernorm_stats, logit_lens, residual_norms, top_neurons
+from viz_ui.block import layernorm_stats, residual_norms, top_neurons
 from viz_ui.figures import (attention_grid, attention_heatmap, matrix_heatmap, position_curves, stage_heatmap, topk_bar,
                             value_bar)
 from viz_ui.generation import next_token_view
-from viz_ui.layout import remember, require_trace, set_shared, setup_page, shared_number, shared_widget_key, show_figure
-from viz_ui.state import get_head_scores, get_positional_table, get_vocab_labels
+from viz_ui.layout import (remember, require_trace, set_shared, setup_page, shared_number, shared_widget_key,
+                           show_figure, show_link)
+from viz_ui.state import get_head_scores, get_logit_lens, get_positional_table, get_vocab_labels
 from viz_ui.steps import head_steps, largest_weights
 from viz_ui.tables import score_table, token_chips_html, token_table, topk_table, vector_table
 
@@ -30,9 +31,12 @@ def embeddings() -> None:
     with tab_e:
         show_figure(matrix_heatmap(trace.arrays["hook_embed"], trace.labels, "Token embeddings E"), state, "walk_E")
     with tab_p:
-        table = get_positional_table(state.model_path)
-        show_figure(position_curves(table, [0, 1, cfg.d_model // 4, cfg.d_model // 2], n, "P over every position"),
-                    state, "walk_P")
+        if cfg.positional == "none":
+            st.markdown("This model adds no positional encoding: P = 0.")
+        else:
+            table = get_positional_table(state.model_path)
+            show_figure(position_curves(table, [0, 1, cfg.d_model // 4, cfg.d_model // 2], n, "P over every position"),
+                        state, "walk_P")
     with tab_x:
         show_figure(matrix_heatmap(trace.arrays["blocks.0.hook_resid_pre"], trace.labels, "x = E + P"), state, "walk_x")
 
@@ -41,7 +45,8 @@ def one_head() -> None:
     s = head_steps(model, trace, 0, 0, last)
     st.markdown(f"Layer 0, head 0, for the last token **{trace.labels[last]}**. √d_k = √{cfg.d_head}: without this "
                 "division the dot products grow with d_k and softmax would put almost all weight on one token. "
-                "The causal mask (−∞) hides later tokens; here the query is the last token, so it sees everything.")
+                + ("The causal mask (−∞) hides later tokens; here the query is the last token, so it sees everything."
+                   if cfg.causal else "This model has no causal mask: every token sees every other token."))
     st.dataframe(score_table(trace.labels, s.dots, s.scaled, s.scores, s.weights).style.format(
         {c: fmt for c in ("q·k", "q·k / √d_k", "exp(score − max)", "weight")}), hide_index=True, height=260)
     order = largest_weights(s, 10)
@@ -77,7 +82,7 @@ def stack() -> None:
     norms, names = residual_norms(trace, cfg.n_layers)
     show_figure(stage_heatmap(norms, names, trace.labels, "‖residual stream‖ through the stack", "L2 norm"),
                 state, "walk_stack")
-    ids, probs, rows = logit_lens(model, trace)
+    ids, probs, rows = get_logit_lens(state.model_path, trace.text)
     text = [[vocab[i] for i in row] for row in ids]
     show_figure(stage_heatmap(probs, rows, trace.labels, "What each layer would predict (logit lens)", "probability",
                               cell_text=text, zmax=1.0), state, "walk_lens")
@@ -110,7 +115,8 @@ def next_token() -> None:
     st.markdown(f"Greedy decoding picks **{vocab[choice]}** (p = {plain[choice]:.1%} at T = 1). Sampling draws from "
                 "the distribution of the previous step instead. Either way the chosen token is appended to the text "
                 "and the whole pipeline runs again for the next one: the Output page does this step by step.")
-    st.code(trace.text + "⟨" + state.tokenizer.decode([choice]) + "⟩", language=None, wrap_lines=True)
+    seen = state.tokenizer.decode(trace.ids.tolist()) if trace.truncated else trace.text  # what the model read
+    st.code(seen + "⟨" + state.tokenizer.decode([choice]) + "⟩", language=None, wrap_lines=True)
 
 
 first_token = get_head_scores(state.model_path, trace.text)["first-token"]
@@ -121,8 +127,9 @@ STEPS = [
     ("Tokens → ids", "Each token is replaced by its integer id, its row number in the vocabulary. From here on the "
      "model only sees these numbers.", None, tokens),
     ("Embeddings + positional encodings", "Each id selects a row of the embedding matrix W_E (d_model numbers). "
-     "A positional encoding P is added so that order matters; this model uses "
-     f"{cfg.positional} positions.", r"x_i = W_E[\text{id}_i] + P_i", embeddings),
+     + ("A positional encoding P is added so that order matters; this model uses "
+        f"{cfg.positional} positions." if cfg.positional != "none" else "This model adds no positional encoding."),
+     r"x_i = W_E[\text{id}_i] + P_i", embeddings),
     ("One attention head", "Each token makes a query q, a key k and a value v. The query is compared with every key; "
      "softmax turns the scores into weights that sum to 1; the output is the weighted sum of the values.",
      r"\mathrm{Attention}(Q,K,V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}} + M\right)V", one_head),
@@ -131,16 +138,18 @@ STEPS = [
      f"'attention sinks'{sink_note}: softmax must put its weight somewhere, "
      "and a head with nothing to read parks it there.", r"\mathrm{MultiHead} = \mathrm{Concat}(z_1,\dots,z_h)\,W_O", multi_head),
     ("Add & norm", "The attention output is added to the token's vector (the residual stream), so nothing is lost. "
-     f"LayerNorm rescales each vector to mean 0 and variance 1 ({cfg.norm_placement}-LN: "
+     f"LayerNorm rescales each vector to mean 0 and variance 1, then applies a learned scale w and shift b "
+     f"({cfg.norm_placement}-LN: "
      + ("before each sub-layer)." if cfg.norm_placement == "pre" else "after each addition)."),
      r"\mathrm{LN}(x) = \frac{x-\mu}{\sqrt{\sigma^2+\varepsilon}}\odot w + b", add_norm),
     ("Feed-forward network", f"Every position then passes through the same two-layer network: d_model {cfg.d_model} "
-     f"→ {cfg.d_mlp} → {cfg.d_model}, with a GELU in between; its output is added to the residual stream too.",
-     r"\mathrm{FFN}(x) = \mathrm{GELU}(xW_{in}+b_{in})W_{out}+b_{out}", feed_forward),
+     f"→ {cfg.d_mlp} → {cfg.d_model}, with a {cfg.mlp.upper()} in between; its output is added to the residual "
+     "stream too.", rf"\mathrm{{FFN}}(x) = \mathrm{{{cfg.mlp.upper()}}}(xW_{{in}}+b_{{in}})W_{{out}}+b_{{out}}", feed_forward),
     ("The stack of layers", f"Attention + feed-forward is one block; this model stacks {cfg.n_layers}. The logit "
      "lens shows what the model would predict if it stopped after each block.", None, stack),
     ("Logits", "The final vector of the last token is multiplied by the unembedding matrix: one score (logit) per "
-     f"vocabulary token, {cfg.d_vocab} in all.", r"\text{logits} = \mathrm{LN}(x_L)\,W_U", logits),
+     f"vocabulary token, {cfg.d_vocab} in all.",
+     r"\text{logits} = \mathrm{LN}(x_L)\,W_U" if cfg.final_norm else r"\text{logits} = x_L\,W_U", logits),
     ("Softmax with temperature", "Softmax turns logits into probabilities. Dividing the logits by a temperature T "
      "before softmax changes how peaked the distribution is.", r"p_i = \frac{e^{z_i/T}}{\sum_j e^{z_j/T}}", softmax),
     ("The next token", "One token is chosen from the distribution and appended; then everything runs again.",
@@ -161,3 +170,4 @@ back, forward, _ = st.columns([1, 1, 4])
 back.button("Previous", icon=":material/arrow_back:", disabled=step == 1, on_click=set_shared, args=("step", step - 1))
 forward.button("Next", icon=":material/arrow_forward:", type="primary", disabled=step == total,
                on_click=set_shared, args=("step", step + 1))
+show_link(state)  # steps without a figure still refresh the link (with the step number)

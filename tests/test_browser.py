@@ -160,22 +160,37 @@ def test_a_copied_link_reopens_the_same_view_and_samples(server, browser):
 SMALLEST_LECTURE_FONT_PX = 24  # at 2x: every figure label and page text is at least this large
 
 
+def luminance(rgb: str) -> float:
+    channels = [int(c) / 255 for c in re.findall(r"[\d.]+", rgb)[:3]]
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG contrast ratio of two CSS rgb() colours."""
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
 @pytest.mark.parametrize("size, theme", [((1920, 1080), "light"), ((1280, 720), "dark")])
 def test_lecture_mode_is_readable_from_the_back_row(server, browser, size, theme):
     page = browser.new_page(viewport={"width": size[0], "height": size[1]})
-    page.goto(f"{server}/attention?lecture=true&scale=2.0&theme={theme}")
-    expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
-    page.wait_for_timeout(2000)
-    sizes = page.evaluate("""() => Array.from(document.querySelectorAll(
-            '.js-plotly-plot text, [data-testid=stMain] p, [data-testid=stMain] label, [data-testid=stMain] h1'))
-        .filter(e => e.getBoundingClientRect().width > 0 && (e.textContent || '').trim())
-        .map(e => parseFloat(getComputedStyle(e).fontSize))""")
-    assert len(sizes) > 50 and min(sizes) >= SMALLEST_LECTURE_FONT_PX
-    assert page.locator(".modebar").count() == 0  # projected views hide the figure toolbar
-    assert page.get_by_text("Data (CSV)").count() == 0
+    for path in ("attention", "logit_lens", "heads", "output"):
+        page.goto(f"{server}/{path}?lecture=true&scale=2.0&theme={theme}")
+        expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
+        page.wait_for_timeout(2000)
+        sizes = page.evaluate("""() => Array.from(document.querySelectorAll(
+                '.js-plotly-plot text, [data-testid=stMain] p, [data-testid=stMain] label, [data-testid=stMain] h1'))
+            .filter(e => e.getBoundingClientRect().width > 0 && (e.textContent || '').trim())
+            .map(e => parseFloat(getComputedStyle(e).fontSize))""")
+        assert len(sizes) > 20 and min(sizes) >= SMALLEST_LECTURE_FONT_PX, path
+        assert page.locator(".modebar").count() == 0  # projected views hide the figure toolbar
+        assert page.get_by_text("Data (CSV)").count() == 0
     page.screenshot(path=f"/tmp/lecture_{size[0]}x{size[1]}_{theme}.png")
     background = page.evaluate("getComputedStyle(document.querySelector('[data-testid=stApp]')).backgroundColor")
     assert (background == "rgb(14, 17, 23)") == (theme == "dark")
     box = page.locator("textarea").first  # the text stays readable on its own background in both themes
-    colours = box.evaluate("e => [getComputedStyle(e).color, getComputedStyle(e).backgroundColor]")
-    assert colours[0] != colours[1]
+    colours = box.evaluate("""e => { let b = e;  // the first ancestor with an opaque background is what shows
+        while (b && ['transparent', 'rgba(0, 0, 0, 0)'].includes(getComputedStyle(b).backgroundColor)) b = b.parentElement;
+        return [getComputedStyle(e).color, b ? getComputedStyle(b).backgroundColor : 'rgb(255, 255, 255)']; }""")
+    assert contrast(*colours) >= 4.5  # WCAG AA for body text

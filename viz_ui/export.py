@@ -64,3 +64,24 @@ def trace_npz(trace: Trace) -> bytes:
     np.savez_compressed(buffer, ids=trace.ids, labels=np.array(trace.labels), text=np.array(trace.text),
                         **trace.arrays)
     return buffer.getvalue()
+
+
+def pattern_table(patterns: np.ndarray, labels: list[str], causal: bool = True) -> pd.DataFrame:
+    """Every head's attention weights in long form: layer, head, query_pos, query token, key_pos, key
+    token, weight. ``patterns`` ``[n_layers, n_heads, query_pos, key_pos]``; with ``causal`` only the
+    visible keys (key_pos <= query_pos) are listed."""
+    n_layers, n_heads, n, _ = patterns.shape
+    layer, head, q, k = np.meshgrid(np.arange(n_layers), np.arange(n_heads), np.arange(n), np.arange(n), indexing="ij")
+    keep = (k <= q) if causal else np.ones_like(q, dtype=bool)
+    tokens = np.array(labels, dtype=object)
+    return pd.DataFrame({"layer": layer[keep], "head": head[keep], "query_pos": q[keep], "query_token": tokens[q[keep]],
+                         "key_pos": k[keep], "key_token": tokens[k[keep]], "weight": patterns[keep]})
+
+
+def lens_table(ids: np.ndarray, probs: np.ndarray, stages: list[str], labels: list[str], vocab: list[str]) -> pd.DataFrame:
+    """The logit lens in long form: stage, position, token, predicted next token, its probability."""
+    n_stages, n = ids.shape
+    stage, pos = np.meshgrid(np.arange(n_stages), np.arange(n), indexing="ij")
+    return pd.DataFrame({"stage": np.array(stages, dtype=object)[stage.ravel()], "position": pos.ravel(),
+                         "token": np.array(labels, dtype=object)[pos.ravel()],
+                         "predicted": [vocab[i] for i in ids.ravel()], "probability": probs.ravel()})

@@ -54,7 +54,8 @@ THEME_CSS = {
              # form widgets keep their own light background otherwise: give them a dark one with light text
              "[data-testid=stApp] textarea,[data-testid=stApp] input,[data-baseweb=select]>div,"
              "[data-testid=stMetricDelta],[data-testid=stExpander] details,[data-testid=stCode] pre"
-             "{background:#262730 !important;color:#f2f2f2 !important;-webkit-text-fill-color:#f2f2f2}"),
+             "{background:#262730 !important;color:#f2f2f2 !important;-webkit-text-fill-color:#f2f2f2}"
+             "[data-testid=stApp] .tok,[data-testid=stApp] .tok sub{color:#111 !important}"),
     "light": "[data-testid=stApp] p,[data-testid=stApp] li,[data-testid=stCaptionContainer]{color:#000}",
 }
 
@@ -131,7 +132,7 @@ def shared_widget_key(key: str, default, valid=lambda value: True, cast=str) -> 
         ss["_link"] = st.query_params.to_dict()
     if "_" + key not in ss:
         try:
-            value = cast(st.query_params.get(key, ss["_link"][key]))
+            value = cast(st.query_params[key] if key in st.query_params else ss["_link"][key])
         except (KeyError, ValueError):
             value = default
         ss["_" + key] = value if valid(value) else default
@@ -255,9 +256,10 @@ def require_trace(state: AppState) -> Trace:
     return state.trace
 
 
-def show_figure(fig: go.Figure, state: AppState, view: str) -> None:
-    """Render a figure with a PNG export (3x scale, for slides) in its toolbar and a CSV of its data,
-    both named after the model and view."""
+def show_figure(fig: go.Figure, state: AppState, view: str, data=None) -> None:
+    """Render a figure with a PNG/SVG export in its toolbar and a CSV of its data, named after the model
+    and view. ``data``: a callable returning the DataFrame to export, when the figure's own cells are not
+    the best table (e.g. tiled or pooled figures); by default :func:`figure_frame` of the figure."""
     d = state.display
     filename = f"{state.model_name}_{view}".replace(" ", "_")
     style_for_display(fig, d.scale, d.theme)
@@ -265,6 +267,7 @@ def show_figure(fig: go.Figure, state: AppState, view: str) -> None:
         "displaylogo": False, "displayModeBar": not d.lecture,
         "toImageButtonOptions": {"format": d.export, "scale": 3 if d.export == "png" else 1, "filename": filename}})
     if not d.lecture:
-        st.download_button("Data (CSV)", data=lambda: figure_csv(fig), file_name=f"{filename}.csv", mime="text/csv",
+        csv = (lambda: figure_csv(fig)) if data is None else (lambda: data().to_csv(index=False))
+        st.download_button("Data (CSV)", data=csv, file_name=f"{filename}.csv", mime="text/csv",
                            key=f"csv_{view}", type="tertiary", icon=":material/download:")
     show_link(state)

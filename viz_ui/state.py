@@ -11,6 +11,7 @@ from tokenizers import Tokenizer
 from viz_model import DEFAULT_MODEL, VizTransformer, load_model
 from viz_model.checkpoint import ASSETS
 
+from .block import logit_lens
 from .heads import head_scores
 from .numeric import PCA, fit_pca
 from .trace import Trace, run_trace, token_label
@@ -64,6 +65,13 @@ def get_head_scores(path: str, text: str) -> dict[str, np.ndarray]:
     """:func:`head_scores` of the model at ``path`` on ``text`` (and its repeated random sequence)."""
     model, _ = get_model(path)
     return head_scores(model, get_trace(path, text))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def get_logit_lens(path: str, text: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """:func:`logit_lens` of the model at ``path`` on ``text``."""
+    model, _ = get_model(path)
+    return logit_lens(model, get_trace(path, text))
 
 
 def model_card(path: str) -> str | None:
