@@ -6,8 +6,8 @@ from viz_ui.block import layernorm_stats, residual_norms, top_neurons
 from viz_ui.figures import (attention_grid, attention_heatmap, matrix_heatmap, position_curves, stage_heatmap, topk_bar,
                             value_bar)
 from viz_ui.generation import next_token_view
-from viz_ui.layout import (remember, require_trace, set_shared, setup_page, shared_number, shared_widget_key,
-                           show_figure, show_link)
+from viz_ui.layout import (require_trace, set_shared, setup_page, shared_number, shared_widget, show_figure,
+                           show_link)
 from viz_ui.state import get_head_scores, get_logit_lens, get_positional_table, get_vocab_labels
 from viz_ui.steps import head_steps, largest_weights
 from viz_ui.tables import score_table, token_chips_html, token_table, topk_table, vector_table
@@ -157,9 +157,9 @@ STEPS = [
 ]
 
 total = len(STEPS)
-step = st.selectbox("Step", range(1, total + 1), format_func=lambda i: f"{i} / {total} · {STEPS[i - 1][0]}",
-                    key=shared_widget_key("step", 1, lambda v: 1 <= v <= total, int), on_change=remember, args=("step",))
-st.query_params["step"] = str(step)
+step = shared_widget(st.selectbox, "Step", range(1, total + 1), key="step", default=1,
+                     valid=lambda v: 1 <= v <= total, cast=int,
+                     format_func=lambda i: f"{i} / {total} · {STEPS[i - 1][0]}")
 title, text, formula, render = STEPS[step - 1]
 st.header(f"{step} · {title}")
 st.markdown(text)

@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> EvalResult:
             bar.write(f"step {done}: train loss {loss.item():.3f}, valid {res.nats_per_token:.3f} nats/token, "
                       f"{res.bits_per_char:.3f} bits/char (first {res.n_tokens:,} tokens)")
         if args.snapshot_every and done % args.snapshot_every == 0 and done < args.steps:
-            snap = args.out.with_suffix("").with_name(args.out.stem + ".snapshots") / f"step_{done:06d}.safetensors"
+            snap = args.out.with_name(args.out.stem + ".snapshots") / f"step_{done:06d}.safetensors"
             model.eval()
             save_checkpoint(model, tokenizer, snap, {"step": str(done), "command": command})
             model.train()

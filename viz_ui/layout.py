@@ -65,19 +65,17 @@ def _truthy(value) -> bool:
 
 
 def _display_controls() -> Display:
-    truthy = _truthy
     with st.sidebar.expander("Classroom", icon=":material/school:"):
-        lecture = st.toggle("Lecture mode", key=shared_widget_key("lecture", False, cast=truthy), on_change=remember,
-                            args=("lecture",), help="Large fonts and figures, fewer controls: for a projector.")
-        scale = st.slider("Font scale", 1.0, 2.5, key=shared_widget_key("scale", 1.5, lambda v: 1.0 <= v <= 2.5, float),
-                          step=0.25, on_change=remember, args=("scale",), disabled=not lecture)
-        theme = st.radio("Theme", ["light", "dark"], horizontal=True, on_change=remember, args=("theme",),
-                         key=shared_widget_key("theme", "light", ("light", "dark").__contains__),
-                         format_func={"light": "high-contrast light", "dark": "dark"}.get)
-        export = st.radio("Figure download (toolbar camera)", ["png", "svg"], horizontal=True, on_change=remember,
-                          args=("export",), key=shared_widget_key("export", "png", ("png", "svg").__contains__),
-                          format_func={"png": "PNG (3×)", "svg": "SVG"}.get)
-    st.query_params.update(lecture=str(lecture).lower(), scale=str(scale), theme=theme, export=export)
+        lecture = shared_widget(st.toggle, "Lecture mode", key="lecture", default=False, cast=_truthy,
+                                help="Large fonts and figures, fewer controls: for a projector.")
+        scale = shared_widget(st.slider, "Font scale", 1.0, 2.5, key="scale", default=1.5,
+                              valid=lambda v: 1.0 <= v <= 2.5, cast=float, step=0.25, disabled=not lecture)
+        theme = shared_widget(st.radio, "Theme", ["light", "dark"], key="theme", default="light",
+                              valid=("light", "dark").__contains__, horizontal=True,
+                              format_func={"light": "high-contrast light", "dark": "dark"}.get)
+        export = shared_widget(st.radio, "Figure download (toolbar camera)", ["png", "svg"], key="export",
+                               default="png", valid=("png", "svg").__contains__, horizontal=True,
+                               format_func={"png": "PNG (3×)", "svg": "SVG"}.get)
     return Display(lecture, scale if lecture else 1.0, theme, export)
 
 
@@ -142,6 +140,14 @@ def shared_widget_key(key: str, default, valid=lambda value: True, cast=str) -> 
     return key
 
 
+def shared_widget(widget, *args, key: str, default, valid=lambda value: True, cast=str, **kwargs):
+    """Draw ``widget(*args, **kwargs)`` (e.g. ``st.slider``, ``column.selectbox``) with a value shared by every
+    page and kept in the link under ``key`` (see :func:`shared_widget_key`); return the value."""
+    value = widget(*args, key=shared_widget_key(key, default, valid, cast), on_change=remember, args=(key,), **kwargs)
+    st.query_params[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return value
+
+
 def remember(key: str) -> None:
     """on_change callback: keep the widget's new value for the other pages and the link."""
     st.session_state["_" + key] = st.session_state[key]
@@ -164,18 +170,15 @@ def _sidebar(models: dict[str, str]) -> tuple[str, str]:
         for path, label, icon in PAGES:
             st.page_link(path, label=label, icon=icon)
         st.divider()
-        name = st.selectbox("Model", list(models), key=shared_widget_key("model", default_model, models.__contains__),
-                            on_change=remember, args=("model",),
-                            help="Models shipped in assets/models; each has a model card on the Start page.")
-        text = st.text_area("Text", key=shared_widget_key("text", EXAMPLES[0], cast=lambda v: str(v)[:MAX_CHARS]),
-                            height=150, max_chars=MAX_CHARS,
-                            on_change=remember, args=("text",),
-                            help="Press Ctrl+Enter (or click outside) to run the model on the new text.")
+        name = shared_widget(st.selectbox, "Model", list(models), key="model", default=default_model,
+                             valid=models.__contains__,
+                             help="Models shipped in assets/models; each has a model card on the Start page.")
+        text = shared_widget(st.text_area, "Text", key="text", default=EXAMPLES[0],
+                             cast=lambda v: str(v)[:MAX_CHARS], height=150, max_chars=MAX_CHARS,
+                             help="Press Ctrl+Enter (or click outside) to run the model on the new text.")
         st.selectbox("…or start from an example", EXAMPLES, index=None, key="example", on_change=_use_example,
                      placeholder="Choose an example")
-    text = (text or "")[:MAX_CHARS]
-    st.query_params.update(model=name, text=text)
-    return name, text
+    return name, (text or "")[:MAX_CHARS]
 
 
 def setup_page(title: str, intro: str) -> AppState:
@@ -222,19 +225,15 @@ def setup_page(title: str, intro: str) -> AppState:
 
 def pick_index(container, label: str, key: str, n: int, default: int = 0, format_func=str) -> int:
     """A selector of ``0 .. n - 1`` shared by every page and kept in the link under ``key``."""
-    value = container.selectbox(label, range(n), format_func=format_func, on_change=remember, args=(key,),
-                                key=shared_widget_key(key, default, lambda v: 0 <= v < n, int))
-    st.query_params[key] = str(value)
-    return value
+    return shared_widget(container.selectbox, label, range(n), key=key, default=default,
+                         valid=lambda v: 0 <= v < n, cast=int, format_func=format_func)
 
 
 def shared_number(widget, label: str, key: str, lo, hi, default, cast, **kwargs):
     """A number widget (e.g. ``column.slider``, ``column.number_input``) whose value is shared by every page
     and kept in the link under ``key``; a value from the link outside ``[lo, hi]`` falls back to ``default``."""
-    value = widget(label, lo, hi, key=shared_widget_key(key, default, lambda v: lo <= v <= hi, cast),
-                   on_change=remember, args=(key,), **kwargs)
-    st.query_params[key] = str(value)
-    return value
+    return shared_widget(widget, label, lo, hi, key=key, default=default, valid=lambda v: lo <= v <= hi, cast=cast,
+                         **kwargs)
 
 
 def pick_layer_head(state: AppState, layer_col, head_col) -> tuple[int, int]:
