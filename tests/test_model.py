@@ -153,7 +153,8 @@ def test_learned_positions_and_untied_unembedding():
 
 
 @pytest.mark.parametrize("bad, message", [
-    (dict(n_layers=0), "n_layers"), (dict(positional="alibi"), "positional"), (dict(norm="rmsnorm"), "not supported"),
+    (dict(n_layers=0), "n_layers"), (dict(positional="alibi"), "positional"), (dict(lm_head="pooler"), "lm_head"),
+    (dict(positional="rotary", d_head=7, d_model=28), "even d_head"), (dict(n_kv_heads=5), "multiple"),
     (dict(n_kv_heads=3), "multiple"), (dict(d_model=33, d_head=8), "even d_model")])
 def test_invalid_configs_are_refused_with_a_message(bad, message):
     with pytest.raises(ConfigError, match=message):

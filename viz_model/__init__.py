@@ -1,10 +1,13 @@
 """The instrumented transformer: model, hooks, checkpoints, tokenizer and sampling (torch only)."""
 
-from .checkpoint import DEFAULT_MODEL, CheckpointError, load_checkpoint, load_model, save_checkpoint
+from .checkpoint import DEFAULT_MODEL, load_checkpoint, save_checkpoint
 from .config import Config, ConfigError
 from .hooks import ActivationCache, HookPoint
 from .model import KVCache, VizTransformer
 from .sampling import Step, generate, iter_generate, next_token_probs
+from .sources import load_model, load_upload
+from .weights import CheckpointError
 
 __all__ = ["ActivationCache", "CheckpointError", "Config", "ConfigError", "DEFAULT_MODEL", "HookPoint", "KVCache", "Step",
-           "VizTransformer", "generate", "iter_generate", "load_checkpoint", "load_model", "next_token_probs", "save_checkpoint"]
+           "VizTransformer", "generate", "iter_generate", "load_checkpoint", "load_model", "load_upload",
+           "next_token_probs", "save_checkpoint"]

@@ -15,15 +15,12 @@ from tokenizers import Tokenizer
 
 from .config import Config, ConfigError
 from .model import VizTransformer
+from .weights import CheckpointError, build_model
 
 FORMAT = "viz-transformer"
 FORMAT_VERSION = "1"
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
 DEFAULT_MODEL = ASSETS / "tinystories-6l.safetensors"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be loaded; the message names the problem in one line."""
 
 
 def save_checkpoint(model: VizTransformer, tokenizer: Tokenizer, path: str | Path,
@@ -81,45 +78,9 @@ def load_checkpoint(path: str | Path) -> tuple[VizTransformer, Tokenizer]:
         raise CheckpointError(f"{path.name}: the tokenizer in the metadata cannot be read ({exc})") from None
     if tokenizer.get_vocab_size() > cfg.d_vocab:
         raise CheckpointError(f"{path.name}: tokenizer has {tokenizer.get_vocab_size()} tokens, model only {cfg.d_vocab}")
-    cfg.dropout = 0.0
-    model = VizTransformer(cfg)
-    expected = model.state_dict()
     try:
         with safe_open(str(path), framework="pt") as f:
-            names = set(f.keys())
-            missing, unexpected = sorted(set(expected) - names), sorted(names - set(expected))
-            if missing or unexpected:
-                raise CheckpointError(f"{path.name}: weights do not match the config "
-                                      f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-            state = {}
-            for name in expected:
-                tensor = f.get_tensor(name)
-                if tuple(tensor.shape) != tuple(expected[name].shape):
-                    raise CheckpointError(f"{path.name}: {name} has shape {tuple(tensor.shape)}, "
-                                          f"the config needs {tuple(expected[name].shape)}")
-                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                    raise CheckpointError(f"{path.name}: {name} holds NaN or infinite values")
-                state[name] = tensor.float()
-    except CheckpointError:
-        raise
+            state = {name: f.get_tensor(name) for name in f.keys()}
     except Exception as exc:
         raise CheckpointError(f"{path.name}: the weights cannot be read ({exc})") from None
-    model.load_state_dict(state)
-    model.eval()
-    return model, tokenizer
-
-
-def load_model(source: str | Path | None = None) -> tuple[VizTransformer, Tokenizer]:
-    """Load a model and its tokenizer: the shipped default model when ``source`` is None.
-
-    Example::
-
-        model, tokenizer = load_model()
-        enc = tokenizer.encode("Once upon a time")
-        logits, cache = model.run_with_cache(torch.tensor([enc.ids]))  # logits [1, pos, d_vocab]
-
-    Raises:
-        CheckpointError: see :func:`load_checkpoint`.
-    """
-    return load_checkpoint(DEFAULT_MODEL if source is None else source)
-
+    return build_model(cfg, state, path.name), tokenizer

@@ -15,6 +15,7 @@ from torch import nn
 
 from .config import Config
 from .hooks import HookPoint
+from .rotary import apply_rotary, rotary_angles
 
 
 class Embed(nn.Module):
@@ -53,16 +54,19 @@ class PosEmbed(nn.Module):
     def __init__(self, cfg: Config) -> None:
         super().__init__()
         self.kind = cfg.positional
-        if self.kind == "learned":
+        if self.kind == "learned":  # rotary positions act inside attention: nothing is added here
             self.W_pos = nn.Parameter(torch.empty(cfg.n_ctx, cfg.d_model))
         elif self.kind == "sinusoidal":
             # Not saved in checkpoints: it is a pure function of (n_ctx, d_model).
             self.register_buffer("W_pos", sinusoidal_table(cfg.n_ctx, cfg.d_model), persistent=False)
-        else:
-            self.register_buffer("W_pos", torch.zeros(cfg.n_ctx, cfg.d_model), persistent=False)
+        else:  # nothing is added; no table is stored (a Llama context of 131,072 would cost gigabytes)
+            self.W_pos = None
+        self.d_model = cfg.d_model
 
     def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         n_pos = tokens.shape[-1]
+        if self.W_pos is None:
+            return torch.zeros(tokens.shape[0], n_pos, self.d_model, device=tokens.device)
         return self.W_pos[offset:offset + n_pos].unsqueeze(0).expand(tokens.shape[0], -1, -1)
 
 
@@ -87,30 +91,62 @@ class LayerNorm(nn.Module):
         return self.hook_normalized(x / scale * self.w + self.b)
 
 
+class RMSNorm(nn.Module):
+    """RMSNorm (Zhang & Sennrich, 2019): ``x / sqrt(mean(x^2) + eps) * w`` over ``d_model``; no centring, no bias.
+
+    Hooks as :class:`LayerNorm`: ``hook_scale`` ``[batch, pos, 1]`` = sqrt(mean(x^2) + eps) and
+    ``hook_normalized`` ``[batch, pos, d_model]`` (after ``w``).
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.eps = cfg.layer_norm_eps
+        self.w = nn.Parameter(torch.ones(cfg.d_model))
+        self.hook_scale = HookPoint()
+        self.hook_normalized = HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
+        return self.hook_normalized(x / scale * self.w)
+
+
+def make_norm(cfg: Config) -> nn.Module:
+    """The normalisation layer the config asks for (:class:`LayerNorm` or :class:`RMSNorm`)."""
+    return RMSNorm(cfg) if cfg.norm == "rmsnorm" else LayerNorm(cfg)
+
+
 class Attention(nn.Module):
     """Multi-head self-attention, computed explicitly (Vaswani et al., 2017, section 3.2).
 
     ``scores = q k^T / sqrt(d_head)``, masked with -inf above the diagonal when causal,
     ``pattern = softmax(scores)``, ``z = pattern v``, ``out = concat_h(z_h) W_O + b_O``.
 
-    Hooks: ``hook_q/k/v/z`` ``[batch, pos, head_index, d_head]``; ``hook_attn_scores`` and
-    ``hook_pattern`` ``[batch, head_index, query_pos, key_pos]``.
+    Grouped-query attention (Ainslie et al., 2023): ``W_K``, ``W_V`` have ``n_kv_heads`` heads and query
+    head ``h`` reads key/value head ``h // (n_heads / n_kv_heads)``; ``n_kv_heads = 1`` is multi-query.
+    Rotary models rotate q and k by position before the dot product (:mod:`viz_model.rotary`).
+
+    Hooks: ``hook_q`` ``[batch, pos, n_heads, d_head]``, ``hook_k/v`` ``[batch, pos, n_kv_heads, d_head]``
+    (before rotation), ``hook_rot_q/rot_k`` (after rotation, rotary models only), ``hook_z``
+    ``[batch, pos, n_heads, d_head]``; ``hook_attn_scores`` and ``hook_pattern``
+    ``[batch, head_index, query_pos, key_pos]`` (one pattern per query head).
     """
 
     def __init__(self, cfg: Config) -> None:
         super().__init__()
         self.cfg = cfg
-        h, d, k = cfg.n_heads, cfg.d_model, cfg.d_head
+        h, g, d, k = cfg.n_heads, cfg.n_kv_heads, cfg.d_model, cfg.d_head
         self.W_Q = nn.Parameter(torch.empty(h, d, k))
-        self.W_K = nn.Parameter(torch.empty(h, d, k))
-        self.W_V = nn.Parameter(torch.empty(h, d, k))
+        self.W_K = nn.Parameter(torch.empty(g, d, k))
+        self.W_V = nn.Parameter(torch.empty(g, d, k))
         self.W_O = nn.Parameter(torch.empty(h, k, d))
         bias = cfg.attn_bias
         self.b_Q = nn.Parameter(torch.zeros(h, k)) if bias else None
-        self.b_K = nn.Parameter(torch.zeros(h, k)) if bias else None
-        self.b_V = nn.Parameter(torch.zeros(h, k)) if bias else None
+        self.b_K = nn.Parameter(torch.zeros(g, k)) if bias else None
+        self.b_V = nn.Parameter(torch.zeros(g, k)) if bias else None
         self.b_O = nn.Parameter(torch.zeros(d)) if bias else None
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        if cfg.positional == "rotary":
+            self.hook_rot_q, self.hook_rot_k = HookPoint(), HookPoint()
         self.hook_attn_scores, self.hook_pattern, self.hook_z = HookPoint(), HookPoint(), HookPoint()
 
     @staticmethod
@@ -126,22 +162,44 @@ class Attention(nn.Module):
         then see ``hook_k``/``hook_v`` for the new positions only, and scores/patterns of shape
         ``[batch, head_index, new_query_pos, all_key_pos]``.
         """
+        cfg = self.cfg
         q = self.hook_q(self._project(x, self.W_Q, self.b_Q))
         k = self.hook_k(self._project(x, self.W_K, self.b_K))
         v = self.hook_v(self._project(x, self.W_V, self.b_V))
+        if cfg.positional == "rotary":
+            angles = rotary_angles(x.shape[1], cfg.d_head, cfg.rotary_base, kv.n_pos if kv is not None else 0)
+            q = self.hook_rot_q(apply_rotary(q, angles.to(x.device)))
+            k = self.hook_rot_k(apply_rotary(k, angles.to(x.device)))
         if kv is not None:
             k, v = kv.extend(k, v)
-        scores = torch.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(self.cfg.d_head)
-        if self.cfg.causal:
-            n_q, n_k = q.shape[1], k.shape[1]
-            # query i (absolute position n_k - n_q + i) may see keys 0 .. n_k - n_q + i
-            future = torch.triu(torch.ones(n_q, n_k, dtype=torch.bool, device=x.device), diagonal=n_k - n_q + 1)
-            scores = scores.masked_fill(future, float("-inf"))
+        if cfg.n_rep > 1:  # every query head reads its group's key/value head (transformers' repeat_kv)
+            k, v = k.repeat_interleave(cfg.n_rep, dim=2), v.repeat_interleave(cfg.n_rep, dim=2)
+        scores = torch.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(cfg.d_head)
+        hidden = attention_mask(q.shape[1], k.shape[1], cfg.causal, cfg.attn_window, x.device)
+        if hidden is not None:
+            scores = scores.masked_fill(hidden, float("-inf"))
         scores = self.hook_attn_scores(scores)
         pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
         z = self.hook_z(torch.einsum("bhqs,bshk->bqhk", pattern, v))
         out = torch.einsum("bqhk,hkd->bqd", z, self.W_O)
         return out if self.b_O is None else out + self.b_O
+
+
+def attention_mask(n_q: int, n_k: int, causal: bool, window: int | None, device=None) -> torch.Tensor | None:
+    """Which (query, key) pairs are hidden: ``[n_q, n_k]`` bool (True = score set to -inf), or None.
+
+    The queries are the last ``n_q`` of ``n_k`` positions (query i sits at absolute position
+    ``n_k - n_q + i``). Causal: keys after the query are hidden. ``window`` (sliding-window attention):
+    keys ``window`` or more positions before the query are hidden too.
+    """
+    if not causal:
+        return None
+    q_pos = torch.arange(n_k - n_q, n_k, device=device)[:, None]
+    k_pos = torch.arange(n_k, device=device)[None, :]
+    hidden = k_pos > q_pos
+    if window is not None:
+        hidden |= k_pos <= q_pos - window
+    return hidden
 
 
 class LayerKV:
@@ -151,6 +209,11 @@ class LayerKV:
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
 
+    @property
+    def n_pos(self) -> int:
+        """Number of positions stored."""
+        return 0 if self.k is None else self.k.shape[1]
+
     def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append the new positions' keys and values; return all keys and values."""
         self.k = k if self.k is None else torch.cat([self.k, k], dim=1)
@@ -158,27 +221,48 @@ class LayerKV:
         return self.k, self.v
 
 
+ACTIVATIONS = {
+    "gelu": F.gelu,  # exact erf form (Hendrycks & Gimpel, 2016); BERT, nanoGPT
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
+    "relu": F.relu,  # Vaswani et al. (2017)
+    "swiglu": F.silu,  # the gate's activation in SwiGLU (Shazeer, 2020); Llama
+}
+
+
 class MLP(nn.Module):
     """The two-layer feed-forward network: ``act(x W_in + b_in) W_out + b_out`` (Vaswani et al., 3.3).
 
-    Hooks: ``hook_pre`` (before the activation) and ``hook_post`` (after), ``[batch, pos, d_mlp]``.
-    GELU is the exact erf form (Hendrycks & Gimpel, 2016).
+    SwiGLU (Shazeer, 2020; Llama): ``(silu(x W_gate) * (x W_in)) W_out``, with ``W_gate`` ``[d_model, d_mlp]``.
+    Hooks: ``hook_pre`` (before the activation; the gate for SwiGLU), ``hook_pre_linear`` (SwiGLU's
+    linear branch) and ``hook_post`` (the hidden activations), ``[batch, pos, d_mlp]``.
     """
 
     def __init__(self, cfg: Config) -> None:
         super().__init__()
+        self.gated = cfg.mlp == "swiglu"
+        if self.gated:
+            self.W_gate = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
+            self.b_gate = nn.Parameter(torch.zeros(cfg.d_mlp)) if cfg.mlp_bias else None
+            self.hook_pre_linear = HookPoint()
         self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
         self.W_out = nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model))
         self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp)) if cfg.mlp_bias else None
         self.b_out = nn.Parameter(torch.zeros(cfg.d_model)) if cfg.mlp_bias else None
-        self.act = F.gelu if cfg.mlp == "gelu" else F.relu
+        self.act = ACTIVATIONS[cfg.mlp]
         self.hook_pre, self.hook_post = HookPoint(), HookPoint()
 
+    @staticmethod
+    def _linear(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        out = x @ W
+        return out if b is None else out + b
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pre = x @ self.W_in
-        pre = self.hook_pre(pre if self.b_in is None else pre + self.b_in)
-        out = self.hook_post(self.act(pre)) @ self.W_out
-        return out if self.b_out is None else out + self.b_out
+        if self.gated:
+            pre = self.hook_pre(self._linear(x, self.W_gate, self.b_gate))
+            hidden = self.act(pre) * self.hook_pre_linear(self._linear(x, self.W_in, self.b_in))
+        else:
+            hidden = self.act(self.hook_pre(self._linear(x, self.W_in, self.b_in)))
+        return self._linear(self.hook_post(hidden), self.W_out, self.b_out)
 
 
 class Block(nn.Module):
@@ -192,7 +276,7 @@ class Block(nn.Module):
     def __init__(self, cfg: Config) -> None:
         super().__init__()
         self.pre_ln = cfg.norm_placement == "pre"
-        self.ln1, self.attn, self.ln2, self.mlp = LayerNorm(cfg), Attention(cfg), LayerNorm(cfg), MLP(cfg)
+        self.ln1, self.attn, self.ln2, self.mlp = make_norm(cfg), Attention(cfg), make_norm(cfg), MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
         self.hook_attn_out, self.hook_mlp_out = HookPoint(), HookPoint()

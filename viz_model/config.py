@@ -13,14 +13,8 @@ from dataclasses import dataclass, field
 POSITIONAL_KINDS = ("sinusoidal", "learned", "rotary", "none")
 NORM_KINDS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("pre", "post")
-MLP_KINDS = ("gelu", "relu", "swiglu")
-IMPLEMENTED = {
-    # What the model code can run today; the config validates against this so that a
-    # checkpoint asking for an unbuilt feature fails with a clear message, not a crash.
-    "positional": ("sinusoidal", "learned", "none"),
-    "norm": ("layernorm",),
-    "mlp": ("gelu", "relu"),
-}
+MLP_KINDS = ("gelu", "gelu_tanh", "relu", "swiglu")
+LM_HEADS = ("unembed", "mlm", "none")
 
 
 class ConfigError(ValueError):
@@ -46,7 +40,7 @@ class Config:
     positional: str = "sinusoidal"  # how positions enter: added sinusoid, learned table, rotary, none
     norm: str = "layernorm"  # LayerNorm (mean and variance) or RMSNorm (later issue)
     norm_placement: str = "pre"  # pre-LN (GPT-2) or post-LN (original transformer, BERT)
-    mlp: str = "gelu"  # activation of the two-layer feed-forward network
+    mlp: str = "gelu"  # feed-forward kind: GELU (erf), GELU tanh approximation (GPT-2), ReLU, SwiGLU (Llama)
     causal: bool = True  # decoder masking: a position sees only itself and earlier positions
     tied_embeddings: bool = True  # unembedding W_U is the transpose of the embedding W_E
     final_norm: bool = True  # a LayerNorm after the last block (pre-LN models need it)
@@ -54,12 +48,27 @@ class Config:
     attn_bias: bool = True  # biases on W_Q, W_K, W_V, W_O
     mlp_bias: bool = True  # biases on the two feed-forward layers
     dropout: float = 0.0  # dropout during training only; 0 at inference
-    family: str = "viz"  # where the weights came from: "viz" (native), later "gpt2", "bert", ...
+    rotary_base: float = 10000.0  # base of the rotary angles theta_i = base^(-2i / d_head) (RoFormer)
+    attn_window: int | None = None  # sliding-window attention (Mistral): a query sees at most this many keys
+    n_token_types: int = 0  # segment (token type) embeddings added to the input (BERT); 0 = none
+    embed_norm: bool = False  # a LayerNorm over embeddings + positions before the first block (BERT)
+    lm_head: str = "unembed"  # output: plain unembedding, BERT's masked-LM head, or none (encoder only)
+    unembed_bias: bool = False  # a bias b_U on the logits (BERT's masked-LM head)
+    family: str = "viz"  # where the weights came from: viz (native), gpt2, nanogpt, bert, llama, mistral, qwen2
     extra: dict = field(default_factory=dict)  # free-form notes kept with a checkpoint
 
     def __post_init__(self) -> None:
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
+
+    @property
+    def n_rep(self) -> int:
+        """Query heads per key/value head: 1 = multi-head, n_heads = multi-query, between = grouped-query."""
+        return self.n_heads // self.n_kv_heads
+
+    def kv_head(self, head: int) -> int:
+        """The key/value head that query head ``head`` reads (as transformers' ``repeat_kv``: head // n_rep)."""
+        return head // self.n_rep
 
     def validate(self) -> "Config":
         """Check ranges and consistency; return ``self``.
@@ -71,20 +80,23 @@ class Config:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"config field {name} must be a positive integer, got {value!r}")
+        if not isinstance(self.n_token_types, int) or self.n_token_types < 0:
+            raise ConfigError(f"config field n_token_types must be a non-negative integer, got {self.n_token_types!r}")
+        if self.attn_window is not None and (not isinstance(self.attn_window, int) or self.attn_window <= 0):
+            raise ConfigError(f"config field attn_window must be a positive integer or null, got {self.attn_window!r}")
         checks = (("positional", POSITIONAL_KINDS), ("norm", NORM_KINDS),
-                  ("norm_placement", NORM_PLACEMENTS), ("mlp", MLP_KINDS))
+                  ("norm_placement", NORM_PLACEMENTS), ("mlp", MLP_KINDS), ("lm_head", LM_HEADS))
         for name, allowed in checks:
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"config field {name} must be one of {allowed}, got {getattr(self, name)!r}")
-        for name, allowed in IMPLEMENTED.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name}={getattr(self, name)!r} is not supported yet (supported: {allowed})")
-        if self.n_heads % self.n_kv_heads:
+        if self.n_kv_heads > self.n_heads or self.n_heads % self.n_kv_heads:
             raise ConfigError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
-        if self.n_kv_heads != self.n_heads:
-            raise ConfigError("grouped-query attention (n_kv_heads < n_heads) is not supported yet")
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ConfigError("sinusoidal positions need an even d_model")
+        if self.positional == "rotary" and self.d_head % 2:
+            raise ConfigError("rotary positions need an even d_head")
+        if not (isinstance(self.rotary_base, (int, float)) and self.rotary_base > 1):
+            raise ConfigError(f"rotary_base must be a number above 1, got {self.rotary_base!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         return self

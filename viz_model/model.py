@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from .components import Block, Embed, LayerKV, LayerNorm, PosEmbed
+from .components import ACTIVATIONS, Block, Embed, LayerKV, LayerNorm, PosEmbed, make_norm
 from .config import Config
 from .hooks import HookedModule, HookPoint
 
@@ -29,11 +29,30 @@ class KVCache:
         return 0 if k is None else k.shape[1]
 
 
+class MLMHead(nn.Module):
+    """BERT's masked-language-model transform before the unembedding: ``LayerNorm(act(x W + b))``
+    (transformers' ``BertPredictionHeadTransform``). ``x`` and the output are ``[batch, pos, d_model]``.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.W = nn.Parameter(torch.empty(cfg.d_model, cfg.d_model))
+        self.b = nn.Parameter(torch.zeros(cfg.d_model))
+        self.act = ACTIVATIONS[cfg.mlp]
+        self.ln = LayerNorm(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ln(self.act(x @ self.W + self.b))
+
+
 class VizTransformer(HookedModule):
     """A transformer whose every intermediate value passes through a named :class:`HookPoint`.
 
-    ``forward(tokens)`` maps ids ``[batch, pos]`` to logits ``[batch, pos, d_vocab]``.
-    Model-level hooks: ``hook_embed``, ``hook_pos_embed`` ``[batch, pos, d_model]``; ``hook_logits`` and
+    ``forward(tokens)`` maps ids ``[batch, pos]`` to logits ``[batch, pos, d_vocab]`` (or, for an
+    encoder without a language-model head, ``lm_head == "none"``, the final hidden states
+    ``[batch, pos, d_model]``).
+    Model-level hooks: ``hook_embed``, ``hook_pos_embed`` ``[batch, pos, d_model]``;
+    ``hook_token_type_embed`` (BERT) and ``ln_embed.*`` (BERT's embedding LayerNorm); ``hook_logits`` and
     ``hook_probs`` (softmax of the logits, computed only when recorded) ``[batch, pos, d_vocab]``.
     Block hooks are listed in DESIGN.md under ``blocks.{i}``.
     """
@@ -44,11 +63,19 @@ class VizTransformer(HookedModule):
         self.embed = Embed(cfg)
         self.pos_embed = PosEmbed(cfg)
         self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
+        if cfg.n_token_types:
+            self.W_token_type = nn.Parameter(torch.empty(cfg.n_token_types, cfg.d_model))
+            self.hook_token_type_embed = HookPoint()
+        self.ln_embed = LayerNorm(cfg) if cfg.embed_norm else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.ln_final = LayerNorm(cfg) if cfg.final_norm else None
-        self.W_U = None if cfg.tied_embeddings else nn.Parameter(torch.empty(cfg.d_model, cfg.d_vocab))
-        self.hook_logits, self.hook_probs = HookPoint(), HookPoint()
+        self.ln_final = make_norm(cfg) if cfg.final_norm else None
+        self.mlm_head = MLMHead(cfg) if cfg.lm_head == "mlm" else None
+        has_head = cfg.lm_head != "none"
+        self.W_U = None if cfg.tied_embeddings or not has_head else nn.Parameter(torch.empty(cfg.d_model, cfg.d_vocab))
+        self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab)) if cfg.unembed_bias and has_head else None
+        if has_head:
+            self.hook_logits, self.hook_probs = HookPoint(), HookPoint()
         self.init_weights()
         self.setup_hooks()
 
@@ -74,11 +101,36 @@ class VizTransformer(HookedModule):
         """The unembedding matrix ``[d_model, d_vocab]`` (``W_E^T`` when embeddings are tied)."""
         return self.embed.W_E.T if self.W_U is None else self.W_U
 
-    def forward(self, tokens: torch.Tensor, kv_cache: KVCache | None = None) -> torch.Tensor:
-        """Logits ``[batch, pos, d_vocab]`` for ids ``[batch, pos]``.
+    @property
+    def has_lm_head(self) -> bool:
+        """Whether the model ends in logits over the vocabulary (False for a bare encoder such as a
+        sentence-embedding BERT)."""
+        return self.cfg.lm_head != "none"
+
+    def decode(self, resid: torch.Tensor) -> torch.Tensor:
+        """Logits ``[..., d_vocab]`` from residual-stream vectors ``[..., d_model]``: final norm (if any), the
+        masked-LM transform (BERT), then ``x W_U + b_U``. Used by ``forward`` and by the logit lens.
+
+        Raises:
+            ValueError: when the model has no language-model head.
+        """
+        if not self.has_lm_head:
+            raise ValueError("this model has no language-model head (it outputs hidden states, not logits)")
+        if self.ln_final is not None:
+            resid = self.ln_final(resid)
+        if self.mlm_head is not None:
+            resid = self.mlm_head(resid)
+        logits = resid @ self.W_unembed
+        return logits if self.b_U is None else logits + self.b_U
+
+    def forward(self, tokens: torch.Tensor, kv_cache: KVCache | None = None,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits ``[batch, pos, d_vocab]`` for ids ``[batch, pos]`` (hidden states ``[batch, pos, d_model]``
+        when the model has no language-model head).
 
         With ``kv_cache``, ``tokens`` are the positions that follow those already in the cache; the
-        cache is extended, and the logits are those of the new positions only.
+        cache is extended, and the logits are those of the new positions only. ``token_type_ids``
+        ``[batch, pos]`` (BERT's segment ids) default to 0.
 
         Raises:
             ValueError: when ``tokens`` is not 2-D, would run past ``n_ctx``, or holds an id outside
@@ -92,12 +144,18 @@ class VizTransformer(HookedModule):
         if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.d_vocab):
             raise ValueError(f"token ids must lie in [0, {self.cfg.d_vocab})")
         pos = self.hook_pos_embed(self.pos_embed(tokens, offset))
-        resid = self.drop(self.hook_embed(self.embed(tokens)) + pos)
+        resid = self.hook_embed(self.embed(tokens)) + pos
+        if self.cfg.n_token_types:
+            types = torch.zeros_like(tokens) if token_type_ids is None else token_type_ids
+            resid = resid + self.hook_token_type_embed(self.W_token_type[types])
+        if self.ln_embed is not None:
+            resid = self.ln_embed(resid)
+        resid = self.drop(resid)
         for i, block in enumerate(self.blocks):
             resid = block(resid, kv_cache.layers[i] if kv_cache is not None else None)
-        if self.ln_final is not None:
-            resid = self.ln_final(resid)
-        logits = self.hook_logits(resid @ self.W_unembed)
+        if not self.has_lm_head:
+            return self.ln_final(resid) if self.ln_final is not None else resid
+        logits = self.hook_logits(self.decode(resid))
         if self.hook_probs.active:
             self.hook_probs(torch.softmax(logits, dim=-1))
         return logits
