@@ -234,6 +234,8 @@ def _folder_tokenizer(folder: Path, label: str, d_vocab: int) -> Tokenizer | Non
         raise CheckpointError(f"{label}: tokenizer.json cannot be read ({exc})") from None
     if tokenizer.get_vocab_size() > d_vocab:
         raise CheckpointError(f"{label}: tokenizer has {tokenizer.get_vocab_size()} tokens, the model only {d_vocab}")
+    tokenizer.no_padding()  # sentence-transformers folders pad every text to 128 [PAD] tokens;
+    tokenizer.no_truncation()  # the app truncates to the context itself, with a notice
     return tokenizer
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -56,9 +57,23 @@ def token_bytes(tokenizer: Tokenizer, token_id: int) -> bytes:
     piece = tokenizer.id_to_token(token_id)
     if piece is None:
         return b""
-    if all(ch in _BYTE_DECODER for ch in piece) and not _is_special(tokenizer, piece):
-        return bytes(_BYTE_DECODER[ch] for ch in piece)
-    return piece.encode("utf-8")
+    if isinstance(tokenizer, IdTokenizer):
+        return piece.encode("ascii")
+    if _is_special(tokenizer, piece):
+        return piece.encode("utf-8")
+    if _byte_level(tokenizer):
+        if all(ch in _BYTE_DECODER for ch in piece):
+            return bytes(_BYTE_DECODER[ch] for ch in piece)
+        return piece.encode("utf-8")
+    if re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", piece):  # SentencePiece byte fallback (Llama)
+        return bytes([int(piece[3:5], 16)])
+    return piece.replace("\u2581", " ").encode("utf-8")  # SentencePiece marks a leading space with ▁
+
+
+def _byte_level(tokenizer: Tokenizer) -> bool:
+    """Whether tokens are spelled in GPT-2's byte-to-character alphabet (a ByteLevel decoder)."""
+    dec = tokenizer.decoder
+    return isinstance(dec, decoders.ByteLevel) or isinstance(tokenizer.pre_tokenizer, pre_tokenizers.ByteLevel)
 
 
 def _is_special(tokenizer: Tokenizer, piece: str) -> bool:
@@ -75,6 +90,8 @@ def count_chars(tokenizer: Tokenizer, ids: Iterable[int]) -> int:
 
 def tokenizer_kind(tokenizer: Tokenizer) -> str:
     """A short description such as ``byte-level BPE`` or ``WordPiece``."""
+    if isinstance(tokenizer, IdTokenizer):
+        return "none (the checkpoint has no tokenizer: type token ids)"
     model = type(tokenizer.model).__name__
     byte_level = isinstance(tokenizer.pre_tokenizer, pre_tokenizers.ByteLevel) or "ByteLevel" in tokenizer.to_str()[:4000]
     return f"byte-level {model}" if byte_level and model == "BPE" else model
@@ -88,3 +105,57 @@ def iter_chunks(text: str, size: int = 1 << 16) -> Iterator[str]:
         end = len(text) if end == -1 else end + 1
         yield text[start:end]
         start = end
+
+
+class IdEncoding:
+    """What :meth:`IdTokenizer.encode` returns: ``ids`` and the character span of each in the text."""
+
+    def __init__(self, ids: list[int], offsets: list[tuple[int, int]]) -> None:
+        self.ids, self.offsets = ids, offsets
+
+
+class IdTokenizer:
+    """A stand-in for a checkpoint that came without a tokenizer: the text *is* the token ids, written as
+    integers separated by spaces or commas (``"464 3290 318"``). It offers the part of the
+    ``tokenizers.Tokenizer`` interface the app uses; tokens are shown as ``#id``.
+
+    Raises:
+        ValueError: from :meth:`encode`, for anything that is not an id in ``[0, d_vocab)``.
+    """
+
+    model = None
+    pre_tokenizer = None
+
+    def __init__(self, d_vocab: int) -> None:
+        self.d_vocab = d_vocab
+
+    def encode(self, text: str) -> IdEncoding:
+        ids, offsets = [], []
+        for match in re.finditer(r"[^\s,]+", text):
+            piece = match.group()
+            if not piece.isascii() or not piece.isdigit():
+                raise ValueError(f"this model has no tokenizer, so the text must be token ids (integers); "
+                                 f"{piece[:20]!r} is not one")
+            if int(piece) >= self.d_vocab:
+                raise ValueError(f"token id {piece} is outside this model's vocabulary [0, {self.d_vocab})")
+            ids.append(int(piece))
+            offsets.append(match.span())
+        return IdEncoding(ids, offsets)
+
+    def id_to_token(self, token_id: int) -> str:
+        return f"#{token_id}"
+
+    def token_to_id(self, token: str) -> int | None:
+        return int(token[1:]) if token.startswith("#") and token[1:].isdigit() else None
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        return " ".join(str(i) for i in ids)
+
+    def get_vocab_size(self) -> int:
+        return self.d_vocab
+
+    def get_added_tokens_decoder(self) -> dict:
+        return {}
+
+    def to_str(self) -> str:
+        return ""

@@ -228,6 +228,19 @@ def layer_head_heatmap(scores: np.ndarray, title: str) -> go.Figure:
     return _layout(fig, title, height=max(260, 110 + 42 * n_layers))
 
 
+def layer_table_heatmap(values: np.ndarray, columns: list[str], title: str, value_name: str) -> go.Figure:
+    """A ``[n_layers, n_columns]`` table of non-negative values (e.g. the std of each weight matrix per
+    layer), sequential colours from 0, the value written in each cell."""
+    n_layers = values.shape[0]
+    fig = go.Figure(go.Heatmap(z=values, x=list(range(len(columns))), colorscale=WEIGHT_SCALE, zmin=0,
+                               texttemplate="%{z:.3g}", textfont=dict(size=13), colorbar=dict(title=value_name),
+                               customdata=np.array(columns, dtype=object)[None, :].repeat(n_layers, axis=0),
+                               hovertemplate=f"layer %{{y}}, %{{customdata}}<br>{value_name} %{{z:.4g}}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", title="layer", tickmode="array", tickvals=list(range(n_layers)))
+    fig.update_xaxes(title="matrix", tickmode="array", tickvals=list(range(len(columns))), ticktext=columns)
+    return _layout(fig, title, height=max(260, 110 + 34 * n_layers))
+
+
 def generation_heatmap(matrix: np.ndarray, row_labels: list[str], key_labels: list[str], title: str) -> go.Figure:
     """Attention of each generation step's newest token ``[n_steps, key_pos]``; NaN (not yet written) is blank."""
     n_rows, n_keys = matrix.shape

