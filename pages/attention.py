@@ -47,7 +47,7 @@ if cfg.causal:
                 "the mask were not there; middle: the same scores with −∞ above the diagonal (what the model "
                 "uses); right: the weights softmax would give without the mask. Without it, a token would take "
                 "information from tokens that come after it, which a decoder cannot know when it generates text.")
-    raw, free = unmasked_view(trace, layer, head, cfg.d_head)
+    raw, free = unmasked_view(trace, cfg, layer, head)
     m1, m2, m3 = st.columns(3)
     with m1:
         show_figure(attention_heatmap(raw, trace.labels, "Scores without mask", "scores"), state,

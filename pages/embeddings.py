@@ -2,8 +2,11 @@
 
 import streamlit as st
 
-from viz_ui.figures import matrix_heatmap, pca_scatter, position_curves, similarity_heatmap
-from viz_ui.layout import require_trace, setup_page, show_figure
+from viz_ui.explain import positional_sentence
+from viz_ui.figures import (angle_heatmap, matrix_heatmap, pca_scatter, position_curves, relative_score_curve,
+                            similarity_heatmap)
+from viz_ui.layout import pick_layer_head, require_trace, setup_page, show_figure
+from viz_ui.rotary_view import angle_table, relative_scores
 from viz_ui.numeric import cosine_similarity
 from viz_ui.state import get_embedding_pca, get_positional_table
 from viz_ui.tables import similarity_table
@@ -22,23 +25,55 @@ POSITIONAL_TEXT = {
                   "P[pos, 2i] = sin(pos / 10000^(2i/d_model)), P[pos, 2i+1] = cos(pos / 10000^(2i/d_model)). "
                   "Low dimensions oscillate fast, high dimensions slowly, so every position gets a unique pattern.",
     "learned": "This model learned its positional encodings: P is a trained table with one row per position.",
-    "none": "This model adds no positional encoding (P = 0): only the causal mask tells positions apart.",
 }
-st.markdown(POSITIONAL_TEXT.get(cfg.positional, ""))
-tab_e, tab_p, tab_x = st.tabs(["E: token embeddings", "P: positional encodings", "x = E + P"])
+st.markdown(POSITIONAL_TEXT.get(cfg.positional, positional_sentence(cfg)))
+x_name = "x = E + P" + (" + T" if cfg.n_token_types else "")
+x_name = f"x = LN({x_name[4:]})" if cfg.embed_norm else x_name
+tab_e, tab_p, tab_x = st.tabs(["E: token embeddings",
+                               "Rotary positions" if cfg.positional == "rotary" else "P: positional encodings", x_name])
 with tab_e:
     show_figure(matrix_heatmap(E, trace.labels, f"Token embeddings E  [{trace.n_tokens} × {cfg.d_model}]"),
                 state, "token_embeddings")
 with tab_p:
-    show_figure(matrix_heatmap(P, trace.labels, f"Positional encodings P  [{trace.n_tokens} × {cfg.d_model}]"),
-                state, "positional_encodings")
-    if cfg.positional != "none":
+    if cfg.positional == "rotary":
+        st.markdown("Rotary embeddings (RoFormer, Su et al. 2021) add nothing to x. In every layer, the query and "
+                    "key of the token at position m are split into d_head/2 pairs of numbers, and pair i is rotated "
+                    f"by the angle m·θ_i with θ_i = {cfg.rotary_base:g}^(−2i/d_head): fast turns in the first pairs, "
+                    "slow ones in the last. Below: the angles of the typed positions (wrapped to 0…2π).")
+        show_figure(angle_heatmap(angle_table(trace.n_tokens, cfg.d_head, cfg.rotary_base), trace.labels,
+                                  f"Rotation angle m·θ_i  [{trace.n_tokens} positions × {cfg.d_head // 2} pairs]"),
+                    state, "rotary_angles")
+        st.markdown("Because rotating q by m·θ and k by n·θ leaves a rotation by (m − n)·θ between them, the score "
+                    "q·k depends on the two tokens and on their **distance**, not on where they stand. The curve "
+                    "takes one head's (unrotated) query of the last token and key of a chosen token, and places them "
+                    "Δ positions apart; the red dot is the score this head really computed in your text.")
+        c1, c2, c3 = st.columns(3)
+        layer, head = pick_layer_head(state, c1, c2)
+        key_pos = c3.selectbox("Key token", range(trace.n_tokens), index=0, key="rope_key",
+                               format_func=lambda i: f"{i} {trace.labels[i]}")
+        q = trace.arrays[f"blocks.{layer}.attn.hook_q"][-1, head]
+        k = trace.arrays[f"blocks.{layer}.attn.hook_k"][key_pos, cfg.kv_head(head)]
+        span = min(cfg.n_ctx, max(256, trace.n_tokens))
+        delta = trace.n_tokens - 1 - key_pos
+        recorded = float(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head, -1, key_pos])
+        show_figure(relative_score_curve(relative_scores(q, k, cfg.rotary_base, span),
+                                         f"Layer {layer}, head {head}: score of “{trace.labels[-1]}” → "
+                                         f"“{trace.labels[key_pos]}” at every distance",
+                                         [(delta, recorded, f"recorded: Δ = {delta}")]),
+                    state, f"rotary_relative_L{layer}_H{head}")
+    else:
+        show_figure(matrix_heatmap(P, trace.labels, f"Positional encodings P  [{trace.n_tokens} × {cfg.d_model}]"),
+                    state, "positional_encodings")
+    if cfg.positional in ("learned", "sinusoidal"):
         dims = [d for d in (0, 1, 2 * (cfg.d_model // 8), 2 * (cfg.d_model // 4), cfg.d_model - 2) if d < cfg.d_model]
         show_figure(position_curves(get_positional_table(state.model_path), sorted(set(dims)), trace.n_tokens,
                                     f"P over the whole context ({cfg.n_ctx} positions), a few dimensions"),
                     state, "positional_curves")
 with tab_x:
-    show_figure(matrix_heatmap(X, trace.labels, f"Input to layer 0: x = E + P  [{trace.n_tokens} × {cfg.d_model}]"),
+    if cfg.n_token_types:
+        st.caption("T is the token-type (segment) embedding: BERT adds it to tell sentence A from sentence B; "
+                   "a single text is all type 0." + (" LN is the embedding LayerNorm." if cfg.embed_norm else ""))
+    show_figure(matrix_heatmap(X, trace.labels, f"Input to layer 0: {x_name}  [{trace.n_tokens} × {cfg.d_model}]"),
                 state, "embedding_plus_position")
 
 st.subheader("Where the tokens lie")

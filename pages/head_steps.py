@@ -30,6 +30,17 @@ st.header("2 · Queries, keys and values")
 st.latex(r"q = x\,W_Q + b_Q,\quad k = x\,W_K + b_K,\quad v = x\,W_V + b_V")
 st.markdown(f"Each head has its own W_Q, W_K, W_V of shape [{cfg.d_model} × {cfg.d_head}], so every token gets a "
             f"query, a key and a value of d_head = d_k = {cfg.d_head} numbers.")
+if cfg.n_kv_heads < cfg.n_heads:
+    group = [h for h in range(cfg.n_heads) if cfg.kv_head(h) == s.kv_head]
+    st.info(f"Grouped-query attention: this model has {cfg.n_heads} query heads but only {cfg.n_kv_heads} key/value "
+            f"head{'s' if cfg.n_kv_heads > 1 else ''}. Head {head} reads key/value head {s.kv_head}, shared with heads "
+            f"{', '.join(map(str, group))}: their k and v below are the same numbers, only q differs.",
+            icon=":material/call_split:")
+if s.rotated:
+    st.info("Rotary positions: after the projection, q and k of the token at position m are rotated by angles "
+            "m·θ_i (θ_i = base^(−2i/d_head), one angle per pair of dimensions). The q and k below are the "
+            "rotated ones (hooks hook_rot_q / hook_rot_k), the ones the dot product uses; v is not rotated.",
+            icon=":material/rotate_right:")
 tabs = st.tabs([f"q  [{n} × {cfg.d_head}]", f"k  [{n} × {cfg.d_head}]", f"v  [{n} × {cfg.d_head}]"])
 for tab, name, mat in zip(tabs, "qkv", (s.q, s.k, s.v)):
     with tab:

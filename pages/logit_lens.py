@@ -12,10 +12,14 @@ state = setup_page("Logit lens",
                    "Decode the residual stream after every layer with the model's own final LayerNorm and "
                    "unembedding: each cell shows the token it would predict next, and the colour its probability.")
 trace = require_trace(state)
+if not state.model.has_lm_head:
+    st.info("This checkpoint has no language-model head, so its residual stream cannot be decoded into tokens.",
+            icon=":material/block:")
+    st.stop()
 vocab = get_vocab_labels(state.model_path)
 ids, probs, rows = get_logit_lens(state.model_path, trace.text)
 text = np.vectorize(lambda i: vocab[i])(ids)
-show_figure(stage_heatmap(probs, rows, trace.labels, "Top next-token prediction after each layer", "probability",
+show_figure(stage_heatmap(probs, rows, trace.labels, "Top prediction after each layer", "probability",
                           cell_text=text, zmax=1.0), state, "logit_lens",
             data=lambda: lens_table(ids, probs, rows, trace.labels, vocab))
 if trace.n_tokens > 40:

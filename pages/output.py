@@ -1,24 +1,44 @@
-"""Output: the next-token distribution, temperature, top-k / top-p, and generation."""
+"""Output: the next-token distribution (or, for a masked-LM encoder, the prediction at a [MASK]),
+temperature, top-k / top-p, and generation."""
 
 import streamlit as st
 
 from viz_ui.figures import generation_heatmap, topk_bar
-from viz_ui.generation import attention_rows, continuation_text, generate_records, next_token_view
-from viz_ui.layout import (pick_index, pick_position, require_trace, set_shared, setup_page, shared_number,
+from viz_ui.generation import attention_rows, continuation_text, generate_records, mask_positions, next_token_view
+from viz_ui.layout import (pick_index, require_trace, set_shared, setup_page, shared_number,
                            show_figure, show_link)
 from viz_ui.state import get_vocab_labels
 from viz_ui.tables import kv_table, steps_table, topk_table
 
 state = setup_page("Output probabilities",
                    "At every position the last layer's vector is multiplied by the unembedding matrix: one score "
-                   "(logit) per vocabulary token. Softmax(logits / T) turns them into next-token probabilities.")
+                   "(logit) per vocabulary token. Softmax(logits / T) turns them into probabilities.")
 trace = require_trace(state)
 cfg = state.model.cfg
+if not state.model.has_lm_head:
+    st.info("This checkpoint has no language-model head: it ends in hidden states (e.g. a sentence-embedding "
+            "encoder), so there are no output probabilities to show. Every other page works on it.",
+            icon=":material/block:")
+    show_link(state)
+    st.stop()
 vocab = get_vocab_labels(state.model_path)
 logits_all = trace.arrays["hook_logits"]
+masked_lm = not cfg.causal
+masks = mask_positions(state.tokenizer, trace.ids) if masked_lm else []
+if masked_lm:
+    st.markdown("This is a **masked-language-model encoder** (BERT): it sees the whole text at once and predicts, "
+                "at each position, which token belongs *there*. Write `[MASK]` in the text to hide a word; the "
+                "prediction at that position is the model's guess."
+                + (f" Masks found at positions {', '.join(map(str, masks))}." if masks else
+                   " No [MASK] in the text: the predictions below are for the visible tokens themselves."))
 
 c1, c2, c3, c4 = st.columns([2, 2, 1, 1])
-pos = pick_position(c1, trace, "Prediction after position")
+if masked_lm:
+    pos = pick_index(c1, "Prediction at position", "query", trace.n_tokens, masks[0] if masks else trace.n_tokens - 1,
+                     lambda i: f"{i} {trace.labels[i]}")
+else:
+    pos = pick_index(c1, "Prediction after position", "query", trace.n_tokens, trace.n_tokens - 1,
+                     lambda i: f"{i} {trace.labels[i]}")
 temperature = shared_number(c2.slider, "Temperature T (0 = greedy)", "temperature", 0.0, 3.0, 1.0, float, step=0.05,
                             help="Divides the logits before softmax: T < 1 sharpens the distribution, T > 1 flattens it.")
 top_k = shared_number(c3.number_input, "top-k (0 = all)", "top_k", 0, state.model.cfg.d_vocab, 0, int)
@@ -26,7 +46,10 @@ top_p = shared_number(c4.slider, "top-p", "top_p", 0.05, 1.0, 1.0, float, step=0
                       help="Keep the most likely tokens whose mass reaches p.")
 
 logits = logits_all[pos]
-actual = int(trace.ids[pos + 1]) if pos + 1 < trace.n_tokens else None
+if masked_lm:  # the token written at the position, unless it is the [MASK] itself
+    actual = None if pos in masks else int(trace.ids[pos])
+else:
+    actual = int(trace.ids[pos + 1]) if pos + 1 < trace.n_tokens else None
 view = next_token_view(logits, temperature, int(top_k), float(top_p), actual)
 probs = view.probs
 n_bars = st.slider("Tokens shown", 5, 30, 10, key="n_bars")
@@ -34,19 +57,25 @@ table = topk_table(probs, logits, vocab, n_bars)
 highlight = table["id"].tolist().index(actual) if actual in set(table["id"]) else None
 
 m1, m2, m3 = st.columns(3)
-m1.metric("Most likely next token", table["token"][0], f"p = {table['probability'][0]:.1%}", delta_color="off", delta_arrow="off")
+m1.metric("Most likely token here" if masked_lm else "Most likely next token", table["token"][0], f"p = {table['probability'][0]:.1%}", delta_color="off", delta_arrow="off")
 m2.metric("Entropy of the distribution", f"{view.entropy:.2f} bits")
 if actual is not None:
-    m3.metric("The text's real next token", vocab[actual], f"p = {view.actual_prob:.2%}, rank {view.actual_rank} by logit",
+    m3.metric("The token in the text" if masked_lm else "The text's real next token", vocab[actual], f"p = {view.actual_prob:.2%}, rank {view.actual_rank} by logit",
               delta_color="off", delta_arrow="off")
 if temperature == 0:
     st.caption("T = 0 is greedy decoding: all probability goes to the token with the highest logit.")
-show_figure(topk_bar(table["token"].tolist(), table["probability"].to_numpy(),
-                     f"Next token after “{trace.labels[pos]}” (position {pos}), T = {temperature:g}", highlight),
+title = (f"Token at position {pos} (“{trace.labels[pos]}”), T = {temperature:g}" if masked_lm else
+         f"Next token after “{trace.labels[pos]}” (position {pos}), T = {temperature:g}")
+show_figure(topk_bar(table["token"].tolist(), table["probability"].to_numpy(), title, highlight),
             state, f"next_token_pos{pos}_T{temperature:g}")
 with st.expander("As a table (with logits)"):
     st.dataframe(table.style.format({"probability": "{:.4f}", "logit": "{:.3f}"}), hide_index=True)
 
+if masked_lm:
+    st.caption("An encoder fills in masked positions all at once; it does not generate text left to right, "
+               "so there is no generation here.")
+    show_link(state)
+    st.stop()
 st.subheader("Generate")
 st.markdown("Generation repeats the last step: pick a token from the distribution above (the most likely one "
             "when T = 0, otherwise a random draw with the seed below), append it, and run the model again.")

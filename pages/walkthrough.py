@@ -6,6 +6,7 @@ from viz_ui.block import layernorm_stats, residual_norms, top_neurons
 from viz_ui.figures import (attention_grid, attention_heatmap, matrix_heatmap, position_curves, stage_heatmap, topk_bar,
                             value_bar)
 from viz_ui.generation import next_token_view
+from viz_ui.explain import ffn_formula, ffn_sentence, norm_formula, norm_sentence, positional_sentence
 from viz_ui.layout import (require_trace, set_shared, setup_page, shared_number, shared_widget, show_figure,
                            show_link)
 from viz_ui.state import get_head_scores, get_logit_lens, get_positional_table, get_vocab_labels
@@ -31,8 +32,9 @@ def embeddings() -> None:
     with tab_e:
         show_figure(matrix_heatmap(trace.arrays["hook_embed"], trace.labels, "Token embeddings E"), state, "walk_E")
     with tab_p:
-        if cfg.positional == "none":
-            st.markdown("This model adds no positional encoding: P = 0.")
+        if cfg.positional in ("none", "rotary"):
+            st.markdown(positional_sentence(cfg) + " P = 0 here" + (": the Embeddings & positions page shows the "
+                        "rotation angles." if cfg.positional == "rotary" else "."))
         else:
             table = get_positional_table(state.model_path)
             show_figure(position_curves(table, [0, 1, cfg.d_model // 4, cfg.d_model // 2], n, "P over every position"),
@@ -82,13 +84,25 @@ def stack() -> None:
     norms, names = residual_norms(trace, cfg.n_layers)
     show_figure(stage_heatmap(norms, names, trace.labels, "‖residual stream‖ through the stack", "L2 norm"),
                 state, "walk_stack")
+    if not model.has_lm_head:
+        return
     ids, probs, rows = get_logit_lens(state.model_path, trace.text)
     text = [[vocab[i] for i in row] for row in ids]
     show_figure(stage_heatmap(probs, rows, trace.labels, "What each layer would predict (logit lens)", "probability",
                               cell_text=text, zmax=1.0), state, "walk_lens")
 
 
+def no_head() -> bool:
+    """Say so and return True when the model has no language-model head (no logits to show)."""
+    if not model.has_lm_head:
+        st.info("This checkpoint has no language-model head: it ends in hidden states, so there are no logits or "
+                "probabilities to show. The earlier steps are the whole computation.", icon=":material/block:")
+    return not model.has_lm_head
+
+
 def logits() -> None:
+    if no_head():
+        return
     row = trace.arrays["hook_logits"][last]
     table = topk_table(row, row, vocab, 10)
     show_figure(value_bar(table["token"].tolist(), table["logit"].to_numpy(), "The 10 largest logits", "logit"),
@@ -96,6 +110,8 @@ def logits() -> None:
 
 
 def softmax() -> None:
+    if no_head():
+        return
     temperature = shared_number(st.slider, "Temperature T", "temperature", 0.0, 3.0, 1.0, float, step=0.05)
     row = trace.arrays["hook_logits"][last]
     view = next_token_view(row, temperature, 0, 1.0)
@@ -108,6 +124,13 @@ def softmax() -> None:
 
 
 def next_token() -> None:
+    if no_head():
+        return
+    if not cfg.causal:
+        st.markdown(f"This is an encoder: it predicts the token *at* each position (here **{trace.labels[last]}**, "
+                    f"position {last}), all at once, instead of generating the next token left to right. Write "
+                    "[MASK] in the text to see it fill in a hidden word (Output page).")
+        return
     row = trace.arrays["hook_logits"][last]
     greedy = next_token_view(row, 0.0, 0, 1.0)
     choice = int(greedy.probs.argmax())
@@ -127,9 +150,9 @@ STEPS = [
     ("Tokens → ids", "Each token is replaced by its integer id, its row number in the vocabulary. From here on the "
      "model only sees these numbers.", None, tokens),
     ("Embeddings + positional encodings", "Each id selects a row of the embedding matrix W_E (d_model numbers). "
-     + ("A positional encoding P is added so that order matters; this model uses "
-        f"{cfg.positional} positions." if cfg.positional != "none" else "This model adds no positional encoding."),
-     r"x_i = W_E[\text{id}_i] + P_i", embeddings),
+     + positional_sentence(cfg),
+     r"x_i = W_E[\text{id}_i] + P_i" if cfg.positional in ("learned", "sinusoidal") else r"x_i = W_E[\text{id}_i]",
+     embeddings),
     ("One attention head", "Each token makes a query q, a key k and a value v. The query is compared with every key; "
      "softmax turns the scores into weights that sum to 1; the output is the weighted sum of the values.",
      r"\mathrm{Attention}(Q,K,V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}} + M\right)V", one_head),
@@ -138,17 +161,16 @@ STEPS = [
      f"'attention sinks'{sink_note}: softmax must put its weight somewhere, "
      "and a head with nothing to read parks it there.", r"\mathrm{MultiHead} = \mathrm{Concat}(z_1,\dots,z_h)\,W_O", multi_head),
     ("Add & norm", "The attention output is added to the token's vector (the residual stream), so nothing is lost. "
-     f"LayerNorm rescales each vector to mean 0 and variance 1, then applies a learned scale w and shift b "
-     f"({cfg.norm_placement}-LN: "
+     f"{norm_sentence(cfg)} ({cfg.norm_placement}-LN: "
      + ("before each sub-layer)." if cfg.norm_placement == "pre" else "after each addition)."),
-     r"\mathrm{LN}(x) = \frac{x-\mu}{\sqrt{\sigma^2+\varepsilon}}\odot w + b", add_norm),
-    ("Feed-forward network", f"Every position then passes through the same two-layer network: d_model {cfg.d_model} "
-     f"→ {cfg.d_mlp} → {cfg.d_model}, with a {cfg.mlp.upper()} in between; its output is added to the residual "
-     "stream too.", rf"\mathrm{{FFN}}(x) = \mathrm{{{cfg.mlp.upper()}}}(xW_{{in}}+b_{{in}})W_{{out}}+b_{{out}}", feed_forward),
+     norm_formula(cfg), add_norm),
+    ("Feed-forward network", f"Every position then passes through the same two-layer network: {ffn_sentence(cfg)}; "
+     "its output is added to the residual stream too.", ffn_formula(cfg), feed_forward),
     ("The stack of layers", f"Attention + feed-forward is one block; this model stacks {cfg.n_layers}. The logit "
      "lens shows what the model would predict if it stopped after each block.", None, stack),
     ("Logits", "The final vector of the last token is multiplied by the unembedding matrix: one score (logit) per "
-     f"vocabulary token, {cfg.d_vocab} in all.",
+     f"vocabulary token, {cfg.d_vocab} in all." + (" (BERT first applies its masked-LM transform: dense, GELU, "
+                                                  "LayerNorm.)" if cfg.lm_head == "mlm" else ""),
      r"\text{logits} = \mathrm{LN}(x_L)\,W_U" if cfg.final_norm else r"\text{logits} = x_L\,W_U", logits),
     ("Softmax with temperature", "Softmax turns logits into probabilities. Dividing the logits by a temperature T "
      "before softmax changes how peaked the distribution is.", r"p_i = \frac{e^{z_i/T}}{\sum_j e^{z_j/T}}", softmax),

@@ -82,7 +82,7 @@ def test_unmasked_view_agrees_with_the_model_below_the_diagonal(tokenizer):
 
     model = small_model(seed=5)
     trace = run_trace(model, tokenizer, TEXT)
-    raw, free = unmasked_view(trace, 1, 3, model.cfg.d_head)
+    raw, free = unmasked_view(trace, model.cfg, 1, 3)
     masked = trace.arrays["blocks.1.attn.hook_attn_scores"][3]
     lower = np.tril(np.ones_like(raw, dtype=bool))
     np.testing.assert_allclose(raw[lower], masked[lower], atol=1e-5)

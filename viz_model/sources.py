@@ -86,7 +86,8 @@ def load_upload(name: str, data: bytes, progress: Progress = _quiet,
     if len(data) > max_mb * 2**20:
         raise CheckpointError(f"{label} is {len(data) / 2**20:.0f} MB, above the {max_mb} MB cap")
     with tempfile.TemporaryDirectory(prefix="viz-upload-") as tmp:
-        path = Path(tmp) / ("upload" + suffix)
+        # under the uploaded name when it is a plain one, as messages from the native loader use the file's name
+        path = Path(tmp) / (label if re.fullmatch(r"[\w .()+-]{1,150}", label, re.ASCII) else "upload" + suffix)
         path.write_bytes(data)
         return _load_file(path, label, progress, max_mb)
 
@@ -125,10 +126,17 @@ def _torch_load(path: Path, label: str):
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # UnpicklingError for forbidden globals, RuntimeError/EOFError for corrupt files
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        first = lines[0] if lines else type(exc).__name__
         if "weights_only" in str(exc) or "Unsupported global" in str(exc):
-            raise CheckpointError(f"{label} was refused: it asks to run code or build objects other than tensors "
-                                  f"(loaded with weights_only=True; {first[:160]})") from None
+            # torch's text starts with a generic preamble; the line that names the cause follows it
+            why = next((line for line in lines if re.search(r"global|unsupported|blocked", line, re.I)
+                        and not line.startswith(("Weights only load failed", "Please file"))), first)
+            if re.search(r"global", why, re.I):
+                raise CheckpointError(f"{label} was refused: it asks to run code or build objects other than tensors "
+                                      f"(loaded with weights_only=True; {why[:160]})") from None
+            raise CheckpointError(f"{label} was refused: it is not a plain PyTorch weights file that loads with "
+                                  f"weights_only=True ({why[:160]})") from None
         raise CheckpointError(f"{label} is not a readable PyTorch file ({first[:160]})") from None
 
 

@@ -79,7 +79,11 @@ def top_neurons(post: np.ndarray, k: int = 15) -> tuple[np.ndarray, np.ndarray]:
 @torch.no_grad()
 def logit_lens(model: VizTransformer, trace: Trace) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """The logit lens (nostalgebraist, 2020): decode the residual stream after every layer with the
-    model's own final LayerNorm and unembedding, as if the model stopped there.
+    model's own output head (final norm, BERT's masked-LM transform if any, unembedding), as if the model
+    stopped there.
+
+    Raises:
+        ValueError: when the model has no language-model head.
 
     Returns:
         ``(top_ids [n_layers + 1, pos], top_probs [n_layers + 1, pos], row names)``; row 0 decodes the
@@ -88,8 +92,6 @@ def logit_lens(model: VizTransformer, trace: Trace) -> tuple[np.ndarray, np.ndar
     a, cfg = trace.arrays, model.cfg
     stages = [a["blocks.0.hook_resid_pre"]] + [a[f"blocks.{i}.hook_resid_post"] for i in range(cfg.n_layers)]
     resid = torch.from_numpy(np.stack(stages))  # [stage, pos, d_model]
-    if model.ln_final is not None:
-        resid = model.ln_final(resid)
-    probs = torch.softmax(resid @ model.W_unembed, dim=-1)
+    probs = torch.softmax(model.decode(resid), dim=-1)  # final norm (and BERT's MLM transform), W_U, b_U
     top = probs.max(dim=-1)
     return top.indices.numpy(), top.values.numpy(), ["embeddings"] + [f"after L{i}" for i in range(cfg.n_layers)]

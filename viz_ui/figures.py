@@ -241,6 +241,33 @@ def layer_table_heatmap(values: np.ndarray, columns: list[str], title: str, valu
     return _layout(fig, title, height=max(260, 110 + 34 * n_layers))
 
 
+def angle_heatmap(angles: np.ndarray, labels: list[str], title: str) -> go.Figure:
+    """Rotary angles ``[pos, d_head / 2]`` in radians on a cyclic colour scale (0 and 2π share a colour)."""
+    n_pairs = angles.shape[1]
+    fig = go.Figure(go.Heatmap(z=angles, colorscale="Twilight", zmin=0, zmax=2 * np.pi,
+                               colorbar=dict(title="angle (rad)", tickvals=[0, np.pi, 2 * np.pi], ticktext=["0", "π", "2π"]),
+                               customdata=np.array(labels, dtype=object)[:, None].repeat(n_pairs, axis=1),
+                               hovertemplate="pos %{y} %{customdata}<br>pair %{x}<br>angle %{z:.3f} rad<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", title="position · token", **position_ticks(labels))
+    fig.update_xaxes(title="dimension pair i (θ_i = base^(−2i/d_head))")
+    return _layout(fig, title, height=max(300, min(900, 80 + 22 * len(labels))))
+
+
+def relative_score_curve(scores: np.ndarray, title: str, marks: list[tuple[int, float, str]] = ()) -> go.Figure:
+    """Score against relative distance ``delta`` (``scores[delta]``), with optional marked points
+    ``(delta, score, label)`` (e.g. the pairs that occur in the typed text)."""
+    fig = go.Figure(go.Scatter(x=list(range(len(scores))), y=scores, mode="lines", name="q·k/√d_k at distance Δ",
+                               hovertemplate="Δ = %{x}<br>score %{y:.4f}<extra></extra>"))
+    if marks:
+        fig.add_trace(go.Scatter(x=[m[0] for m in marks], y=[m[1] for m in marks], mode="markers",
+                                 marker=dict(size=11, color="#d62728"), text=[m[2] for m in marks],
+                                 name="recorded in this text", hovertemplate="%{text}<br>score %{y:.4f}<extra></extra>"))
+    fig.update_xaxes(title="relative position Δ = query position − key position")
+    fig.update_yaxes(title="score")
+    fig.update_layout(legend=dict(orientation="h", y=-0.25))
+    return _layout(fig, title, height=420)
+
+
 def generation_heatmap(matrix: np.ndarray, row_labels: list[str], key_labels: list[str], title: str) -> go.Figure:
     """Attention of each generation step's newest token ``[n_steps, key_pos]``; NaN (not yet written) is blank."""
     n_rows, n_keys = matrix.shape

@@ -91,3 +91,12 @@ def next_token_view(logits: np.ndarray, temperature: float, top_k: int, top_p: f
     probs = next_token_probs(torch.from_numpy(logits), temperature, top_k, top_p).numpy()
     rank = None if actual is None else int((logits > logits[actual]).sum()) + 1
     return NextToken(probs, entropy_bits(probs), rank, None if actual is None else float(probs[actual]))
+
+
+def mask_positions(tokenizer, ids) -> list[int]:
+    """Positions of the tokenizer's ``[MASK]`` token (BERT-style; also ``<mask>``) in ``ids``."""
+    for piece in ("[MASK]", "<mask>"):
+        mask_id = tokenizer.token_to_id(piece)
+        if mask_id is not None:
+            return [i for i, t in enumerate(ids) if int(t) == mask_id]
+    return []

@@ -29,9 +29,9 @@ class HeadSteps:
     W_Q: np.ndarray  # [d_model, d_head] this head's slice
     W_K: np.ndarray
     W_V: np.ndarray
-    q: np.ndarray  # [pos, d_head] = x W_Q + b_Q (hook_q)
-    k: np.ndarray  # [pos, d_head] (hook_k)
-    v: np.ndarray  # [pos, d_head] (hook_v)
+    q: np.ndarray  # [pos, d_head] = x W_Q + b_Q (hook_q; after rotation, hook_rot_q, in rotary models)
+    k: np.ndarray  # [pos, d_head] (hook_k of this head's key/value head; hook_rot_k in rotary models)
+    v: np.ndarray  # [pos, d_head] (hook_v of this head's key/value head)
     dots: np.ndarray  # [key_pos] q_query . k_j, before scaling and masking
     scaled: np.ndarray  # [key_pos] dots / sqrt(d_head)
     scores: np.ndarray  # [key_pos] after the mask (-inf for j > query when causal) (hook_attn_scores)
@@ -43,6 +43,8 @@ class HeadSteps:
     attn_out: np.ndarray  # [d_model] concat(z) W_O + b_O (hook_attn_out)
     resid_pre: np.ndarray  # [d_model] the residual stream before the block
     resid_mid: np.ndarray  # [d_model] after adding attn_out (before LayerNorm in post-LN models)
+    kv_head: int = 0  # the key/value head this query head reads (grouped-query attention)
+    rotated: bool = False  # q and k are shown after the rotary rotation
 
 
     @property
@@ -69,31 +71,40 @@ def head_steps(model: VizTransformer, trace: Trace, layer: int, head: int, query
     a, p = trace.arrays, f"blocks.{layer}."
     attn = model.blocks[layer].attn
     x = a[p + "ln1.hook_normalized"] if cfg.norm_placement == "pre" else a[p + "hook_resid_pre"]
-    q, k, v = (a[p + f"attn.hook_{n}"][:, head] for n in "qkv")
+    q, k, v, g = _qkv(trace, cfg, layer, head)
     dots = k @ q[query]
     z_all = a[p + "attn.hook_z"][query].reshape(-1)
     W_O = _np(attn.W_O).reshape(cfg.n_heads * cfg.d_head, cfg.d_model)
     return HeadSteps(
         layer=layer, head=head, query=query, d_head=cfg.d_head, x=x,
-        W_Q=_np(attn.W_Q[head]), W_K=_np(attn.W_K[head]), W_V=_np(attn.W_V[head]), q=q, k=k, v=v,
+        W_Q=_np(attn.W_Q[head]), W_K=_np(attn.W_K[g]), W_V=_np(attn.W_V[g]), q=q, k=k, v=v,
         dots=dots, scaled=dots / math.sqrt(cfg.d_head),
         scores=a[p + "attn.hook_attn_scores"][head, query], weights=a[p + "attn.hook_pattern"][head, query],
         z=a[p + "attn.hook_z"][query, head], z_all=z_all, W_O=W_O,
         head_out=z_all[head * cfg.d_head:(head + 1) * cfg.d_head] @ W_O[head * cfg.d_head:(head + 1) * cfg.d_head],
         attn_out=a[p + "hook_attn_out"][query], resid_pre=a[p + "hook_resid_pre"][query],
         resid_mid=(a[p + "hook_resid_pre"][query] + a[p + "hook_attn_out"][query]),
+        kv_head=g, rotated=cfg.positional == "rotary",
     )
 
 
-def unmasked_view(trace: Trace, layer: int, head: int, d_head: int) -> tuple[np.ndarray, np.ndarray]:
-    """One head's scores and pattern as they would be without the causal mask.
+def _qkv(trace: Trace, cfg, layer: int, head: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """This head's q, k, v ``[pos, d_head]`` as the dot product uses them (after rotary rotation), and the
+    index of its key/value head (``head // (n_heads / n_kv_heads)``)."""
+    a, p, g = trace.arrays, f"blocks.{layer}.attn.", cfg.kv_head(head)
+    rot = "rot_" if cfg.positional == "rotary" else ""
+    return a[p + f"hook_{rot}q"][:, head], a[p + f"hook_{rot}k"][:, g], a[p + "hook_v"][:, g], g
 
-    ``scores = q k^T / sqrt(d_head)`` for every (query, key) pair, from the recorded q and k, and
-    ``softmax(scores)`` over all keys. Returns two ``[query_pos, key_pos]`` arrays.
+
+def unmasked_view(trace: Trace, cfg, layer: int, head: int) -> tuple[np.ndarray, np.ndarray]:
+    """One head's scores and pattern as they would be without the causal mask (``cfg``: the model's Config).
+
+    ``scores = q k^T / sqrt(d_head)`` for every (query, key) pair, from the recorded q and k (rotated, in
+    rotary models; the head's key/value head under grouped-query attention), and ``softmax(scores)`` over
+    all keys. Returns two ``[query_pos, key_pos]`` arrays.
     """
-    q = trace.arrays[f"blocks.{layer}.attn.hook_q"][:, head]
-    k = trace.arrays[f"blocks.{layer}.attn.hook_k"][:, head]
-    scores = q @ k.T / math.sqrt(d_head)
+    q, k, _, _ = _qkv(trace, cfg, layer, head)
+    scores = q @ k.T / math.sqrt(cfg.d_head)
     e = np.exp(scores - scores.max(-1, keepdims=True))
     return scores, e / e.sum(-1, keepdims=True)
 
