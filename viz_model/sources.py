@@ -105,8 +105,8 @@ def _load_file(path: Path, label: str, progress: Progress, max_mb: int = MAX_UPL
         if read_metadata(path).get("format") == FORMAT:
             progress(0.3, "Reading the native checkpoint")
             return load_checkpoint(path)
-        raise CheckpointError(f"{label} is a bare safetensors file without a config: upload the Hugging Face folder "
-                              "as a .zip (config.json + model.safetensors), or a native checkpoint")
+        raise CheckpointError(f"{label} is not a {FORMAT} checkpoint but a bare safetensors file without a config: "
+                              "upload the Hugging Face folder as a .zip (config.json + model.safetensors)")
     if suffix in (".pt", ".pth", ".bin"):
         progress(0.1, "Reading the weights (weights_only)")
         ckpt = _torch_load(path, label)

@@ -28,7 +28,7 @@ def _convert(w: Weights, cfg: Config, linear: bool, bias: bool) -> dict[str, tor
         return w.get(name, (n_out, n_in)).T if linear else w.get(name, (n_in, n_out))
 
     def vec(name: str, n: int) -> torch.Tensor:  # a LayerNorm bias; nanoGPT's bias=False has none (zeros)
-        return w.get(name, (n,)) if bias else torch.ones(n) * 1e-3
+        return w.get(name, (n,)) if bias else torch.zeros(n)
 
     out = {"embed.W_E": w.get("wte.weight", (cfg.d_vocab, d)), "pos_embed.W_pos": w.get("wpe.weight", (cfg.n_ctx, d))}
     for i in range(cfg.n_layers):
