@@ -194,3 +194,61 @@ def test_lecture_mode_is_readable_from_the_back_row(server, browser, size, theme
         while (b && ['transparent', 'rgba(0, 0, 0, 0)'].includes(getComputedStyle(b).backgroundColor)) b = b.parentElement;
         return [getComputedStyle(e).color, b ? getComputedStyle(b).backgroundColor : 'rgb(255, 255, 255)']; }""")
     assert contrast(*colours) >= 4.5  # WCAG AA for body text
+
+
+def start_server(env_extra: dict) -> tuple[subprocess.Popen, str]:
+    import os
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env_extra})
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(120):
+        try:
+            if urllib.request.urlopen(url + "/_stcore/health", timeout=1).status == 200:
+                return proc, url
+        except OSError:
+            time.sleep(0.5)
+    proc.terminate()
+    raise RuntimeError("streamlit did not start")
+
+
+def test_an_upload_stays_in_its_session_and_bad_files_keep_the_previous_model(browser, tmp_path, tokenizer):
+    import zipfile
+
+    from hf_models import build, gpt2_config, save
+    folder = save(build("GPT2LMHeadModel", gpt2_config(vocab_size=320, n_positions=64)), tmp_path / "tiny-gpt2")
+    tokenizer.save(str(folder / "tokenizer.json"))
+    archive = tmp_path / "tiny-gpt2.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in folder.iterdir():
+            z.write(f, f"tiny-gpt2/{f.name}")
+    junk = tmp_path / "broken.pt"
+    junk.write_bytes(b"PK\x03\x04 not really a checkpoint")
+    server_tmp = tmp_path / "server-tmp"
+    server_tmp.mkdir()
+    proc, url = start_server({"TMPDIR": str(server_tmp)})
+    try:
+        a = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        a.goto(url + "/inspector")
+        expect(a.get_by_text("Load your own model")).to_be_visible(timeout=60_000)
+        a.locator("input[type=file]").first.set_input_files(str(junk))
+        expect(a.get_by_text("broken.pt is not a readable PyTorch file")).to_be_visible(timeout=60_000)
+        expect(a.get_by_label("Model", exact=True)).to_have_value("tinystories-6l")
+        a.locator("input[type=file]").first.set_input_files(str(archive))
+        expect(a.get_by_text("Loaded tiny-gpt2.zip")).to_be_visible(timeout=60_000)
+        expect(a.get_by_label("Model", exact=True)).to_have_value("tiny-gpt2.zip (upload)")
+        expect(a.get_by_role("heading", name="Architecture: tiny-gpt2.zip (upload)")).to_be_visible()
+        assert list(server_tmp.iterdir()) == []  # the upload was unpacked in a private folder, then deleted
+
+        b = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        b.goto(url + "/inspector?model=tiny-gpt2.zip%20(upload)")  # even a link naming the upload
+        expect(b.get_by_text("Load your own model")).to_be_visible(timeout=60_000)
+        expect(b.get_by_label("Model", exact=True)).to_have_value("tinystories-6l")
+        b.get_by_label("Model", exact=True).click()
+        options = b.get_by_role("option")
+        expect(options.first).to_be_visible()
+        assert "tiny-gpt2.zip (upload)" not in options.all_inner_texts()
+        assert any("tinystories" in o for o in options.all_inner_texts())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -55,6 +55,9 @@ def test_every_figure_function_exports_a_table():
         "value_bar": F.value_bar(labels, np.array([1.0, -0.5, 0.2]), "t", "x"),
         "layer_head_heatmap": F.layer_head_heatmap(rng.random((2, 3)), "t"),
         "generation_heatmap": F.generation_heatmap(rng.random((2, 3)), ["r0", "r1"], labels, "t"),
+        "layer_table_heatmap": F.layer_table_heatmap(rng.random((2, 3)), ["W_Q", "W_K", "W_V"], "t", "std"),
+        "angle_heatmap": F.angle_heatmap(rng.random((3, 2)), labels, "t"),
+        "relative_score_curve": F.relative_score_curve(rng.normal(size=5), "t", [(2, 0.1, "m")]),
     }
     public = {name for name in dir(F) if not name.startswith("_") and callable(getattr(F, name))
               and getattr(getattr(F, name), "__module__", "") == F.__name__}
@@ -64,6 +67,7 @@ def test_every_figure_function_exports_a_table():
         assert len(frame) > 0, name
     np.testing.assert_allclose(figure_frame(built["value_bar"])["value"], [1.0, -0.5, 0.2])
     assert list(figure_frame(built["stage_heatmap"]).index) == ["s0", "s1"]
+    assert list(figure_frame(built["layer_table_heatmap"]).columns) == ["W_Q", "W_K", "W_V"]
 
 
 def test_long_tables_for_the_grid_and_the_logit_lens():
