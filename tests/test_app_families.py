@@ -133,3 +133,10 @@ def test_minilm_is_offered_and_its_attention_is_its_own():
     fig = figure_titled(at, "Layer 0, head 0")
     np.testing.assert_allclose(plotly_array(fig["data"][0]["z"]), cache["blocks.0.attn.hook_pattern"][0, 0].numpy(),
                                atol=1e-6)
+
+
+def test_models_given_on_the_command_line_come_first(tmp_path):
+    from viz_ui.state import command_line_models
+    found = command_line_models(["app.py", "--model", "runs/ckpt.pt", "--model", "models/gpt2-folder/", "--other", "x"])
+    assert found == {"ckpt.pt": "runs/ckpt.pt", "gpt2-folder": "models/gpt2-folder/"}
+    assert command_line_models(["app.py"]) == {}

@@ -28,10 +28,12 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
+    log = tmp_path_factory.mktemp("server") / "streamlit.log"
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    with open(log, "wb") as out:  # a file, not a pipe: a full pipe would block the server
+        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port",
+                                 str(port)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(120):
@@ -41,10 +43,18 @@ def server():
             except OSError:
                 time.sleep(0.5)
         else:
-            raise RuntimeError("streamlit did not start: " + proc.stdout.read1().decode(errors="replace"))
+            raise RuntimeError("streamlit did not start: " + log.read_text(errors="replace")[-2000:])
         yield url
     finally:
-        proc.terminate()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
         proc.wait(timeout=20)
 
 
@@ -250,5 +260,4 @@ def test_an_upload_stays_in_its_session_and_bad_files_keep_the_previous_model(br
         assert "tiny-gpt2.zip (upload)" not in options.all_inner_texts()
         assert any("tinystories" in o for o in options.all_inner_texts())
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        stop(proc)
