@@ -218,9 +218,9 @@ def setup_page(title: str, intro: str) -> AppState:
     else:
         try:
             trace = get_trace(models[name], text)
-        except ValueError as exc:
+        except ValueError as exc:  # e.g. words typed for a model without tokenizer: pages needing a trace stop
             st.error(f"The text cannot be run: {exc}.")
-            st.stop()
+    if trace is not None:
         if not display.lecture:
             st.sidebar.download_button("Whole trace (.npz)", data=lambda: trace_npz(trace), icon=":material/download:",
                                        file_name=f"{_file_stem(name)}_trace.npz", mime="application/octet-stream",
@@ -264,7 +264,7 @@ def pick_position(container, trace: Trace, label: str) -> int:
 
 
 def require_trace(state: AppState) -> Trace:
-    """The trace, or stop the page (the empty-text message is already shown)."""
+    """The trace, or stop the page (the empty-text or bad-text message is already shown)."""
     if state.trace is None:
         st.stop()
     return state.trace
