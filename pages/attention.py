@@ -46,7 +46,9 @@ if cfg.causal:
     st.markdown("What the causal mask changes for this head. Left: the scores q·k/√d_k for *every* pair, as if "
                 "the mask were not there; middle: the same scores with −∞ above the diagonal (what the model "
                 "uses); right: the weights softmax would give without the mask. Without it, a token would take "
-                "information from tokens that come after it, which a decoder cannot know when it generates text.")
+                "information from tokens that come after it, which a decoder cannot know when it generates text."
+                + (f" This model also has a sliding window of {cfg.attn_window}: the middle panel hides keys that far "
+                   "back too." if cfg.attn_window else ""))
     raw, free = unmasked_view(trace, cfg, layer, head)
     m1, m2, m3 = st.columns(3)
     with m1:

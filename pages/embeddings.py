@@ -1,8 +1,9 @@
 """Embeddings & positions: E, P and x = E + P for the typed tokens, and where the tokens lie."""
 
+import numpy as np
 import streamlit as st
 
-from viz_ui.explain import positional_sentence
+from viz_ui.explain import input_name, positional_sentence
 from viz_ui.figures import (angle_heatmap, matrix_heatmap, pca_scatter, position_curves, relative_score_curve,
                             similarity_heatmap)
 from viz_ui.layout import pick_layer_head, require_trace, setup_page, show_figure
@@ -27,8 +28,7 @@ POSITIONAL_TEXT = {
     "learned": "This model learned its positional encodings: P is a trained table with one row per position.",
 }
 st.markdown(POSITIONAL_TEXT.get(cfg.positional, positional_sentence(cfg)))
-x_name = "x = E + P" + (" + T" if cfg.n_token_types else "")
-x_name = f"x = LN({x_name[4:]})" if cfg.embed_norm else x_name
+x_name = input_name(cfg)
 tab_e, tab_p, tab_x = st.tabs(["E: token embeddings",
                                "Rotary positions" if cfg.positional == "rotary" else "P: positional encodings", x_name])
 with tab_e:
@@ -56,10 +56,13 @@ with tab_p:
         span = min(cfg.n_ctx, max(256, trace.n_tokens))
         delta = trace.n_tokens - 1 - key_pos
         recorded = float(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head, -1, key_pos])
+        if not np.isfinite(recorded):
+            st.caption(f"This pair is {delta} positions apart, outside the sliding window of {cfg.attn_window}: its "
+                       "recorded score is −∞ (masked), so no dot is drawn.")
         show_figure(relative_score_curve(relative_scores(q, k, cfg.rotary_base, span),
                                          f"Layer {layer}, head {head}: score of “{trace.labels[-1]}” → "
                                          f"“{trace.labels[key_pos]}” at every distance",
-                                         [(delta, recorded, f"recorded: Δ = {delta}")]),
+                                         [(delta, recorded, f"recorded: Δ = {delta}")] if np.isfinite(recorded) else []),
                     state, f"rotary_relative_L{layer}_H{head}")
     else:
         show_figure(matrix_heatmap(P, trace.labels, f"Positional encodings P  [{trace.n_tokens} × {cfg.d_model}]"),

@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from viz_ui.explain import mask_sentence
 from viz_ui.figures import matrix_heatmap, topk_bar
 from viz_ui.layout import pick_layer_head, pick_position, require_trace, setup_page, show_figure
 from viz_ui.steps import head_steps, largest_weights, value_contributions
@@ -54,8 +55,7 @@ st.latex(r"\text{score}_j = \frac{q \cdot k_j}{\sqrt{d_k}}\;(+\,{-\infty}\ \text
          r"w_j = \frac{e^{\text{score}_j}}{\sum_{j'} e^{\text{score}_{j'}}}")
 st.markdown(f"√d_k = √{cfg.d_head} = {cfg.d_head ** 0.5:.4f}. Dividing by it keeps the scores in a range where "
             "softmax is not saturated. "
-            + ("The causal mask adds −∞ to the scores of later tokens, so their weight is exactly 0: "
-               "a decoder cannot look ahead. " if cfg.causal else "")
+            + mask_sentence(cfg) + " "
             + "Check the softmax by hand: each weight is its exp(score − max) divided by the sum of that column.")
 table = score_table(trace.labels, s.dots, s.scaled, s.scores, s.weights)
 st.dataframe(table.style.format({c: fmt for c in ("q·k", "q·k / √d_k", "exp(score − max)", "weight")}),

@@ -1,6 +1,8 @@
 """Model inspector & upload: load your own checkpoint (this session only) and see its architecture,
 parameter counts and weight statistics."""
 
+from pathlib import PurePosixPath
+
 import streamlit as st
 from tokenizers import Tokenizer
 
@@ -8,42 +10,43 @@ from viz_model import CheckpointError, load_upload
 from viz_model.sources import MAX_UPLOAD_MB, MODEL_SUFFIXES
 from viz_model.tokenizer import IdTokenizer
 from viz_ui.figures import layer_table_heatmap, value_bar
-from viz_ui.inspect import architecture_table, parameter_table, weight_stats
+from viz_ui.inspect import architecture_table, parameter_table
 from viz_ui.layout import set_shared, setup_page, show_figure, show_link
-from viz_ui.state import add_session_model, session_models, upload_hash
+from viz_ui.state import MAX_SESSION_MODELS, add_session_model, get_weight_stats, session_models, upload_hash
 
 state = setup_page("Model inspector & upload",
                    "What the chosen model is made of, and a place to load your own checkpoint: a nanoGPT ckpt.pt, a "
                    "Hugging Face GPT-2 / BERT / Llama / Mistral / Qwen2 folder as a .zip, or this app's .safetensors.")
 
+cap_mb = min(MAX_UPLOAD_MB, int(st.get_option("server.maxUploadSize")))  # Streamlit's own cap applies too
 with st.container(border=True):
     st.markdown("**Load your own model**")
-    st.caption(f"Accepted: {', '.join(MODEL_SUFFIXES)} up to {MAX_UPLOAD_MB} MB (set VIZ_MAX_UPLOAD_MB to change it). "
-               "The model stays in this browser session only: other sessions never see it, and nothing is kept on "
-               "the server's disk. Pickle-based files are read with weights_only=True, so they cannot run code.")
+    st.caption(f"Accepted: {', '.join(MODEL_SUFFIXES)} up to {cap_mb} MB (the smaller of VIZ_MAX_UPLOAD_MB and "
+               "Streamlit's server.maxUploadSize). The model stays in this browser session only (the last "
+               f"{MAX_SESSION_MODELS} uploads are kept): other sessions never see it, and nothing is kept on the "
+               "server's disk. Pickle-based files are read with weights_only=True, so they cannot run code.")
     upload = st.file_uploader("Checkpoint file", type=[s.lstrip(".") for s in MODEL_SUFFIXES], key="upload_model",
-                              max_upload_size=MAX_UPLOAD_MB)
-    if upload is not None:
+                              max_upload_size=cap_mb)
+    if upload is not None and st.session_state.get("_last_upload") != upload.file_id:
+        st.session_state["_last_upload"] = upload.file_id  # each new file is read and hashed once
         data = upload.getvalue()
-        digest = upload_hash(data)
-        if st.session_state.get("_last_upload") != digest:
-            st.session_state["_last_upload"] = digest
-            bar = st.progress(0.0, text=f"Loading {upload.name}…")
-            try:
-                model, tokenizer = load_upload(upload.name, data, lambda f, msg: bar.progress(f, text=msg))
-            except CheckpointError as exc:
-                bar.empty()
-                st.session_state["_upload_message"] = ("error", f"{exc}. The previous model is still selected.")
-            else:
-                bar.progress(1.0, text="Done")
-                names = {m.name for m in session_models().values()}
-                name = f"{upload.name} (upload)"
-                name = name if name not in names else f"{upload.name} (upload {digest[:6]})"
-                add_session_model(digest, name, model, tokenizer, upload.name)
-                set_shared("model", name)
-                st.session_state["_upload_message"] = ("success", f"Loaded **{upload.name}**: {model.cfg.family}, "
-                                                       f"{model.n_params():,} parameters. It is now the selected model.")
-                st.rerun()
+        digest = upload_hash(PurePosixPath(upload.name).suffix.lower().encode(), data)
+        bar = st.progress(0.0, text=f"Loading {upload.name}…")
+        try:
+            model, tokenizer = load_upload(upload.name, data, lambda f, msg: bar.progress(f, text=msg), cap_mb)
+        except CheckpointError as exc:
+            bar.empty()
+            st.session_state["_upload_message"] = ("error", f"{exc}. The previous model is still selected.")
+        else:
+            bar.progress(1.0, text="Done")
+            names = {m.name for m in session_models().values()}
+            name = f"{upload.name} (upload)"
+            name = name if name not in names else f"{upload.name} (upload {digest[:6]})"
+            add_session_model(digest, name, model, tokenizer, upload.name)
+            set_shared("model", name)
+            st.session_state["_upload_message"] = ("success", f"Loaded **{upload.name}**: {model.cfg.family}, "
+                                                   f"{model.n_params():,} parameters. It is now the selected model.")
+            st.rerun()
     kind, message = st.session_state.pop("_upload_message", (None, None))
     if kind == "error":
         st.error(message, icon=":material/error:")
@@ -84,7 +87,7 @@ with right:
                f"W_K and W_V d_model × n_kv_heads·d_head ({cfg.n_kv_heads} key/value heads), W_O n_heads·d_head × d_model.")
 
 st.subheader("Weight statistics per layer")
-stats = weight_stats(model)
+stats = get_weight_stats(state.model_path)
 stat = st.radio("Statistic", ["std", "rms", "max_abs", "mean"], horizontal=True, key="weight_stat",
                 format_func={"std": "standard deviation", "rms": "root mean square", "max_abs": "largest |w|",
                              "mean": "mean"}.get)

@@ -6,7 +6,8 @@ from viz_ui.block import layernorm_stats, residual_norms, top_neurons
 from viz_ui.figures import (attention_grid, attention_heatmap, matrix_heatmap, position_curves, stage_heatmap, topk_bar,
                             value_bar)
 from viz_ui.generation import next_token_view
-from viz_ui.explain import ffn_formula, ffn_sentence, norm_formula, norm_sentence, positional_sentence
+from viz_ui.explain import (ffn_formula, ffn_sentence, input_name, logits_formula, norm_formula, norm_sentence,
+                            positional_sentence)
 from viz_ui.layout import (require_trace, set_shared, setup_page, shared_number, shared_widget, show_figure,
                            show_link)
 from viz_ui.state import get_head_scores, get_logit_lens, get_positional_table, get_vocab_labels
@@ -28,7 +29,7 @@ def tokens() -> None:
 
 
 def embeddings() -> None:
-    tab_e, tab_p, tab_x = st.tabs(["E (token)", "P (position)", "x = E + P"])
+    tab_e, tab_p, tab_x = st.tabs(["E (token)", "P (position)", input_name(cfg)])
     with tab_e:
         show_figure(matrix_heatmap(trace.arrays["hook_embed"], trace.labels, "Token embeddings E"), state, "walk_E")
     with tab_p:
@@ -40,7 +41,8 @@ def embeddings() -> None:
             show_figure(position_curves(table, [0, 1, cfg.d_model // 4, cfg.d_model // 2], n, "P over every position"),
                         state, "walk_P")
     with tab_x:
-        show_figure(matrix_heatmap(trace.arrays["blocks.0.hook_resid_pre"], trace.labels, "x = E + P"), state, "walk_x")
+        show_figure(matrix_heatmap(trace.arrays["blocks.0.hook_resid_pre"], trace.labels, input_name(cfg)), state,
+                    "walk_x")
 
 
 def one_head() -> None:
@@ -171,7 +173,7 @@ STEPS = [
     ("Logits", "The final vector of the last token is multiplied by the unembedding matrix: one score (logit) per "
      f"vocabulary token, {cfg.d_vocab} in all." + (" (BERT first applies its masked-LM transform: dense, GELU, "
                                                   "LayerNorm.)" if cfg.lm_head == "mlm" else ""),
-     r"\text{logits} = \mathrm{LN}(x_L)\,W_U" if cfg.final_norm else r"\text{logits} = x_L\,W_U", logits),
+     logits_formula(cfg), logits),
     ("Softmax with temperature", "Softmax turns logits into probabilities. Dividing the logits by a temperature T "
      "before softmax changes how peaked the distribution is.", r"p_i = \frac{e^{z_i/T}}{\sum_j e^{z_j/T}}", softmax),
     ("The next token", "One token is chosen from the distribution and appended; then everything runs again.",

@@ -90,3 +90,31 @@ def test_llama_kv_cache_generation_matches_a_full_run(tmp_path):
     kv = model.new_kv_cache()
     steps = [model(ids[:, :6], kv_cache=kv)] + [model(ids[:, i:i + 1], kv_cache=kv) for i in range(6, 10)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+
+
+def test_bert_masked_lm_with_untied_output_weights(tmp_path):
+    ref = build("BertForMaskedLM", bert_config(tie_word_embeddings=False))
+    model, _ = load_model(save(ref, tmp_path / "bert-untied"))
+    assert not model.cfg.tied_embeddings
+    ids = ids_for(model.cfg.d_vocab)
+    assert_parity(model, reference(ref, ids), ids)
+
+
+def test_unsupported_variants_are_refused_with_one_line(tmp_path):
+    import json
+
+    from viz_model import CheckpointError
+    ref = build("Qwen2ForCausalLM", llama_config("Qwen2Config", use_sliding_window=True, sliding_window=4))
+    folder = save(ref, tmp_path / "qwen-window")
+    with pytest.raises(CheckpointError, match="use_sliding_window"):
+        load_model(folder)
+    folder = save(build("LlamaForCausalLM", llama_config()), tmp_path / "llama")
+    config = json.loads((folder / "config.json").read_text())
+    for change, words in (({"quantization_config": {"quant_method": "bitsandbytes"}}, "quantized"),
+                          ({"rms_norm_eps": None}, "unexpected value"),
+                          ({"rope_parameters": {"rope_type": "default", "rope_theta": "abc"}}, "unexpected value"),
+                          ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, "rotary scaling")):
+        (folder / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(CheckpointError, match=words) as err:
+            load_model(folder)
+        assert "\n" not in str(err.value)

@@ -679,3 +679,23 @@ def test_uploads_leave_no_files_behind(tmp_path, monkeypatch, native_bytes, gpt2
     (tmp_path / "gpt2.zip").write_bytes(zip_folder(gpt2_folder))
     load_model(tmp_path / "gpt2.zip")
     assert os.listdir(spool) == []
+
+
+def test_compressed_records_in_a_torch_file_are_refused(tmp_path):
+    """A .pt is a zip; torch.save stores its records uncompressed. A deflated one could unpack to far more
+    memory than the upload's size (400 MB of zeros fit in ~0.4 MB), so it is refused before torch.load."""
+    plain = tmp_path / "plain.pt"
+    torch.save({"model_args": {}, "model": {"w": torch.zeros(2_000_000)}}, plain)
+    bomb = tmp_path / "bomb.pt"
+    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as out:
+        for m in src.infolist():
+            out.writestr(m.filename, src.read(m))
+    assert bomb.stat().st_size < plain.stat().st_size / 20
+    expect_error(lambda: load_model(bomb), "compressed")
+    expect_error(lambda: load_upload("bomb.pt", bomb.read_bytes(), max_mb=100), "compressed")
+    expect_error(lambda: load_upload("plain.pt", plain.read_bytes(), max_mb=1), "cap")
+
+
+def test_a_zip_with_a_file_where_a_folder_must_be(tmp_path):
+    data = zip_bytes({"config.json": b"{}", "config.json/x.json": b"{}"})
+    expect_error(lambda: load_upload("clash.zip", data), "cannot be unpacked")

@@ -109,20 +109,39 @@ def _load_file(path: Path, label: str, progress: Progress, max_mb: int = MAX_UPL
                               "upload the Hugging Face folder as a .zip (config.json + model.safetensors)")
     if suffix in (".pt", ".pth", ".bin"):
         progress(0.1, "Reading the weights (weights_only)")
-        ckpt = _torch_load(path, label)
+        ckpt = _torch_load(path, label, max_mb * 2**20)
         if isinstance(ckpt, dict) and "model_args" in ckpt and "model" in ckpt:
             if not isinstance(ckpt["model_args"], dict) or not isinstance(ckpt["model"], dict):
                 raise CheckpointError(f"{label}: model_args and model must be dictionaries (nanoGPT layout)")
             progress(0.5, "Converting nanoGPT weights")
-            cfg, state = from_nanogpt(ckpt["model_args"], ckpt["model"], label)
+            cfg, state = _convert(from_nanogpt, ckpt["model_args"], ckpt["model"], label)
             return build_model(cfg, state, label), None
         raise CheckpointError(f"{label} is not a nanoGPT checkpoint (no model_args and model); a Hugging Face "
                               "pytorch_model.bin needs its config.json: upload the folder as a .zip")
     raise CheckpointError(f"{label}: unsupported file type {suffix or '(none)'}")
 
 
-def _torch_load(path: Path, label: str):
+def _check_torch_archive(path: Path, label: str, max_bytes: int) -> None:
+    """A ``torch.save`` file is a zip whose records torch stores uncompressed; a compressed record could
+    unpack to far more memory than the file's size (a zip bomb), so it is refused, as is a total above
+    ``max_bytes``. Legacy (pre-zip) files are plain pickles whose size bounds their memory."""
+    if not zipfile.is_zipfile(path):
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise CheckpointError(f"{label} is not a readable PyTorch file ({exc})") from None
+    if any(m.compress_type != zipfile.ZIP_STORED for m in members):
+        raise CheckpointError(f"{label} has compressed records, which torch.save never writes (refused: it could "
+                              "unpack to far more memory than its size)")
+    if sum(m.file_size for m in members) > max_bytes:
+        raise CheckpointError(f"{label} would unpack to more than the {max_bytes // 2**20} MB cap")
+
+
+def _torch_load(path: Path, label: str, max_bytes: int):
     """``torch.load`` with ``weights_only=True``: a pickle that would build other objects or run code is refused."""
+    _check_torch_archive(path, label, max_bytes)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # UnpicklingError for forbidden globals, RuntimeError/EOFError for corrupt files
@@ -173,8 +192,8 @@ def _safe_unzip(path: Path, dest: Path, label: str, max_bytes: int) -> None:
         written = 0
         for m, q in zip(members, parts):
             target = dest.joinpath(*q[strip:])
-            target.parent.mkdir(parents=True, exist_ok=True)
             try:
+                target.parent.mkdir(parents=True, exist_ok=True)
                 with archive.open(m) as src, open(target, "wb") as out:
                     while chunk := src.read(1 << 20):
                         written += len(chunk)
@@ -184,7 +203,7 @@ def _safe_unzip(path: Path, dest: Path, label: str, max_bytes: int) -> None:
             except CheckpointError:
                 raise
             except Exception as exc:
-                raise CheckpointError(f"{label}: {m.filename} cannot be unpacked ({exc})") from None
+                raise CheckpointError(f"{label}: {m.filename} cannot be unpacked ({type(exc).__name__})") from None
 
 
 def _load_folder(folder: Path, label: str, progress: Progress):
@@ -203,10 +222,24 @@ def _load_folder(folder: Path, label: str, progress: Progress):
     progress(0.2, "Reading the weights")
     state = _folder_state(folder, label)
     progress(0.6, f"Converting {hf.get('model_type', '?')} weights")
-    cfg, converted = from_hf(hf, state, label)
+    if hf.get("quantization_config"):
+        raise CheckpointError(f"{label}: quantized checkpoints are not supported (config.json has quantization_config)")
+    cfg, converted = _convert(from_hf, hf, state, label)
     model = build_model(cfg, converted, label)
     progress(0.9, "Reading the tokenizer")
     return model, _folder_tokenizer(folder, label, cfg.d_vocab)
+
+
+def _convert(convert, config: dict, state: dict, label: str):
+    """Run a family converter; a config value of the wrong type (``"rope_theta": "abc"``, ``null`` where a
+    number belongs) becomes a one-line :class:`CheckpointError` instead of a traceback."""
+    try:
+        return convert(config, state, label)
+    except CheckpointError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, RuntimeError) as exc:
+        raise CheckpointError(f"{label}: the config or weights have an unexpected value ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
 
 
 def _folder_state(folder: Path, label: str) -> dict[str, torch.Tensor]:
@@ -225,7 +258,7 @@ def _folder_state(folder: Path, label: str) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{label}: no weights (model.safetensors or pytorch_model.bin) next to config.json")
     state = {}
     for f in bins:
-        part = _torch_load(f, f"{label}/{f.name}")
+        part = _torch_load(f, f"{label}/{f.name}", MAX_UPLOAD_MB * 2**20)
         if not isinstance(part, dict):
             raise CheckpointError(f"{label}: {f.name} does not hold a state dict")
         state.update(part)

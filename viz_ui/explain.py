@@ -53,3 +53,31 @@ def positional_sentence(cfg: Config) -> str:
 def stack_name(cfg: Config) -> str:
     """``encoder`` (bidirectional) or ``decoder`` (causal): which stack the views show."""
     return "decoder" if cfg.causal else "encoder"
+
+
+def input_name(cfg: Config) -> str:
+    """What enters the first block, as a formula in words: ``x = E + P``, ``x = E`` (rotary, none),
+    ``x = LN(E + P + T)`` (BERT)."""
+    terms = "E" + (" + P" if cfg.positional in ("learned", "sinusoidal") else "") + (" + T" if cfg.n_token_types else "")
+    return f"x = LN({terms})" if cfg.embed_norm else f"x = {terms}"
+
+
+def logits_formula(cfg: Config) -> str:
+    """LaTeX of the output head: final norm (LN or RMSNorm), BERT's masked-LM transform, W_U, b_U."""
+    x = r"x_L"
+    if cfg.final_norm:
+        x = (r"\mathrm{RMSNorm}" if cfg.norm == "rmsnorm" else r"\mathrm{LN}") + rf"({x})"
+    if cfg.lm_head == "mlm":
+        x = rf"\mathrm{{LN}}(\mathrm{{GELU}}({x}\,W + b))"
+    return rf"\text{{logits}} = {x}\,W_U" + (" + b_U" if cfg.unembed_bias else "")
+
+
+def mask_sentence(cfg: Config) -> str:
+    """Which keys the mask hides in this model, in one sentence."""
+    if not cfg.causal:
+        return "There is no mask: every token sees every other token (an encoder)."
+    text = "The causal mask adds −∞ to the scores of later tokens, so their weight is exactly 0"
+    if cfg.attn_window:
+        text += (f"; the sliding window also hides keys {cfg.attn_window} or more positions back "
+                 f"(each query sees at most {cfg.attn_window} keys)")
+    return text + "."

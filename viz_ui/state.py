@@ -20,11 +20,13 @@ from viz_model.tokenizer import IdTokenizer
 
 from .block import logit_lens
 from .heads import head_scores
+from .inspect import weight_stats
 from .numeric import PCA, fit_pca
 from .trace import Trace, run_trace, token_label
 
 
 UPLOAD_PREFIX = "upload:"
+MAX_SESSION_MODELS = 2  # uploads kept per browser session (each holds a whole model in memory)
 MINILM = "all-MiniLM-L6-v2 (BERT)"
 
 
@@ -62,15 +64,18 @@ class SessionModel:
 
 
 def session_models() -> dict[str, SessionModel]:
-    """This session's uploaded models by key (``upload:<sha256 prefix>``)."""
+    """This session's uploaded models by key (``upload:<sha256 of the bytes>``), oldest first."""
     return st.session_state.setdefault("_session_models", {})
 
 
 def add_session_model(data_hash: str, name: str, model: VizTransformer, tokenizer, source: str) -> str:
     """Keep a model in this session; return its key. The key holds a hash of the uploaded bytes (and of
     the tokenizer), so cached traces of one upload can never be served for a different one."""
-    key = f"{UPLOAD_PREFIX}{data_hash[:16]}"
-    session_models()[key] = SessionModel(name, model, tokenizer, source)
+    key = f"{UPLOAD_PREFIX}{data_hash}"
+    models = session_models()
+    models[key] = SessionModel(name, model, tokenizer, source)
+    while len(models) > MAX_SESSION_MODELS:  # the oldest upload goes first; memory stays bounded per session
+        models.pop(next(iter(models)))
     return key
 
 
@@ -158,6 +163,13 @@ def get_logit_lens(path: str, text: str) -> tuple[np.ndarray, np.ndarray, list[s
     """:func:`logit_lens` of the model at ``path`` on ``text``."""
     model, _ = resolve(path)
     return logit_lens(model, get_trace(path, text))
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def get_weight_stats(path: str):
+    """:func:`viz_ui.inspect.weight_stats` of the model at ``path`` (a DataFrame)."""
+    model, _ = resolve(path)
+    return weight_stats(model)
 
 
 def model_card(path: str) -> str | None:

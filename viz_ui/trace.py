@@ -41,6 +41,8 @@ def token_label(tokenizer: Tokenizer, token_id: int) -> str:
     """How a token is drawn: its text with spaces as "·" and line breaks as "\\n"; bytes that are only
     part of a UTF-8 character (a byte-level token may split an emoji) as ``<F0 9F>``.
     """
+    if tokenizer.id_to_token(token_id) is None:  # e.g. nanoGPT pads GPT-2's 50,257 tokens to 50,304 rows
+        return f"<unused {token_id}>"
     raw = token_bytes(tokenizer, token_id)
     try:
         text = raw.decode("utf-8")

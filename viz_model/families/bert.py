@@ -36,11 +36,12 @@ def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Co
         raise CheckpointError(f"{label}: hidden_size ({d}) is not a multiple of num_attention_heads ({h})")
     w = Weights(state, label, ("bert.",))
     mlm = w.has("cls.predictions.transform.dense.weight")
+    tied = bool(hf.get("tie_word_embeddings", True))
     cfg = Config(n_layers=require_int(hf, "num_hidden_layers", label), d_model=d, n_heads=h, d_head=d // h,
                  d_mlp=require_int(hf, "intermediate_size", label), d_vocab=require_int(hf, "vocab_size", label),
                  n_ctx=require_int(hf, "max_position_embeddings", label), positional="learned", norm="layernorm",
                  norm_placement="post", mlp=activation(hf.get("hidden_act", "gelu"), label), causal=False,
-                 tied_embeddings=True, final_norm=False, layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
+                 tied_embeddings=tied or not mlm, final_norm=False, layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
                  n_token_types=int(hf.get("type_vocab_size", 2)), embed_norm=True,
                  lm_head="mlm" if mlm else "none", unembed_bias=mlm, family="bert")
     k, m = cfg.d_head, cfg.d_mlp
@@ -65,5 +66,8 @@ def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Co
         out["mlm_head.W"], out["mlm_head.b"] = _linear(w, t + "transform.dense", d, d)
         out["mlm_head.ln.w"] = w.get(t + "transform.LayerNorm.weight", (d,))
         out["mlm_head.ln.b"] = w.get(t + "transform.LayerNorm.bias", (d,))
-        out["b_U"] = w.get(t + "bias", (cfg.d_vocab,)) if w.has(t + "bias") else w.get(t + "decoder.bias", (cfg.d_vocab,))
+        # the decoder applies decoder.bias (transformers ties it to predictions.bias; older files have only the latter)
+        out["b_U"] = w.get(t + "decoder.bias", (cfg.d_vocab,)) if w.has(t + "decoder.bias") else w.get(t + "bias", (cfg.d_vocab,))
+        if not tied:
+            out["W_U"] = w.get(t + "decoder.weight", (cfg.d_vocab, d)).T
     return cfg, {name: t.contiguous() for name, t in out.items()}

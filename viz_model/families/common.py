@@ -9,6 +9,8 @@ import torch
 
 from ..weights import CheckpointError
 
+FLOAT8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+          if hasattr(torch, n)}
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 
 
@@ -37,6 +39,8 @@ class Weights:
         tensor = self.state[name]
         if not isinstance(tensor, torch.Tensor):
             raise CheckpointError(f"{self.label}: {name} is not a tensor")
+        if not tensor.is_floating_point() or tensor.dtype in FLOAT8:
+            raise CheckpointError(f"{self.label}: {name} is stored as {tensor.dtype} (quantized weights are not supported)")
         if tuple(tensor.shape) != tuple(shape):
             raise CheckpointError(f"{self.label}: {name} has shape {tuple(tensor.shape)}, the config needs {tuple(shape)}")
         return tensor.float()

@@ -36,7 +36,9 @@ def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Co
     g = hf.get("num_key_value_heads") or h
     k = hf.get("head_dim") or d // h
     qkv_bias = family == "qwen2" or bool(hf.get("attention_bias", False))
-    window = hf.get("sliding_window") if family == "mistral" or hf.get("use_sliding_window") else None
+    window = hf.get("sliding_window") if family == "mistral" else None
+    if family == "qwen2" and hf.get("use_sliding_window"):  # transformers windows only some layers (layer_types)
+        raise CheckpointError(f"{label}: Qwen2 with use_sliding_window is not supported (per-layer windows)")
     tied = bool(hf.get("tie_word_embeddings", False))
     cfg = Config(n_layers=require_int(hf, "num_hidden_layers", label), d_model=d, n_heads=h, n_kv_heads=g, d_head=k,
                  d_mlp=require_int(hf, "intermediate_size", label), d_vocab=require_int(hf, "vocab_size", label),
