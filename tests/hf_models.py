@@ -57,3 +57,10 @@ def llama_config(cls: str = "LlamaConfig", **kw):
                 num_key_value_heads=2, max_position_embeddings=64)
     base.update(kw)
     return getattr(transformers, cls)(**base)
+
+
+def bart_config(**kw):
+    base = dict(vocab_size=99, d_model=36, encoder_layers=2, decoder_layers=2, encoder_attention_heads=3,
+                decoder_attention_heads=3, encoder_ffn_dim=52, decoder_ffn_dim=52, max_position_embeddings=40)
+    base.update(kw)
+    return transformers.BartConfig(**base)

@@ -118,3 +118,27 @@ def test_unsupported_variants_are_refused_with_one_line(tmp_path):
         with pytest.raises(CheckpointError, match=words) as err:
             load_model(folder)
         assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(d_model=40, encoder_attention_heads=5, decoder_attention_heads=5,
+                                             vocab_size=131, scale_embedding=True, encoder_layers=3)])
+def test_bart_parity(tmp_path, kw):
+    """Encoder, decoder (masked) and cross-attention patterns and the logits against transformers' BART."""
+    from hf_models import bart_config
+    ref = build("BartForConditionalGeneration", bart_config(**kw))
+    model, _ = load_model(save(ref, tmp_path / "bart"))
+    cfg = model.cfg
+    assert cfg.is_encoder_decoder and cfg.n_encoder_layers == ref.config.encoder_layers
+    src, tgt = ids_for(cfg.d_vocab, n=11), ids_for(cfg.d_vocab, n=7, seed=1)
+    with torch.no_grad():
+        out = ref(input_ids=src, decoder_input_ids=tgt, output_attentions=True)
+    logits, cache = model.run_with_cache(tgt, src_tokens=src)
+    assert (logits - out.logits).abs().max().item() <= LOGITS_ATOL
+    kinds = (("encoder.blocks.{}.attn", out.encoder_attentions), ("blocks.{}.attn", out.decoder_attentions),
+             ("blocks.{}.cross_attn", out.cross_attentions))
+    for name, ref_patterns in kinds:
+        for i, ref_pattern in enumerate(ref_patterns):
+            ours = cache[name.format(i) + ".hook_pattern"]
+            assert ours.shape == ref_pattern.shape
+            assert (ours - ref_pattern).abs().max().item() <= PATTERN_ATOL, name.format(i)
+    assert cache["blocks.0.cross_attn.hook_pattern"].shape[-1] == src.shape[1]  # key_pos over the source

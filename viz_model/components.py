@@ -24,9 +24,10 @@ class Embed(nn.Module):
     def __init__(self, cfg: Config) -> None:
         super().__init__()
         self.W_E = nn.Parameter(torch.empty(cfg.d_vocab, cfg.d_model))
+        self.scale = cfg.embed_scale
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.W_E[tokens]
+        return self.W_E[tokens] if self.scale == 1.0 else self.W_E[tokens] * self.scale
 
 
 def sinusoidal_table(n_ctx: int, d_model: int) -> torch.Tensor:
@@ -129,11 +130,15 @@ class Attention(nn.Module):
     (before rotation), ``hook_rot_q/rot_k`` (after rotation, rotary models only), ``hook_z``
     ``[batch, pos, n_heads, d_head]``; ``hook_attn_scores`` and ``hook_pattern``
     ``[batch, head_index, query_pos, key_pos]`` (one pattern per query head).
+
+    With ``cross=True`` (a decoder's cross-attention) q comes from the decoder and k, v from the encoder's
+    output ``context`` ``[batch, src_pos, d_model]``: no mask, key_pos runs over the source tokens.
     """
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, cross: bool = False) -> None:
         super().__init__()
         self.cfg = cfg
+        self.cross = cross  # cross-attention: keys and values from the encoder's output, no mask, no rotation
         h, g, d, k = cfg.n_heads, cfg.n_kv_heads, cfg.d_model, cfg.d_head
         self.W_Q = nn.Parameter(torch.empty(h, d, k))
         self.W_K = nn.Parameter(torch.empty(g, d, k))
@@ -145,7 +150,7 @@ class Attention(nn.Module):
         self.b_V = nn.Parameter(torch.zeros(g, k)) if bias else None
         self.b_O = nn.Parameter(torch.zeros(d)) if bias else None
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
-        if cfg.positional == "rotary":
+        if cfg.positional == "rotary" and not cross:
             self.hook_rot_q, self.hook_rot_k = HookPoint(), HookPoint()
         self.hook_attn_scores, self.hook_pattern, self.hook_z = HookPoint(), HookPoint(), HookPoint()
 
@@ -154,7 +159,7 @@ class Attention(nn.Module):
         out = torch.einsum("bpd,hdk->bphk", x, W)
         return out if b is None else out + b
 
-    def forward(self, x: torch.Tensor, kv: "LayerKV | None" = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv: "LayerKV | None" = None, context: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` ``[batch, pos, d_model]`` -> ``[batch, pos, d_model]``.
 
         With ``kv`` (generation with a KV cache), ``x`` holds only the new positions: their q, k and v
@@ -163,10 +168,13 @@ class Attention(nn.Module):
         ``[batch, head_index, new_query_pos, all_key_pos]``.
         """
         cfg = self.cfg
+        source = context if self.cross else x  # cross-attention reads keys and values from the encoder
         q = self.hook_q(self._project(x, self.W_Q, self.b_Q))
-        k = self.hook_k(self._project(x, self.W_K, self.b_K))
-        v = self.hook_v(self._project(x, self.W_V, self.b_V))
-        if cfg.positional == "rotary":
+        k = self.hook_k(self._project(source, self.W_K, self.b_K))
+        v = self.hook_v(self._project(source, self.W_V, self.b_V))
+        if self.cross:
+            kv = None  # the encoder's keys and values are complete; nothing to cache per step
+        elif cfg.positional == "rotary":
             angles = rotary_angles(x.shape[1], cfg.d_head, cfg.rotary_base, kv.n_pos if kv is not None else 0)
             q = self.hook_rot_q(apply_rotary(q, angles.to(x.device)))
             k = self.hook_rot_k(apply_rotary(k, angles.to(x.device)))
@@ -175,7 +183,7 @@ class Attention(nn.Module):
         if cfg.n_rep > 1:  # every query head reads its group's key/value head (transformers' repeat_kv)
             k, v = k.repeat_interleave(cfg.n_rep, dim=2), v.repeat_interleave(cfg.n_rep, dim=2)
         scores = torch.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(cfg.d_head)
-        hidden = attention_mask(q.shape[1], k.shape[1], cfg.causal, cfg.attn_window, x.device)
+        hidden = None if self.cross else attention_mask(q.shape[1], k.shape[1], cfg.causal, cfg.attn_window, x.device)
         if hidden is not None:
             scores = scores.masked_fill(hidden, float("-inf"))
         scores = self.hook_attn_scores(scores)
@@ -270,25 +278,40 @@ class Block(nn.Module):
 
     Pre-LN (GPT-2): ``mid = pre + attn(ln1(pre))``, ``post = mid + mlp(ln2(mid))``.
     Post-LN (Vaswani et al., 2017): ``mid = ln1(pre + attn(pre))``, ``post = ln2(mid + mlp(mid))``.
-    Hooks: ``hook_resid_pre/mid/post``, ``hook_attn_out``, ``hook_mlp_out``, all ``[batch, pos, d_model]``.
+    A decoder block of an encoder-decoder model (``cross=True``) has a third sub-layer between them,
+    cross-attention over the encoder's output with its own norm ``ln_cross``: pre-LN
+    ``mid_cross = mid + cross_attn(ln_cross(mid), enc)``, post-LN ``mid_cross = ln_cross(mid + cross_attn(mid, enc))``.
+    Hooks: ``hook_resid_pre/mid/post``, ``hook_attn_out``, ``hook_mlp_out`` and, with cross-attention,
+    ``hook_cross_attn_out``, ``hook_resid_mid_cross``, all ``[batch, pos, d_model]``.
     """
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, cross: bool = False) -> None:
         super().__init__()
         self.pre_ln = cfg.norm_placement == "pre"
-        self.ln1, self.attn, self.ln2, self.mlp = make_norm(cfg), Attention(cfg), make_norm(cfg), MLP(cfg)
+        self.ln1, self.attn = make_norm(cfg), Attention(cfg)
+        if cross:
+            self.ln_cross, self.cross_attn = make_norm(cfg), Attention(cfg, cross=True)
+            self.hook_cross_attn_out, self.hook_resid_mid_cross = HookPoint(), HookPoint()
+        self.ln2, self.mlp = make_norm(cfg), MLP(cfg)
+        self.has_cross = cross
         self.drop = nn.Dropout(cfg.dropout)
         self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
         self.hook_attn_out, self.hook_mlp_out = HookPoint(), HookPoint()
 
-    def forward(self, resid: torch.Tensor, kv: LayerKV | None = None) -> torch.Tensor:
+    def forward(self, resid: torch.Tensor, kv: LayerKV | None = None, context: torch.Tensor | None = None) -> torch.Tensor:
         resid = self.hook_resid_pre(resid)
         if self.pre_ln:
             attn_out = self.hook_attn_out(self.drop(self.attn(self.ln1(resid), kv)))
             mid = self.hook_resid_mid(resid + attn_out)
+            if self.has_cross:
+                cross_out = self.hook_cross_attn_out(self.drop(self.cross_attn(self.ln_cross(mid), context=context)))
+                mid = self.hook_resid_mid_cross(mid + cross_out)
             mlp_out = self.hook_mlp_out(self.drop(self.mlp(self.ln2(mid))))
             return self.hook_resid_post(mid + mlp_out)
         attn_out = self.hook_attn_out(self.drop(self.attn(resid, kv)))
         mid = self.hook_resid_mid(self.ln1(resid + attn_out))
+        if self.has_cross:
+            cross_out = self.hook_cross_attn_out(self.drop(self.cross_attn(mid, context=context)))
+            mid = self.hook_resid_mid_cross(self.ln_cross(mid + cross_out))
         mlp_out = self.hook_mlp_out(self.drop(self.mlp(mid)))
         return self.hook_resid_post(self.ln2(mid + mlp_out))

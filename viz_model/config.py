@@ -51,15 +51,24 @@ class Config:
     rotary_base: float = 10000.0  # base of the rotary angles theta_i = base^(-2i / d_head) (RoFormer)
     attn_window: int | None = None  # sliding-window attention (Mistral): a query sees at most this many keys
     n_token_types: int = 0  # segment (token type) embeddings added to the input (BERT); 0 = none
+    embed_scale: float = 1.0  # token embeddings are multiplied by this (sqrt(d_model) in Vaswani et al. 3.4; BART option)
     embed_norm: bool = False  # a LayerNorm over embeddings + positions before the first block (BERT)
     lm_head: str = "unembed"  # output: plain unembedding, BERT's masked-LM head, or none (encoder only)
     unembed_bias: bool = False  # a bias b_U on the logits (BERT's masked-LM head)
+    n_encoder_layers: int = 0  # encoder-decoder models: blocks of the encoder stack (0 = no encoder)
+    decoder_start_id: int = 0  # encoder-decoder models: the token the decoder starts from
+    decoder_end_id: int = 0  # encoder-decoder models: the token that ends the decoder's output
     family: str = "viz"  # where the weights came from: viz (native), gpt2, nanogpt, bert, llama, mistral, qwen2
     extra: dict = field(default_factory=dict)  # free-form notes kept with a checkpoint
 
     def __post_init__(self) -> None:
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        """An encoder stack plus a decoder stack joined by cross-attention (Vaswani et al., 2017)."""
+        return self.n_encoder_layers > 0
 
     @property
     def n_rep(self) -> int:
@@ -80,6 +89,14 @@ class Config:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"config field {name} must be a positive integer, got {value!r}")
+        for name in ("n_encoder_layers", "decoder_start_id", "decoder_end_id"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"config field {name} must be a non-negative integer, got {value!r}")
+        if self.n_encoder_layers and not self.causal:
+            raise ConfigError("an encoder-decoder model needs a causal decoder (causal = true)")
+        if self.n_encoder_layers and max(self.decoder_start_id, self.decoder_end_id) >= self.d_vocab:
+            raise ConfigError("decoder_start_id and decoder_end_id must be token ids of the vocabulary")
         if not isinstance(self.n_token_types, int) or self.n_token_types < 0:
             raise ConfigError(f"config field n_token_types must be a non-negative integer, got {self.n_token_types!r}")
         if self.attn_window is not None and (not isinstance(self.attn_window, int) or self.attn_window <= 0):

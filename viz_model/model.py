@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -45,6 +46,34 @@ class MLMHead(nn.Module):
         return self.ln(self.act(x @ self.W + self.b))
 
 
+class Encoder(nn.Module):
+    """The encoder stack of an encoder-decoder model: the source tokens through unmasked self-attention
+    blocks (Vaswani et al., 2017, section 3.1). It reads the token embedding W_E it shares with the decoder.
+
+    Hooks (under ``encoder.``): ``hook_embed``, ``hook_pos_embed``, ``ln_embed.*`` (BART), ``blocks.{i}.*``
+    as a decoder-only block, and ``ln_final.*`` when pre-LN; all ``[batch, src_pos, d_model]``.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        enc = dataclasses.replace(cfg, causal=False, attn_window=None, n_encoder_layers=0)
+        self.pos_embed = PosEmbed(enc)
+        self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
+        self.ln_embed = LayerNorm(cfg) if cfg.embed_norm else None
+        self.blocks = nn.ModuleList(Block(enc) for _ in range(cfg.n_encoder_layers))
+        self.ln_final = make_norm(cfg) if cfg.final_norm else None
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, embed: "Embed", tokens: torch.Tensor) -> torch.Tensor:
+        resid = self.hook_embed(embed(tokens)) + self.hook_pos_embed(self.pos_embed(tokens))
+        if self.ln_embed is not None:
+            resid = self.ln_embed(resid)
+        resid = self.drop(resid)
+        for block in self.blocks:
+            resid = block(resid)
+        return resid if self.ln_final is None else self.ln_final(resid)
+
+
 class VizTransformer(HookedModule):
     """A transformer whose every intermediate value passes through a named :class:`HookPoint`.
 
@@ -68,7 +97,8 @@ class VizTransformer(HookedModule):
             self.hook_token_type_embed = HookPoint()
         self.ln_embed = LayerNorm(cfg) if cfg.embed_norm else None
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.encoder = Encoder(cfg) if cfg.is_encoder_decoder else None
+        self.blocks = nn.ModuleList(Block(cfg, cross=cfg.is_encoder_decoder) for _ in range(cfg.n_layers))
         self.ln_final = make_norm(cfg) if cfg.final_norm else None
         self.mlm_head = MLMHead(cfg) if cfg.lm_head == "mlm" else None
         has_head = cfg.lm_head != "none"
@@ -123,26 +153,49 @@ class VizTransformer(HookedModule):
         logits = resid @ self.W_unembed
         return logits if self.b_U is None else logits + self.b_U
 
+    def _check_ids(self, tokens: torch.Tensor, offset: int = 0) -> None:
+        if tokens.ndim != 2:
+            raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
+        if offset + tokens.shape[1] > self.cfg.n_ctx:
+            raise ValueError(f"{offset + tokens.shape[1]} tokens exceed the model's context of {self.cfg.n_ctx}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.d_vocab):
+            raise ValueError(f"token ids must lie in [0, {self.cfg.d_vocab})")
+
+    def encode(self, src_tokens: torch.Tensor) -> torch.Tensor:
+        """The encoder's output ``[batch, src_pos, d_model]`` for source ids ``[batch, src_pos]``
+        (encoder-decoder models), which every decoder block's cross-attention reads.
+
+        Raises:
+            ValueError: for a model without encoder, or ids that are not ``[batch, pos]`` in the vocabulary
+                and context.
+        """
+        if self.encoder is None:
+            raise ValueError("this model has no encoder")
+        self._check_ids(src_tokens)
+        return self.encoder(self.embed, src_tokens)
+
     def forward(self, tokens: torch.Tensor, kv_cache: KVCache | None = None,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+                token_type_ids: torch.Tensor | None = None, src_tokens: torch.Tensor | None = None,
+                encoder_out: torch.Tensor | None = None) -> torch.Tensor:
         """Logits ``[batch, pos, d_vocab]`` for ids ``[batch, pos]`` (hidden states ``[batch, pos, d_model]``
         when the model has no language-model head).
 
         With ``kv_cache``, ``tokens`` are the positions that follow those already in the cache; the
         cache is extended, and the logits are those of the new positions only. ``token_type_ids``
-        ``[batch, pos]`` (BERT's segment ids) default to 0.
+        ``[batch, pos]`` (BERT's segment ids) default to 0. Encoder-decoder models: ``tokens`` are the
+        decoder's (target) ids and ``src_tokens`` ``[batch, src_pos]`` the source ids, or ``encoder_out``
+        the already computed :meth:`encode` output (reused across generation steps).
 
         Raises:
             ValueError: when ``tokens`` is not 2-D, would run past ``n_ctx``, or holds an id outside
                 ``[0, d_vocab)``.
         """
-        if tokens.ndim != 2:
-            raise ValueError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
         offset = kv_cache.n_pos if kv_cache is not None else 0
-        if offset + tokens.shape[1] > self.cfg.n_ctx:
-            raise ValueError(f"{offset + tokens.shape[1]} tokens exceed the model's context of {self.cfg.n_ctx}")
-        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.d_vocab):
-            raise ValueError(f"token ids must lie in [0, {self.cfg.d_vocab})")
+        self._check_ids(tokens, offset)
+        if self.encoder is not None and encoder_out is None:
+            if src_tokens is None:
+                raise ValueError("an encoder-decoder model needs src_tokens (or encoder_out)")
+            encoder_out = self.encode(src_tokens)
         pos = self.hook_pos_embed(self.pos_embed(tokens, offset))
         resid = self.hook_embed(self.embed(tokens)) + pos
         if self.cfg.n_token_types:
@@ -152,7 +205,7 @@ class VizTransformer(HookedModule):
             resid = self.ln_embed(resid)
         resid = self.drop(resid)
         for i, block in enumerate(self.blocks):
-            resid = block(resid, kv_cache.layers[i] if kv_cache is not None else None)
+            resid = block(resid, kv_cache.layers[i] if kv_cache is not None else None, encoder_out)
         if not self.has_lm_head:
             return self.ln_final(resid) if self.ln_final is not None else resid
         logits = self.hook_logits(self.decode(resid))

@@ -69,7 +69,7 @@ class Step:
 
 def iter_generate(model: VizTransformer, ids: list[int], n_new: int, temperature: float = 1.0,
                   top_k: int | None = None, top_p: float | None = None, seed: int = 0,
-                  record: NamesFilter | bool = False) -> Iterator[Step]:
+                  record: NamesFilter | bool = False, src_ids: list[int] | None = None) -> Iterator[Step]:
     """Append up to ``n_new`` tokens to ``ids`` one at a time (greedy when ``temperature == 0``), yielding
     each :class:`Step` as soon as it is chosen.
 
@@ -79,36 +79,49 @@ def iter_generate(model: VizTransformer, ids: list[int], n_new: int, temperature
     token: for the first step the whole prompt, afterwards the newest position only (patterns
     ``[1, head_index, 1, key_pos]``). Sampling uses a ``torch.Generator`` seeded with ``seed``, so the
     same inputs give the same tokens. Generation stops early when the context ``n_ctx`` is full: a prompt
-of ``n_ctx - m`` tokens allows at most ``m + 1`` new tokens (the last one is predicted, never read).
+    of ``n_ctx - m`` tokens allows at most ``m + 1`` new tokens (the last one is predicted, never read).
+
+    Encoder-decoder models: ``src_ids`` is the source; the encoder runs once and every step's
+    cross-attention reads its output; ``ids`` is the decoder's prefix (usually ``[decoder_start_id]``), and
+    generation stops after the model's ``decoder_end_id``.
 
     Raises:
-        ValueError: for empty ``ids`` or invalid sampling settings (see :func:`next_token_probs`).
+        ValueError: for empty ``ids``, a missing or empty ``src_ids`` for an encoder-decoder model, or
+            invalid sampling settings (see :func:`next_token_probs`).
     """
     if not ids:
         raise ValueError("generation needs at least one token to start from")
     next_token_probs(torch.zeros(1), temperature, top_k, top_p)  # validate the settings up front
+    seq2seq = model.cfg.is_encoder_decoder
+    if seq2seq and not src_ids:
+        raise ValueError("an encoder-decoder model needs a non-empty source (src_ids)")
     gen = torch.Generator().manual_seed(seed)
     kv = model.new_kv_cache()
     names = None if record is True else record
     feed = list(ids)
+    extra = {}
     with torch.no_grad():
+        if seq2seq:
+            extra["encoder_out"] = model.encode(torch.tensor([src_ids]))
         for _ in range(n_new):
             if kv.n_pos + len(feed) > model.cfg.n_ctx:  # the newest token no longer fits: stop
                 return
             tokens = torch.tensor([feed])
             if record is not False:
-                logits, cache = model.run_with_cache(tokens, names, kv_cache=kv)
+                logits, cache = model.run_with_cache(tokens, names, kv_cache=kv, **extra)
             else:
-                logits, cache = model(tokens, kv_cache=kv), None
+                logits, cache = model(tokens, kv_cache=kv, **extra), None
             logits = logits[0, -1]
             probs = next_token_probs(logits, temperature, top_k, top_p)
             token = int(torch.multinomial(probs, 1, generator=gen)) if temperature > 0 else int(probs.argmax())
             feed = [token]
             yield Step(token, float(probs[token]), float(torch.softmax(logits.float(), -1)[token]), cache)
+            if seq2seq and token == model.cfg.decoder_end_id:
+                return
 
 
 def generate(model: VizTransformer, ids: list[int], n_new: int, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, seed: int = 0,
-             record: NamesFilter | bool = False) -> list[Step]:
+             record: NamesFilter | bool = False, src_ids: list[int] | None = None) -> list[Step]:
     """All the steps of :func:`iter_generate` as a list."""
-    return list(iter_generate(model, ids, n_new, temperature, top_k, top_p, seed, record))
+    return list(iter_generate(model, ids, n_new, temperature, top_k, top_p, seed, record, src_ids))

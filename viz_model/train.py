@@ -1,8 +1,11 @@
-"""Train a byte-level BPE tokenizer and a small VizTransformer on plain text.
+"""Train a byte-level BPE tokenizer and a small VizTransformer on plain text, or an encoder-decoder on
+source → target pairs.
 
 Usage::
 
     python -m viz_model.train --corpus stories.txt [--valid held_out.txt] --out assets/models/mine.safetensors
+    python -m viz_model.train --task dates --n-encoder-layers 2 --out assets/models/dates.safetensors
+    python -m viz_model.train --pairs pairs.tsv --n-encoder-layers 2 --out assets/models/pairs.safetensors
 
 Without ``--valid`` the last 5 % of the corpus is held out. The run is deterministic for a given
 ``--seed`` and thread count. Validation loss is reported in nats/token and bits/character.
@@ -26,6 +29,7 @@ from tqdm import tqdm
 from .checkpoint import save_checkpoint
 from .config import Config
 from .model import VizTransformer
+from .schedule import cosine_lr
 from .tokenizer import count_chars, iter_chunks, train_bpe
 
 
@@ -42,14 +46,6 @@ def encode(tokenizer: Tokenizer, text: str) -> torch.Tensor:
     for enc in tokenizer.encode_batch(list(iter_chunks(text))):
         ids.extend(enc.ids)
     return torch.tensor(ids, dtype=torch.long)
-
-
-def cosine_lr(step: int, total: int, peak: float, floor: float, warmup: int) -> float:
-    """Linear warm-up to ``peak`` then cosine decay to ``floor`` (Loshchilov & Hutter, 2017)."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
 
 
 @torch.no_grad()
@@ -83,7 +79,13 @@ def evaluate(model: VizTransformer, tokenizer: Tokenizer, ids: torch.Tensor, max
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m viz_model.train", description=__doc__.split("\n\n")[0])
-    p.add_argument("--corpus", nargs="+", required=True, type=Path, help="plain-text training file(s)")
+    p.add_argument("--corpus", nargs="+", type=Path, help="plain-text training file(s) (a decoder-only model)")
+    p.add_argument("--task", choices=["dates"], help="an encoder-decoder on generated pairs: dates -> ISO 8601")
+    p.add_argument("--pairs", type=Path, help="an encoder-decoder on source<TAB>target lines of a UTF-8 file")
+    p.add_argument("--n-encoder-layers", type=int, default=2, help="encoder blocks (with --task or --pairs)")
+    p.add_argument("--mlp", default="gelu", choices=["gelu", "relu"], help="feed-forward activation")
+    p.add_argument("--n-pairs", type=int, default=200_000, help="generated training pairs (--task)")
+    p.add_argument("--eval-pairs", type=int, default=5000, help="held-out pairs for exact match")
     p.add_argument("--valid", type=Path, help="plain-text validation file (default: last 5%% of the corpus)")
     p.add_argument("--out", required=True, type=Path, help="output .safetensors path")
     p.add_argument("--n-layers", type=int, default=4)
@@ -108,7 +110,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--snapshot-every", type=int, default=0, help="also save the model every N steps")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for speed (weights stay float32)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if sum(x is not None for x in (args.corpus, args.task, args.pairs)) != 1:
+        p.error("give exactly one of --corpus, --task or --pairs")
+    return args
 
 
 def main(argv: list[str] | None = None) -> EvalResult:
@@ -117,6 +122,11 @@ def main(argv: list[str] | None = None) -> EvalResult:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    if args.task or args.pairs:
+        if args.pairs and not args.pairs.is_file():
+            sys.exit(f"error: no such file: {args.pairs}")
+        from .train_pairs import main_pairs  # noqa: PLC0415  (the pairs trainer imports this module's helpers)
+        return main_pairs(args, command)
     for f in [*args.corpus, *([args.valid] if args.valid else [])]:
         if not f.is_file():
             sys.exit(f"error: no such file: {f}")
@@ -144,7 +154,7 @@ def main(argv: list[str] | None = None) -> EvalResult:
         sys.exit("error: --d-model must be a multiple of --n-heads")
     cfg = Config(n_layers=args.n_layers, d_model=args.d_model, n_heads=args.n_heads, d_head=d_head,
                  d_mlp=args.d_mlp or 4 * args.d_model, d_vocab=tokenizer.get_vocab_size(), n_ctx=args.n_ctx,
-                 positional=args.positional, norm_placement=args.norm_placement,
+                 positional=args.positional, norm_placement=args.norm_placement, mlp=args.mlp,
                  tied_embeddings=not args.untied, dropout=args.dropout,
                  final_norm=args.norm_placement == "pre")  # post-LN blocks already end with a LayerNorm
     model = VizTransformer(cfg)

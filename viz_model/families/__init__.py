@@ -14,10 +14,10 @@ import torch
 
 from ..config import Config
 from ..weights import CheckpointError
-from . import bert, gpt2, llama
+from . import bart, bert, gpt2, llama
 
 HF_FAMILIES = {"gpt2": gpt2.from_hf, "bert": bert.from_hf, "llama": llama.from_hf, "mistral": llama.from_hf,
-               "qwen2": llama.from_hf}
+               "qwen2": llama.from_hf, "bart": bart.from_hf}
 
 
 def from_hf(hf_config: Mapping, state: Mapping[str, torch.Tensor], label: str) -> tuple[Config, dict[str, torch.Tensor]]:
