@@ -1,5 +1,7 @@
 """Embeddings & positions: E, P and x = E + P for the typed tokens, and where the tokens lie."""
 
+import dataclasses
+
 import numpy as np
 import streamlit as st
 
@@ -18,8 +20,15 @@ state = setup_page("Embeddings & positions",
                    "is what enters the first layer.")
 trace = require_trace(state)
 cfg = state.model.cfg
-E, P = trace.arrays["hook_embed"], trace.arrays["hook_pos_embed"]
-X = trace.arrays["blocks.0.hook_resid_pre"]  # what the first block receives: E + P as the model added it
+prefix, labels = "", trace.labels
+if trace.is_encoder_decoder:
+    stack = st.radio("Stack", ["encoder (source)", "decoder (target)"], horizontal=True, key="emb_stack",
+                     help="Encoder and decoder share the token embedding W_E; each has its own positions.")
+    if stack.startswith("encoder"):
+        prefix, labels = "encoder.", trace.src_labels
+    trace = dataclasses.replace(trace, ids=trace.src_ids if prefix else trace.ids, labels=labels)
+E, P = trace.arrays[prefix + "hook_embed"], trace.arrays[prefix + "hook_pos_embed"]
+X = trace.arrays[prefix + "blocks.0.hook_resid_pre"]  # what the first block receives, as the model added it
 
 POSITIONAL_TEXT = {
     "sinusoidal": "This model uses the fixed sinusoidal encoding of *Attention Is All You Need*: "
@@ -69,7 +78,7 @@ with tab_p:
                     state, "positional_encodings")
     if cfg.positional in ("learned", "sinusoidal"):
         dims = [d for d in (0, 1, 2 * (cfg.d_model // 8), 2 * (cfg.d_model // 4), cfg.d_model - 2) if d < cfg.d_model]
-        show_figure(position_curves(get_positional_table(state.model_path), sorted(set(dims)), trace.n_tokens,
+        show_figure(position_curves(get_positional_table(state.model_path, encoder=prefix == "encoder."), sorted(set(dims)), trace.n_tokens,
                                     f"P over the whole context ({cfg.n_ctx} positions), a few dimensions"),
                     state, "positional_curves")
 with tab_x:

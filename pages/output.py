@@ -76,6 +76,12 @@ if masked_lm:
                "so there is no generation here.")
     show_link(state)
     st.stop()
+if trace.is_encoder_decoder:
+    st.caption("These are the decoder's predictions at each position of its own output (the source is on the "
+               "Tokens page). Generation step by step, with the cross-attention of each new token, is on page 5.")
+    st.page_link("pages/encoder_decoder.py", label="5 · Encoder-decoder & cross-attention", icon=":material/swap_horiz:")
+    show_link(state)
+    st.stop()
 st.subheader("Generate")
 st.markdown("Generation repeats the last step: pick a token from the distribution above (the most likely one "
             "when T = 0, otherwise a random draw with the seed below), append it, and run the model again.")

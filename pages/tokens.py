@@ -11,11 +11,18 @@ state = setup_page("Tokens", "The model never sees letters: the tokenizer cuts t
 trace = require_trace(state)
 
 c1, c2, c3 = st.columns(3)
-c1.metric("Tokens", trace.n_tokens)
+c1.metric("Tokens", len(trace.src_ids) if trace.is_encoder_decoder else trace.n_tokens)
 c2.metric("Vocabulary size", f"{state.tokenizer.get_vocab_size():,}")
 c3.metric("Characters per token", f"{len(trace.text) / max(1, trace.n_tokens_total):.2f}")
 st.markdown(f"Tokenizer: **{tokenizer_kind(state.tokenizer)}**. A space is drawn as `·` and belongs to the "
             "token that follows it; a piece such as `<F0 9F>` is part of a character (an emoji or another "
             "script) that the tokenizer splits into several byte tokens. Hover a chip for its position and id.")
-st.html(token_chips_html(trace.labels, trace.ids))
-st.dataframe(token_table(trace.ids, trace.labels, trace.offsets, trace.text), hide_index=True)
+if trace.is_encoder_decoder:
+    st.markdown(f"**Encoder (source)**: the text, {len(trace.src_ids)} tokens.")
+    st.html(token_chips_html(trace.src_labels, trace.src_ids))
+    st.markdown(f"**Decoder (target)**: the start token and the model's own output, {trace.n_tokens} tokens "
+                "(the decoder views on the other pages show these).")
+    st.html(token_chips_html(trace.labels, trace.ids))
+else:
+    st.html(token_chips_html(trace.labels, trace.ids))
+    st.dataframe(token_table(trace.ids, trace.labels, trace.offsets, trace.text), hide_index=True)

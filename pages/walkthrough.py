@@ -24,6 +24,12 @@ fmt = "{:.4f}"
 
 
 def tokens() -> None:
+    if trace.is_encoder_decoder:
+        st.markdown("Source (encoder):")
+        st.html(token_chips_html(trace.src_labels, trace.src_ids))
+        st.markdown("Output so far (decoder input; the next steps follow the decoder):")
+        st.html(token_chips_html(trace.labels, trace.ids))
+        return
     st.html(token_chips_html(trace.labels, trace.ids))
     st.dataframe(token_table(trace.ids, trace.labels, trace.offsets, trace.text), hide_index=True, height=250)
 
@@ -132,6 +138,10 @@ def next_token() -> None:
         st.markdown(f"This is an encoder: it predicts the token *at* each position (here **{trace.labels[last]}**, "
                     f"position {last}), all at once, instead of generating the next token left to right. Write "
                     "[MASK] in the text to see it fill in a hidden word (Output page).")
+        return
+    if trace.is_encoder_decoder:
+        st.markdown("The decoder picks its next token the same way, reading the encoder's output through "
+                    "cross-attention at every step; page 5 shows each step with its cross-attention.")
         return
     row = trace.arrays["hook_logits"][last]
     greedy = next_token_view(row, 0.0, 0, 1.0)

@@ -57,6 +57,7 @@ def test_every_figure_function_exports_a_table():
         "generation_heatmap": F.generation_heatmap(rng.random((2, 3)), ["r0", "r1"], labels, "t"),
         "layer_table_heatmap": F.layer_table_heatmap(rng.random((2, 3)), ["W_Q", "W_K", "W_V"], "t", "std"),
         "angle_heatmap": F.angle_heatmap(rng.random((3, 2)), labels, "t"),
+        "cross_heatmap": F.cross_heatmap(rng.random((2, 3)), ["t0", "t1"], labels, "t"),
         "relative_score_curve": F.relative_score_curve(rng.normal(size=5), "t", [(2, 0.1, "m")]),
     }
     public = {name for name in dir(F) if not name.startswith("_") and callable(getattr(F, name))

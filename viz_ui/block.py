@@ -20,23 +20,34 @@ def residual_norms(trace: Trace, n_layers: int) -> tuple[np.ndarray, list[str]]:
 
     Returns:
         ``([2 * n_layers + 1, pos] norms, stage names)``: stages are ``resid_pre 0``, then per layer
-        ``resid_mid i`` and ``resid_post i``.
+        ``resid_mid i`` (``resid_mid_cross i`` too in decoder blocks with cross-attention) and ``resid_post i``.
     """
     a, rows, names = trace.arrays, [], []
     rows.append(a["blocks.0.hook_resid_pre"])
     names.append("embed (resid_pre 0)")
     for i in range(n_layers):
-        rows += [a[f"blocks.{i}.hook_resid_mid"], a[f"blocks.{i}.hook_resid_post"]]
-        names += [f"L{i} after attention", f"L{i} after MLP"]
+        rows.append(a[f"blocks.{i}.hook_resid_mid"])
+        names.append(f"L{i} after attention")
+        if f"blocks.{i}.hook_resid_mid_cross" in a:  # decoder blocks of an encoder-decoder model
+            rows.append(a[f"blocks.{i}.hook_resid_mid_cross"])
+            names.append(f"L{i} after cross-attention")
+        rows.append(a[f"blocks.{i}.hook_resid_post"])
+        names.append(f"L{i} after MLP")
     return np.stack([np.linalg.norm(r, axis=-1) for r in rows]), names
 
 
 def sublayer_norms(trace: Trace, n_layers: int) -> tuple[np.ndarray, list[str]]:
-    """L2 norm of what each sub-layer writes (``hook_attn_out``, ``hook_mlp_out``): ``[2 * n_layers, pos]``."""
+    """L2 norm of what each sub-layer writes (``hook_attn_out``, ``hook_cross_attn_out`` where present,
+    ``hook_mlp_out``): ``[n_sublayers, pos]``."""
     a, rows, names = trace.arrays, [], []
     for i in range(n_layers):
-        rows += [a[f"blocks.{i}.hook_attn_out"], a[f"blocks.{i}.hook_mlp_out"]]
-        names += [f"L{i} attention", f"L{i} MLP"]
+        rows.append(a[f"blocks.{i}.hook_attn_out"])
+        names.append(f"L{i} attention")
+        if f"blocks.{i}.hook_cross_attn_out" in a:
+            rows.append(a[f"blocks.{i}.hook_cross_attn_out"])
+            names.append(f"L{i} cross-attention")
+        rows.append(a[f"blocks.{i}.hook_mlp_out"])
+        names.append(f"L{i} MLP")
     return np.stack([np.linalg.norm(r, axis=-1) for r in rows]), names
 
 
@@ -59,14 +70,16 @@ def layernorm_stats(trace: Trace, layer: int, pos: int, placement: str) -> list[
 
     Pre-LN: ln1 normalises ``resid_pre`` and ln2 ``resid_mid`` (the sub-layers read the normed copy,
     the stream itself is not normed). Post-LN: ln1 normalises ``resid_pre + attn_out`` (its output is
-    ``resid_mid``) and ln2 normalises ``resid_mid + mlp_out`` (its output is ``resid_post``).
+    ``resid_mid``) and ln2 normalises ``resid_mid + mlp_out`` (its output is ``resid_post``). In decoder
+    blocks with cross-attention, ``resid_mid_cross`` takes the place of ``resid_mid`` for ln2.
     """
     a, p = trace.arrays, f"blocks.{layer}."
+    # a decoder block with cross-attention feeds ln2 (and the MLP) from the stream after cross-attention
+    before_mlp = a.get(p + "hook_resid_mid_cross", a[p + "hook_resid_mid"])
     if placement == "pre":
-        inputs = (a[p + "hook_resid_pre"][pos], a[p + "hook_resid_mid"][pos])
+        inputs = (a[p + "hook_resid_pre"][pos], before_mlp[pos])
     else:
-        inputs = (a[p + "hook_resid_pre"][pos] + a[p + "hook_attn_out"][pos],
-                  a[p + "hook_resid_mid"][pos] + a[p + "hook_mlp_out"][pos])
+        inputs = (a[p + "hook_resid_pre"][pos] + a[p + "hook_attn_out"][pos], before_mlp[pos] + a[p + "hook_mlp_out"][pos])
     return [NormStats(f"ln{i + 1}", inputs[i], a[p + f"ln{i + 1}.hook_normalized"][pos]) for i in range(2)]
 
 

@@ -76,7 +76,8 @@ def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: s
 
 
 def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 250_000) -> tuple[go.Figure, bool]:
-    """Every layer and head at once: ``patterns`` ``[n_layers, n_heads, query_pos, key_pos]``.
+    """Every layer and head at once: ``patterns`` ``[n_layers, n_heads, query_pos, key_pos]`` (key_pos may
+    differ from query_pos: cross-attention's target × source).
 
     The heads are tiled into one float32 heatmap (rows = layers, columns = heads) with blank gaps.
     Sequences longer than the tile size are pooled by block maximum; a tile is at most ``max_tile``
@@ -88,26 +89,27 @@ def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 25
     """
     n_layers, n_heads, n_q, n_k = patterns.shape
     max_tile = max(4, min(max_tile, int(math.sqrt(max_cells / (n_layers * n_heads)))))
-    block = max(1, math.ceil(n_q / max_tile))
+    block = max(1, math.ceil(max(n_q, n_k) / max_tile))
     pooled = block > 1
     if pooled:
-        pad = block * math.ceil(n_q / block) - n_q
-        p = np.pad(patterns, ((0, 0), (0, 0), (0, pad), (0, pad)))
-        m = p.shape[-1] // block
-        patterns = p.reshape(n_layers, n_heads, m, block, m, block).max(axis=(3, 5))
-    t = patterns.shape[-1]
-    gap = max(1, t // 8)
-    canvas = np.full((n_layers * (t + gap) - gap, n_heads * (t + gap) - gap), np.nan, dtype=np.float32)
+        pad_q, pad_k = block * math.ceil(n_q / block) - n_q, block * math.ceil(n_k / block) - n_k
+        p = np.pad(patterns, ((0, 0), (0, 0), (0, pad_q), (0, pad_k)))
+        mq, mk = p.shape[2] // block, p.shape[3] // block
+        patterns = p.reshape(n_layers, n_heads, mq, block, mk, block).max(axis=(3, 5))
+    tq, tk = patterns.shape[-2:]  # tiles are rectangular for cross-attention (target × source)
+    gap = max(1, max(tq, tk) // 8)
+    canvas = np.full((n_layers * (tq + gap) - gap, n_heads * (tk + gap) - gap), np.nan, dtype=np.float32)
     for layer in range(n_layers):
         for head in range(n_heads):
-            r, c = layer * (t + gap), head * (t + gap)
-            canvas[r:r + t, c:c + t] = patterns[layer, head]
+            r, c = layer * (tq + gap), head * (tk + gap)
+            canvas[r:r + tq, c:c + tk] = patterns[layer, head]
     fig = go.Figure(go.Heatmap(z=canvas, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, hoverongaps=False,
                                colorbar=dict(title="weight"), hovertemplate="weight %{z:.3f}<extra></extra>"))
-    centres = [i * (t + gap) + (t - 1) / 2 for i in range(max(n_layers, n_heads))]
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=centres[:n_layers],
+    rows = [i * (tq + gap) + (tq - 1) / 2 for i in range(n_layers)]
+    cols = [i * (tk + gap) + (tk - 1) / 2 for i in range(n_heads)]
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=rows,
                      ticktext=[f"L{i}" for i in range(n_layers)], title="layer", showgrid=False, zeroline=False)
-    fig.update_xaxes(tickmode="array", tickvals=centres[:n_heads], ticktext=[f"H{i}" for i in range(n_heads)],
+    fig.update_xaxes(tickmode="array", tickvals=cols, ticktext=[f"H{i}" for i in range(n_heads)],
                      side="top", showgrid=False, zeroline=False, scaleanchor="y")  # tick labels H0.. name the heads
     height = max(300, min(1100, 90 + 110 * n_layers))
     title = "All heads: attention weights" + (f" (max-pooled over {block}×{block} blocks)" if pooled else "")
@@ -279,6 +281,21 @@ def generation_heatmap(matrix: np.ndarray, row_labels: list[str], key_labels: li
                      title="step: query → chosen token")
     fig.update_xaxes(title="key position", tickangle=-60, **position_ticks(key_labels))
     return _layout(fig, title, height=max(320, 150 + 26 * n_rows))
+
+
+def cross_heatmap(matrix: np.ndarray, row_labels: list[str], col_labels: list[str], title: str,
+                  y_title: str = "target position · token (query)",
+                  x_title: str = "source position · token (key)") -> go.Figure:
+    """Attention weights between two different sequences, ``[n_rows, n_cols]`` in [0, 1]: cross-attention
+    (target × source) or one step's row per head; rows and columns keep integer positions as ticks."""
+    n_rows, n_cols = matrix.shape
+    custom = np.array([[f"{row_labels[r]} → {col_labels[c]}" for c in range(n_cols)] for r in range(n_rows)], dtype=object)
+    fig = go.Figure(go.Heatmap(z=matrix, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, customdata=custom,
+                               colorbar=dict(title="weight"),
+                               hovertemplate="%{customdata}<br>weight %{z:.4f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", title=y_title, **position_ticks(row_labels))
+    fig.update_xaxes(title=x_title, **position_ticks(col_labels))
+    return _layout(fig, title, height=max(300, min(900, 120 + 26 * n_rows)))
 
 
 def style_for_display(fig: go.Figure, scale: float = 1.0, theme: str = "light") -> go.Figure:

@@ -50,7 +50,9 @@ def head_scores(model: VizTransformer, trace: Trace, length: int | None = None, 
     }
     length = length or min(50, cfg.n_ctx // 2)
     half = torch.randint(0, cfg.d_vocab, (1, length), generator=torch.Generator().manual_seed(seed))
-    _, cache = model.run_with_cache(torch.cat([half, half], dim=1), names_filter=lambda n: n.endswith("hook_pattern"))
+    src = {"src_tokens": torch.tensor([trace.src_ids])} if trace.is_encoder_decoder else {}  # the decoder reads the text
+    _, cache = model.run_with_cache(torch.cat([half, half], dim=1), names_filter=lambda n: n.endswith("attn.hook_pattern")
+                                    and not n.startswith("encoder."), **src)
     rep = stacked_patterns({k: v[0].numpy() for k, v in cache.items()}, n_layers)
     scores["duplicate-token"] = diagonal_score(rep, length, length)
     scores["induction"] = diagonal_score(rep, length - 1, length)

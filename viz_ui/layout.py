@@ -35,6 +35,7 @@ PAGES = [  # (file, label, icon): the order follows the pipeline
     ("pages/block.py", "3d · Residual stream & feed-forward", ":material/stacks:"),
     ("pages/logit_lens.py", "3e · Logit lens", ":material/layers:"),
     ("pages/output.py", "4 · Output probabilities", ":material/bar_chart:"),
+    ("pages/encoder_decoder.py", "5 · Encoder-decoder & cross-attention", ":material/swap_horiz:"),
     ("pages/inspector.py", "Model inspector & upload", ":material/memory:"),
 ]
 
@@ -228,6 +229,9 @@ def setup_page(title: str, intro: str) -> AppState:
         if trace.truncated:
             st.warning(f"The text has {trace.n_tokens_total} tokens; this model's context is "
                        f"{model.cfg.n_ctx}, so only the first {trace.n_tokens} are used.", icon=":material/content_cut:")
+    if model.cfg.is_encoder_decoder and title != "Encoder-decoder & cross-attention":
+        st.caption(":material/swap_horiz: Encoder-decoder model: this page shows the **decoder** stack over its own "
+                   "output tokens (the source is read by the encoder); page 5 shows the encoder and cross-attention.")
     state = AppState(name, models[name], model, tokenizer, text, trace, link_slot, display)
     show_link(state)
     return state

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import importlib.util
 import sys
 from dataclasses import dataclass
@@ -95,6 +96,21 @@ def available_models() -> dict[str, str]:
     return models
 
 
+def encoder_decoder_names(models: dict[str, str]) -> list[str]:
+    """The names among ``models`` whose checkpoint is an encoder-decoder (native files read from metadata only)."""
+    from viz_model.checkpoint import read_metadata  # noqa: PLC0415
+    names = []
+    for name, key in models.items():
+        if key.endswith(".safetensors"):
+            try:
+                config = json.loads(read_metadata(key).get("config", "{}"))
+            except (CheckpointError, ValueError):
+                continue
+            if isinstance(config, dict) and config.get("n_encoder_layers", 0):
+                names.append(name)
+    return names
+
+
 @st.cache_resource(max_entries=4, show_spinner="Loading the model…")
 def get_model(path: str) -> tuple[VizTransformer, Tokenizer | None]:
     """The model and tokenizer stored at ``path``, loaded once per server process (any format
@@ -144,10 +160,11 @@ def get_embedding_pca(path: str) -> tuple[PCA, np.ndarray]:
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def get_positional_table(path: str) -> np.ndarray:
-    """The model's positional encodings for every position, ``[n_ctx, d_model]`` (its own table or sinusoid)."""
+def get_positional_table(path: str, encoder: bool = False) -> np.ndarray:
+    """The model's positional encodings for every position, ``[n_ctx, d_model]`` (its own table or sinusoid);
+    ``encoder``: the encoder stack's table (encoder-decoder models have one per stack)."""
     model, _ = resolve(path)
-    table = model.pos_embed.W_pos
+    table = (model.encoder if encoder else model).pos_embed.W_pos
     return np.zeros((model.cfg.n_ctx, model.cfg.d_model), np.float32) if table is None else table.detach().float().numpy()
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from viz_model import VizTransformer
+from viz_model import VizTransformer, generate
 from viz_model.tokenizer import token_bytes, tokenizer_kind  # noqa: F401  (re-exported for pages)
 
 
@@ -27,6 +27,20 @@ class Trace:
     offsets: list[tuple[int, int]]  # character span of each token in ``text``
     n_tokens_total: int
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    # encoder-decoder models: ``text`` is the source, run through the encoder (hooks ``encoder.*``); ``ids`` and
+    # ``labels`` are then the decoder's input: the start token and the greedy output (its last token, the end
+    # token, is predicted and never read), so that ``blocks.*`` hooks and the logits line up with them.
+    src_ids: np.ndarray | None = None  # [src_pos] int64
+    src_labels: list[str] | None = None
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        return self.src_ids is not None
+
+    @property
+    def output_ids(self) -> list[int]:
+        """The decoder's output: what each decoder position predicted greedily (encoder-decoder traces)."""
+        return [int(i) for i in self.arrays["hook_logits"].argmax(-1)]
 
     @property
     def n_tokens(self) -> int:
@@ -34,7 +48,8 @@ class Trace:
 
     @property
     def truncated(self) -> bool:
-        return self.n_tokens_total > self.n_tokens
+        """Whether the text (the source, for encoder-decoder models) was cut to the context."""
+        return self.n_tokens_total > (self.n_tokens if self.src_ids is None else len(self.src_ids))
 
 
 def token_label(tokenizer: Tokenizer, token_id: int) -> str:
@@ -55,6 +70,10 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
     """Tokenize ``text`` (keeping the first ``n_ctx`` tokens), run the model with every hook recorded
     except ``hook_probs`` (an exact function of ``hook_logits``).
 
+    Encoder-decoder models: ``text`` is the source; the decoder's output is generated greedily (until the
+    end token or the context is full) and the model is then run once over [start] + output, so every hook
+    of the encoder, the decoder and the cross-attention is recorded for the model's own answer.
+
     Raises:
         ValueError: when ``text`` encodes to no tokens.
     """
@@ -63,9 +82,18 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
         raise ValueError("the text has no tokens")
     n_ctx = model.cfg.n_ctx
     ids = enc.ids[:n_ctx]
-    # hook_probs is softmax(hook_logits): dropped to halve what Streamlit's cache copies per rerun
-    _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=lambda name: name != "hook_probs")
-    arrays = {name: t[0].float().numpy() for name, t in cache.items()}
-    return Trace(text=text, ids=np.array(ids, dtype=np.int64),
-                 labels=[token_label(tokenizer, i) for i in ids], offsets=list(enc.offsets[:n_ctx]),
-                 n_tokens_total=len(enc.ids), arrays=arrays)
+    keep = lambda name: name != "hook_probs"  # noqa: E731  (softmax(hook_logits): halves what Streamlit copies)
+    if not model.cfg.is_encoder_decoder:
+        _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=keep)
+        return Trace(text=text, ids=np.array(ids, dtype=np.int64), labels=[token_label(tokenizer, i) for i in ids],
+                     offsets=list(enc.offsets[:n_ctx]), n_tokens_total=len(enc.ids),
+                     arrays={name: t[0].float().numpy() for name, t in cache.items()})
+    cfg = model.cfg
+    steps = generate(model, [cfg.decoder_start_id], n_ctx - 1, 0.0, src_ids=ids)
+    out = [s.token_id for s in steps]
+    dec = [cfg.decoder_start_id] + (out[:-1] if out and out[-1] == cfg.decoder_end_id else out)
+    _, cache = model.run_with_cache(torch.tensor([dec]), names_filter=keep, src_tokens=torch.tensor([ids]))
+    labels = [token_label(tokenizer, i) for i in dec]
+    return Trace(text=text, ids=np.array(dec, dtype=np.int64), labels=labels, offsets=[(0, 0)] * len(dec),
+                 n_tokens_total=len(enc.ids), arrays={name: t[0].float().numpy() for name, t in cache.items()},
+                 src_ids=np.array(ids, dtype=np.int64), src_labels=[token_label(tokenizer, i) for i in ids])

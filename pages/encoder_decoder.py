@@ -1,0 +1,99 @@
+"""Encoder-decoder: the source through the encoder, the output through the decoder, and cross-attention
+joining them (Vaswani et al., 2017, figure 1), with the running model's own numbers."""
+
+import numpy as np
+import streamlit as st
+
+from viz_ui.figures import attention_grid, attention_heatmap, cross_heatmap, topk_bar
+from viz_ui.generation import next_token_view
+from viz_ui.layout import pick_index, require_trace, setup_page, shared_number, show_figure, show_link
+from viz_ui.seq2seq_view import cross_patterns, output_text, sampled_output
+from viz_ui.state import available_models, encoder_decoder_names, get_vocab_labels
+from viz_ui.tables import token_chips_html, topk_table
+
+state = setup_page("Encoder-decoder & cross-attention",
+                   "The original transformer: an encoder reads the whole source at once (no mask), a decoder writes "
+                   "the output one token at a time (causal mask), and in every decoder block cross-attention lets "
+                   "the decoder's queries look at the encoder's keys and values.")
+cfg = state.model.cfg
+if not cfg.is_encoder_decoder:
+    names = encoder_decoder_names(available_models())
+    st.info("The chosen model has no encoder: it is " + ("an encoder only (BERT-like)." if not cfg.causal else
+            "a decoder only (GPT-like).") + (" Choose " + ", ".join(f"**{n}**" for n in names) +
+            " in the sidebar to see cross-attention." if names else " Load an encoder-decoder (e.g. BART) to see "
+            "cross-attention."), icon=":material/swap_horiz:")
+    show_link(state)
+    st.stop()
+trace = require_trace(state)
+vocab = get_vocab_labels(state.model_path)
+src, tgt = trace.src_labels, trace.labels
+out_ids = trace.output_ids
+answer = output_text(state.tokenizer, out_ids, cfg.decoder_end_id)
+
+st.subheader("Source and output")
+c1, c2 = st.columns(2)
+with c1:
+    st.markdown(f"**Encoder input (source)**, {len(src)} tokens")
+    st.html(token_chips_html(src, trace.src_ids))
+with c2:
+    st.markdown(f"**Decoder input**: the start token, then each token it generated, {len(tgt)} tokens")
+    st.html(token_chips_html(tgt, trace.ids))
+st.metric("The model's output (greedy)", answer or "(empty)")
+
+st.subheader("Self-attention in each stack")
+st.markdown("Left, the **encoder**: every source token attends to every other one, before and after it. Right, the "
+            "**decoder**: the causal mask (−∞, blank cells) stops an output token from looking at later output "
+            "tokens, because at generation time they do not exist yet.")
+a1, a2, a3 = st.columns(3)
+enc_layer = pick_index(a1, "Encoder layer", "enc_layer", cfg.n_encoder_layers)
+layer = pick_index(a2, "Decoder layer", "layer", cfg.n_layers)
+head = pick_index(a3, "Head", "head", cfg.n_heads)
+left, right = st.columns(2)
+with left:
+    show_figure(attention_heatmap(trace.arrays[f"encoder.blocks.{enc_layer}.attn.hook_pattern"][head], src,
+                                  f"Encoder L{enc_layer} H{head}: unmasked weights"), state,
+                f"encoder_self_L{enc_layer}_H{head}")
+with right:
+    show_figure(attention_heatmap(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head], tgt,
+                                  f"Decoder L{layer} H{head}: masked scores", kind="scores"), state,
+                f"decoder_self_scores_L{layer}_H{head}")
+    with st.expander("The decoder's weights after softmax"):
+        show_figure(attention_heatmap(trace.arrays[f"blocks.{layer}.attn.hook_pattern"][head], tgt,
+                                      f"Decoder L{layer} H{head}: weights"), state, f"decoder_self_L{layer}_H{head}")
+
+st.subheader("Cross-attention: the decoder reads the source")
+st.latex(r"\mathrm{CrossAttention} = \mathrm{softmax}\!\left(\frac{Q_{dec}\,K_{enc}^\top}{\sqrt{d_k}}\right)V_{enc},"
+         r"\quad Q = x_{dec}W_Q,\; K = h_{enc}W_K,\; V = h_{enc}W_V")
+st.markdown("Each row is a decoder position (the token it has just read, predicting the next one); each column a "
+            "source token. No mask: the whole source is known. For the date model, the rows that write the year "
+            "digits look at the year in the source, the month rows at the month name.")
+patterns = cross_patterns(trace, cfg.n_layers)
+rows = [f"{t} → {vocab[o]}" for t, o in zip(tgt, out_ids)]
+show_figure(cross_heatmap(patterns[layer, head], rows, src, f"Cross-attention, decoder L{layer} H{head}"), state,
+            f"cross_L{layer}_H{head}")
+grid, pooled = attention_grid(patterns)
+grid.update_layout(title="All decoder layers × heads: cross-attention (rows: output, columns: source)")
+show_figure(grid, state, "cross_all_heads")
+
+st.subheader("Generation, step by step")
+s1, s2 = st.columns(2)
+step = pick_index(s1, "Step", "step_dec", len(out_ids), 0, lambda t: f"{t}: after “{tgt[t]}” → “{vocab[out_ids[t]]}”")
+temperature = shared_number(s2.slider, "Temperature T (0 = greedy)", "temperature", 0.0, 3.0, 1.0, float, step=0.05)
+st.markdown(f"At step {step} the decoder has read **{''.join(tgt[:step + 1]).replace('·', ' ')}** and the encoder's "
+            "output; here is where each head of the chosen layer looked in the source, and the distribution the next "
+            "token is drawn from.")
+g1, g2 = st.columns(2)
+with g1:
+    show_figure(cross_heatmap(patterns[layer, :, step, :], [f"H{h}" for h in range(cfg.n_heads)], src,
+                              f"Step {step}: cross-attention of decoder L{layer}, every head", y_title="head"),
+                state, f"cross_step{step}_L{layer}")
+with g2:
+    view = next_token_view(trace.arrays["hook_logits"][step], temperature, 0, 1.0, out_ids[step])
+    table = topk_table(view.probs, trace.arrays["hook_logits"][step], vocab, 8)
+    show_figure(topk_bar(table["token"].tolist(), table["probability"].to_numpy(),
+                         f"Next token at step {step}, T = {temperature:g}"), state, f"dec_next_step{step}")
+if temperature > 0:
+    seed = shared_number(st.number_input, "Seed", "seed", 0, 2**31 - 1, 0, int)
+    st.markdown(f"Sampled at T = {temperature:g} (seed {seed}): **{sampled_output(state, temperature, int(seed))}** "
+                f"— greedy gives **{answer}**.")
+show_link(state)

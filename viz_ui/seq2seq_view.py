@@ -1,0 +1,26 @@
+"""Encoder-decoder views: cross-attention patterns and outputs from a trace (no Streamlit here, except the
+cached sampling helper's caller)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from viz_model.seq2seq import translate
+
+from .trace import Trace
+
+
+def cross_patterns(trace: Trace, n_layers: int) -> np.ndarray:
+    """Every decoder layer's cross-attention ``[n_layers, n_heads, target_pos, source_pos]``."""
+    return np.stack([trace.arrays[f"blocks.{i}.cross_attn.hook_pattern"] for i in range(n_layers)])
+
+
+def output_text(tokenizer, out_ids: list[int], end_id: int) -> str:
+    """The decoded output up to (not including) the end token."""
+    ids = out_ids[:out_ids.index(end_id)] if end_id in out_ids else out_ids
+    return tokenizer.decode(ids)
+
+
+def sampled_output(state, temperature: float, seed: int) -> str:
+    """The model's output for the state's text sampled at ``temperature`` with ``seed``."""
+    return translate(state.model, state.tokenizer, state.text, temperature, seed)[0]
