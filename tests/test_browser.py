@@ -278,3 +278,14 @@ def test_an_upload_stays_in_its_session_and_bad_files_keep_the_previous_model(br
         assert any("tinystories" in o for o in options.all_inner_texts())
     finally:
         stop(proc)
+
+
+def test_cross_attention_view_on_the_date_model(server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server + "/encoder_decoder?model=dates-iso&text=3rd%20of%20March%202021")
+    expect(page.get_by_role("heading", name="Cross-attention: the decoder reads the source")).to_be_visible(timeout=60_000)
+    expect(page.get_by_text("2021-03-03", exact=True).first).to_be_visible()
+    expect(page.locator(".js-plotly-plot svg text").filter(has_text="Cross-attention, decoder L0 H0").first
+           ).to_be_attached(timeout=60_000)
+    # the source year's tokens label the columns of the cross-attention heatmap
+    expect(page.locator(".js-plotly-plot svg text").filter(has_text="13 2").first).to_be_attached()
