@@ -31,13 +31,10 @@ out_ids = trace.output_ids
 answer = output_text(state.tokenizer, out_ids, cfg.decoder_end_id)
 
 st.subheader("Source and output")
-c1, c2 = st.columns(2)
-with c1:
-    st.markdown(f"**Encoder input (source)**, {len(src)} tokens")
-    st.html(token_chips_html(src, trace.src_ids))
-with c2:
-    st.markdown(f"**Decoder input**: the start token, then each token it generated, {len(tgt)} tokens")
-    st.html(token_chips_html(tgt, trace.ids))
+st.markdown(f"**Encoder input (source)**, {len(src)} tokens")
+st.html(token_chips_html(src, trace.src_ids))
+st.markdown(f"**Decoder input**: the start token, then each token it generated, {len(tgt)} tokens")
+st.html(token_chips_html(tgt, trace.ids))
 st.metric("The model's output (greedy)", answer or "(empty)")
 
 st.subheader("Self-attention in each stack")

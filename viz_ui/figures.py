@@ -21,7 +21,12 @@ def position_ticks(labels: list[str], max_ticks: int = MAX_LABELLED_TICKS) -> di
     """Axis settings that label integer positions with ``"pos token"``, thinning past ``max_ticks``."""
     step = max(1, math.ceil(len(labels) / max_ticks))
     vals = list(range(0, len(labels), step))
-    return dict(tickmode="array", tickvals=vals, ticktext=[f"{i} {labels[i]}" for i in vals])
+    return dict(tickmode="array", tickvals=vals, ticktext=[f"{i} {_plain(labels[i])}" for i in vals])
+
+
+def _plain(label: str) -> str:
+    """A token label safe for Plotly text, which reads <b>, <s>, <br> … as markup: "<s>" would strike through."""
+    return label.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:

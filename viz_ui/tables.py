@@ -33,7 +33,7 @@ def token_chips_html(labels: list[str], ids: np.ndarray) -> str:
     style = ("<style>.toks{line-height:2.6;font-size:1.25rem}.tok{border-radius:6px;padding:3px 6px;"
              "margin:2px;border:1px solid #999;font-family:monospace;white-space:pre}"
              ".tok sub{color:#555;font-size:.65em;margin-left:3px}</style>")
-    return style + '<div class="toks">' + "".join(chips) + "</div>"
+    return style + '<div class="toks">' + "\u200b".join(chips) + "</div>"  # zero-width spaces: lines may wrap
 
 
 def similarity_table(sim: np.ndarray, labels: list[str]) -> pd.DataFrame:
