@@ -29,7 +29,7 @@ from tqdm import tqdm
 from .checkpoint import save_checkpoint
 from .config import Config
 from .model import VizTransformer
-from .schedule import cosine_lr
+from .schedule import adamw, cosine_lr, update
 from .tokenizer import count_chars, iter_chunks, train_bpe
 
 
@@ -160,26 +160,18 @@ def main(argv: list[str] | None = None) -> EvalResult:
     model = VizTransformer(cfg)
     model.init_weights(seed=args.seed)
     print(f"model: {model.n_params():,} parameters ({cfg.n_layers} layers, {cfg.n_heads} heads, d_model {cfg.d_model})")
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
+    opt = adamw(model, args.lr, args.weight_decay, (0.9, 0.95))
     gen = torch.Generator().manual_seed(args.seed)
     offsets = torch.arange(args.n_ctx + 1)
     model.train()
     bar = tqdm(range(args.steps), desc="training", unit="step", dynamic_ncols=True, mininterval=2.0)
     for step in bar:
-        for group in opt.param_groups:
-            group["lr"] = cosine_lr(step, args.steps, args.lr, args.min_lr, args.warmup)
         starts = torch.randint(0, len(train_ids) - args.n_ctx - 1, (args.batch_size,), generator=gen)
         batch = train_ids[starts[:, None] + offsets]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             logits = model(batch[:, :-1])
         loss = F.cross_entropy(logits.float().reshape(-1, cfg.d_vocab), batch[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        update(model, opt, loss, cosine_lr(step, args.steps, args.lr, args.min_lr, args.warmup))
         bar.set_postfix(loss=f"{loss.item():.3f}")
         done = step + 1
         if args.eval_every and done % args.eval_every == 0 and done < args.steps:

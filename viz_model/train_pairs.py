@@ -25,7 +25,7 @@ from .config import Config
 from .dates import sample_pairs
 from .model import VizTransformer
 from .seq2seq import exact_match
-from .schedule import cosine_lr
+from .schedule import adamw, cosine_lr, update
 from .tokenizer import train_bpe
 
 START, END, PAD = "<s>", "</s>", "<pad>"
@@ -84,16 +84,11 @@ def main_pairs(args: argparse.Namespace, command: str) -> float:
     model.init_weights(seed=args.seed)
     print(f"model: {model.n_params():,} parameters (encoder {cfg.n_encoder_layers} + decoder {cfg.n_layers} layers, "
           f"{cfg.n_heads} heads, d_model {cfg.d_model}, {cfg.norm_placement}-LN, {cfg.positional}, {cfg.mlp})")
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.98))
+    opt = adamw(model, args.lr, args.weight_decay, (0.9, 0.98))
     rng = random.Random(args.seed)
     model.train()
     bar = tqdm(range(args.steps), desc="training", unit="step", dynamic_ncols=True, mininterval=2.0)
     for step in bar:
-        for group in opt.param_groups:
-            group["lr"] = cosine_lr(step, args.steps, args.lr, args.min_lr, args.warmup)
         n = rng.choices(lengths, weights)[0]
         idx = rng.choices(buckets[n], k=args.batch_size)
         src = torch.tensor([src_ids[i] for i in idx])
@@ -103,10 +98,7 @@ def main_pairs(args: argparse.Namespace, command: str) -> float:
             logits = model(tgt[:, :-1], src_tokens=src)
         labels = tgt[:, 1:].masked_fill(tgt[:, 1:] == pad, -100)
         loss = F.cross_entropy(logits.float().reshape(-1, cfg.d_vocab), labels.reshape(-1), ignore_index=-100)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        update(model, opt, loss, cosine_lr(step, args.steps, args.lr, args.min_lr, args.warmup))
         bar.set_postfix(loss=f"{loss.item():.4f}")
         done = step + 1
         if args.eval_every and done % args.eval_every == 0 and done < args.steps:
