@@ -94,7 +94,7 @@ st.markdown("The embedding matrix has one row per vocabulary token. Principal co
 dims = st.radio("Projection", ["2-D", "3-D"], horizontal=True, key="pca_dims")
 pca, vocab_coords = get_embedding_pca(state.model_path)
 k = 3 if dims == "3-D" else 2
-show_figure(pca_scatter(vocab_coords[:, :k], pca.project(E)[:, :k], trace.labels, pca.explained,
+show_figure(pca_scatter(vocab_coords[:, :k], pca.project(E / cfg.embed_scale)[:, :k], trace.labels, pca.explained,
                         f"Token embeddings in PCA coordinates ({dims})"), state, f"embedding_pca_{k}d")
 
 st.subheader("How similar are the typed tokens?")

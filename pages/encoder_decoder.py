@@ -62,8 +62,9 @@ st.subheader("Cross-attention: the decoder reads the source")
 st.latex(r"\mathrm{CrossAttention} = \mathrm{softmax}\!\left(\frac{Q_{dec}\,K_{enc}^\top}{\sqrt{d_k}}\right)V_{enc},"
          r"\quad Q = x_{dec}W_Q,\; K = h_{enc}W_K,\; V = h_{enc}W_V")
 st.markdown("Each row is a decoder position (the token it has just read, predicting the next one); each column a "
-            "source token. No mask: the whole source is known. For the date model, the rows that write the year "
-            "digits look at the year in the source, the month rows at the month name.")
+            "source token. No mask: the whole source is known."
+            + (" In the date model, the rows that write the year digits look at the year in the source, the month "
+               "rows at the month name." if state.model_name == "dates-iso" else ""))
 patterns = cross_patterns(trace, cfg.n_layers)
 rows = [f"{t} → {vocab[o]}" for t, o in zip(tgt, out_ids)]
 show_figure(cross_heatmap(patterns[layer, head], rows, src, f"Cross-attention, decoder L{layer} H{head}"), state,

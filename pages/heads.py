@@ -34,7 +34,8 @@ for name in SCORE_NAMES:
     with left:
         show_figure(layer_head_heatmap(scores[name], f"{name} score"), state, f"head_scores_{name}")
     with right:
-        st.markdown(EXPLAIN[name])
+        st.markdown(EXPLAIN[name].replace("your text", "the decoder's own output" if trace.is_encoder_decoder
+                                                  else "your text"))
         for layer, head, value in top_heads(scores[name]):
             if st.button(f"Layer {layer}, head {head}: {value:.2f} — step by step", key=f"open_{name}_{layer}_{head}",
                          icon=":material/calculate:"):

@@ -98,6 +98,10 @@ def test_encoder_decoder_page_shows_the_models_own_cross_attention(dates_model):
     dec = figure_titled(at, "Decoder L0 H0: masked scores")
     z = plotly_array(dec["data"][0]["z"])
     assert np.isnan(z[np.triu_indices(len(z), 1)]).all()  # the mask: −∞ cells are left blank
+    from viz_ui.export import trace_npz
+    data = np.load(__import__("io").BytesIO(trace_npz(trace)))
+    assert list(data["src_labels"]) == trace.src_labels and data["encoder.blocks.0.attn.hook_pattern"].shape[-1] == len(
+        trace.src_ids)
     at.selectbox(key="step_dec").set_value(2).run()
     at.slider(key="temperature").set_value(0.0).run()
     bars = figure_titled(at, "Next token at step 2")

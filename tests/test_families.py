@@ -126,6 +126,8 @@ def test_bart_parity(tmp_path, kw):
     """Encoder, decoder (masked) and cross-attention patterns and the logits against transformers' BART."""
     from hf_models import bart_config
     ref = build("BartForConditionalGeneration", bart_config(**kw))
+    with torch.no_grad():  # a buffer, so randomise() left it at zero: make a dropped b_U show
+        ref.final_logits_bias.normal_(0, 1.0, generator=torch.Generator().manual_seed(9))
     model, _ = load_model(save(ref, tmp_path / "bart"))
     cfg = model.cfg
     assert cfg.is_encoder_decoder and cfg.n_encoder_layers == ref.config.encoder_layers
@@ -142,3 +144,11 @@ def test_bart_parity(tmp_path, kw):
             assert ours.shape == ref_pattern.shape
             assert (ours - ref_pattern).abs().max().item() <= PATTERN_ATOL, name.format(i)
     assert cache["blocks.0.cross_attn.hook_pattern"].shape[-1] == src.shape[1]  # key_pos over the source
+    # greedy generation with our KV cache picks the tokens transformers' full forward passes pick
+    from viz_model import generate
+    steps = generate(model, [cfg.decoder_start_id], 6, temperature=0.0, src_ids=src[0].tolist())
+    prefix = [cfg.decoder_start_id]
+    with torch.no_grad():
+        for step in steps:
+            assert int(ref(input_ids=src, decoder_input_ids=torch.tensor([prefix])).logits[0, -1].argmax()) == step.token_id
+            prefix.append(step.token_id)

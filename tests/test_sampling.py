@@ -86,3 +86,10 @@ def test_generation_with_kv_cache_matches_generation_without(model):
         assert pattern.shape == ((1, 4, 5, 5) if i == 0 else (1, 4, 1, len(ids)))
         assert step.cache["blocks.0.attn.hook_q"].shape[1] == (5 if i == 0 else 1)
         ids.append(step.token_id)
+
+
+def test_a_tiny_temperature_is_nearly_greedy_not_nan():
+    logits = torch.tensor([2.0, 1.0, 0.0, -50.0])
+    for t in (1e-40, 1e-6):
+        probs = next_token_probs(logits, t)
+        assert torch.isfinite(probs).all() and probs[0] == pytest.approx(1.0)

@@ -42,7 +42,9 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
     logits = logits.float()
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    probs = torch.softmax(logits / min(temperature, MAX_TEMPERATURE), dim=-1)
+    # subtract the maximum first: a tiny T would otherwise turn logits / T into inf and softmax into NaN
+    shifted = logits - logits.max(-1, keepdim=True).values
+    probs = torch.softmax(shifted / min(temperature, MAX_TEMPERATURE), dim=-1)
     keep = torch.ones_like(probs, dtype=torch.bool)
     order = probs.argsort(dim=-1, descending=True)
     ranked = probs.gather(-1, order)

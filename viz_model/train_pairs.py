@@ -56,14 +56,15 @@ def load_pairs(args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[tu
 
 
 def main_pairs(args: argparse.Namespace, command: str) -> float:
-    """Train, report held-out exact match, save; returns the held-out accuracy (0 … 1)."""
+    """Train, report held-out exact match, save; returns the held-out accuracy (0 … 1; NaN without held-out pairs)."""
     t0 = time.time()
     train, held = load_pairs(args)
     tokenizer = train_bpe((s + "\n" + t for s, t in train[:200_000]), args.vocab_size, special_tokens=(START, END, PAD))
     start, end, pad = (tokenizer.token_to_id(t) for t in (START, END, PAD))
     src_ids = [e.ids for e in tokenizer.encode_batch([s for s, _ in train])]
     tgt_ids = [[start] + e.ids + [end] for e in tokenizer.encode_batch([t for _, t in train])]
-    n_ctx = max(max(map(len, src_ids)), max(map(len, tgt_ids))) + 8
+    held_lengths = [len(e.ids) + 2 for e in tokenizer.encode_batch([x for pair in held for x in pair])]
+    n_ctx = max(max(map(len, src_ids)), max(map(len, tgt_ids)), *held_lengths) + 8  # held-out pairs must fit too
     buckets: dict[int, list[int]] = defaultdict(list)
     for i, ids in enumerate(src_ids):
         buckets[len(ids)].append(i)
@@ -101,16 +102,17 @@ def main_pairs(args: argparse.Namespace, command: str) -> float:
         update(model, opt, loss, cosine_lr(step, args.steps, args.lr, args.min_lr, args.warmup))
         bar.set_postfix(loss=f"{loss.item():.4f}")
         done = step + 1
-        if args.eval_every and done % args.eval_every == 0 and done < args.steps:
+        if held and args.eval_every and done % args.eval_every == 0 and done < args.steps:
             model.eval()
             acc, _ = exact_match(model, tokenizer, held[:500])
             model.train()
             bar.write(f"step {done}: train loss {loss.item():.4f}, held-out exact match {acc:.2%} (first 500)")
     bar.close()
     model.eval()
-    acc, misses = exact_match(model, tokenizer, held)
+    acc, misses = exact_match(model, tokenizer, held) if held else (float("nan"), [])
     minutes = (time.time() - t0) / 60
-    print(f"held-out exact match: {acc:.2%} of {len(held):,} pairs; {minutes:.1f} min")
+    print(f"held-out exact match: {acc:.2%} of {len(held):,} pairs; {minutes:.1f} min" if held else
+          f"no held-out pairs to measure; {minutes:.1f} min")
     for src, tgt, got in misses[:10]:
         print(f"  miss: {src!r} -> {got!r} (expected {tgt!r})")
     model.cfg.dropout = 0.0

@@ -59,10 +59,12 @@ def figure_csv(fig: go.Figure) -> str:
 
 def trace_npz(trace: Trace) -> bytes:
     """Every recorded hook of a trace (``hook name -> array``, batch axis removed) plus ``ids`` ``[pos]``,
-    ``labels`` ``[pos]`` and ``text``, as a compressed ``.npz`` archive (``numpy.load`` reads it back)."""
+    ``labels`` ``[pos]`` and ``text`` (encoder-decoder traces: also ``src_ids``, ``src_labels`` of the source, which
+    the ``encoder.*`` arrays follow), as a compressed ``.npz`` archive (``numpy.load`` reads it back)."""
     buffer = io.BytesIO()
+    source = {} if trace.src_ids is None else {"src_ids": trace.src_ids, "src_labels": np.array(trace.src_labels)}
     np.savez_compressed(buffer, ids=trace.ids, labels=np.array(trace.labels), text=np.array(trace.text),
-                        **trace.arrays)
+                        **source, **trace.arrays)
     return buffer.getvalue()
 
 

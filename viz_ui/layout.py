@@ -227,8 +227,9 @@ def setup_page(title: str, intro: str) -> AppState:
                                        file_name=f"{_file_stem(name)}_trace.npz", mime="application/octet-stream",
                                        help="Every hook's values for this text (hook name → array), for numpy.load.")
         if trace.truncated:
+            used = len(trace.src_ids) if trace.is_encoder_decoder else trace.n_tokens
             st.warning(f"The text has {trace.n_tokens_total} tokens; this model's context is "
-                       f"{model.cfg.n_ctx}, so only the first {trace.n_tokens} are used.", icon=":material/content_cut:")
+                       f"{model.cfg.n_ctx}, so only the first {used} are used.", icon=":material/content_cut:")
     if model.cfg.is_encoder_decoder and title != "Encoder-decoder & cross-attention":
         st.caption(":material/swap_horiz: Encoder-decoder model: this page shows the **decoder** stack over its own "
                    "output tokens (the source is read by the encoder); page 5 shows the encoder and cross-attention.")
