@@ -159,6 +159,45 @@ class Attention(nn.Module):
         out = torch.einsum("bpd,hdk->bphk", x, W)
         return out if b is None else out + b
 
+    def masked_scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """``q k^T / sqrt(d_head)`` with -inf where the mask hides a key: ``[batch, head_index, query_pos, key_pos]``
+        from q ``[batch, query_pos, n_heads, d_head]`` and k ``[batch, key_pos, n_kv_heads, d_head]`` (after
+        rotation; the last query sits at the last key's position). Used by ``forward`` and, recomputing the very
+        same operations, by ``run_with_cache`` to give ``hook_attn_scores`` without storing it."""
+        cfg = self.cfg
+        if cfg.n_rep > 1:  # every query head reads its group's key head (transformers' repeat_kv)
+            k = k.repeat_interleave(cfg.n_rep, dim=2)
+        # scaled and masked in place: at 1,024 tokens each copy would be 50 MB per layer
+        scores = (q.transpose(1, 2) @ k.permute(0, 2, 3, 1)).div_(math.sqrt(cfg.d_head))
+        hidden = None if self.cross else attention_mask(q.shape[1], k.shape[1], cfg.causal, cfg.attn_window, q.device)
+        if hidden is not None:
+            scores.masked_fill_(hidden, float("-inf"))
+        return scores
+
+    def _fused_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``[W_Q | W_K | W_V]`` as one ``[d_model, (n_heads + 2 n_kv_heads) d_head]`` matrix (and bias), so that
+        inference runs one matrix product like GPT-2's ``c_attn``; rebuilt whenever a weight changes."""
+        params = [self.W_Q, self.W_K, self.W_V] + ([self.b_Q, self.b_K, self.b_V] if self.b_Q is not None else [])
+        key = tuple((p.data_ptr(), p._version) for p in params)
+        if getattr(self, "_fused_key", None) != key:
+            d = self.cfg.d_model
+            W = torch.cat([w.permute(1, 0, 2).reshape(d, -1) for w in (self.W_Q, self.W_K, self.W_V)], dim=1)
+            b = torch.cat([p.reshape(-1) for p in params[3:]]) if self.b_Q is not None else None
+            self._fused, self._fused_key = (W.detach(), None if b is None else b.detach()), key
+        return self._fused
+
+    def _qkv(self, x: torch.Tensor, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q ``[batch, pos, n_heads, d_head]``, k and v ``[batch, src_pos, n_kv_heads, d_head]``."""
+        cfg = self.cfg
+        if self.cross or torch.is_grad_enabled():  # training (autograd) and cross-attention: per-matrix products
+            return (self._project(x, self.W_Q, self.b_Q), self._project(source, self.W_K, self.b_K),
+                    self._project(source, self.W_V, self.b_V))
+        W, b = self._fused_qkv()
+        out = x @ W if b is None else torch.addmm(b, x.reshape(-1, x.shape[-1]), W).view(*x.shape[:-1], -1)
+        h, g, k = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
+        q, kk, v = out.split([h * k, g * k, g * k], dim=-1)
+        return (q.reshape(*x.shape[:-1], h, k), kk.reshape(*x.shape[:-1], g, k), v.reshape(*x.shape[:-1], g, k))
+
     def forward(self, x: torch.Tensor, kv: "LayerKV | None" = None, context: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` ``[batch, pos, d_model]`` -> ``[batch, pos, d_model]``.
 
@@ -169,9 +208,8 @@ class Attention(nn.Module):
         """
         cfg = self.cfg
         source = context if self.cross else x  # cross-attention reads keys and values from the encoder
-        q = self.hook_q(self._project(x, self.W_Q, self.b_Q))
-        k = self.hook_k(self._project(source, self.W_K, self.b_K))
-        v = self.hook_v(self._project(source, self.W_V, self.b_V))
+        q, k, v = self._qkv(x, source)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         if self.cross:
             kv = None  # the encoder's keys and values are complete; nothing to cache per step
         elif cfg.positional == "rotary":
@@ -180,16 +218,12 @@ class Attention(nn.Module):
             k = self.hook_rot_k(apply_rotary(k, angles.to(x.device)))
         if kv is not None:
             k, v = kv.extend(k, v)
-        if cfg.n_rep > 1:  # every query head reads its group's key/value head (transformers' repeat_kv)
-            k, v = k.repeat_interleave(cfg.n_rep, dim=2), v.repeat_interleave(cfg.n_rep, dim=2)
-        scores = torch.einsum("bqhk,bshk->bhqs", q, k) / math.sqrt(cfg.d_head)
-        hidden = None if self.cross else attention_mask(q.shape[1], k.shape[1], cfg.causal, cfg.attn_window, x.device)
-        if hidden is not None:
-            scores = scores.masked_fill(hidden, float("-inf"))
-        scores = self.hook_attn_scores(scores)
+        if cfg.n_rep > 1:  # every query head reads its group's value head (transformers' repeat_kv)
+            v = v.repeat_interleave(cfg.n_rep, dim=2)
+        scores = self.hook_attn_scores(self.masked_scores(q, k))
         pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
-        z = self.hook_z(torch.einsum("bhqs,bshk->bqhk", pattern, v))
-        out = torch.einsum("bqhk,hkd->bqd", z, self.W_O)
+        z = self.hook_z((pattern @ v.transpose(1, 2)).transpose(1, 2))  # [batch, pos, head, d_head]
+        out = z.reshape(*z.shape[:2], -1) @ self.W_O.reshape(-1, cfg.d_model)  # concat(z) W_O
         return out if self.b_O is None else out + self.b_O
 
 

@@ -60,20 +60,24 @@ class ActivationCache(Mapping[str, torch.Tensor]):
     residual stream, ``[batch, head_index, query_pos, key_pos]`` for patterns, ...).
     """
 
-    def __init__(self, tensors: dict[str, torch.Tensor]) -> None:
+    def __init__(self, tensors: dict[str, torch.Tensor],
+                 lazy: dict[str, Callable[[], torch.Tensor]] | None = None) -> None:
         self._tensors = tensors
+        self._lazy = dict(lazy or {})  # exact functions of recorded values, computed on first access
 
     def __getitem__(self, name: str) -> torch.Tensor:
+        if name not in self._tensors and name in self._lazy:
+            self._tensors[name] = self._lazy.pop(name)()
         try:
             return self._tensors[name]
         except KeyError:
             raise KeyError(f"no hook named {name!r} in this cache ({len(self)} hooks recorded)") from None
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._tensors)
+        return iter([*self._tensors, *self._lazy])
 
     def __len__(self) -> int:
-        return len(self._tensors)
+        return len(self._tensors) + len(self._lazy)
 
     def __repr__(self) -> str:
         return f"ActivationCache({len(self)} hooks)"
@@ -139,10 +143,20 @@ class HookedModule(nn.Module):
         """
         keep = _as_predicate(names_filter)
         store: dict[str, torch.Tensor] = {}
+        names = [name for name in self.hook_dict if keep(name)]
+        lazy, extra = self.lazy_hooks(names, store, kwargs)
 
         def save(tensor: torch.Tensor, hook: HookPoint) -> None:
             store[hook.name] = tensor.detach()
 
-        with self.hooks((name, save) for name in self.hook_dict if keep(name)):
+        recorded = [n for n in names if n not in lazy]
+        with self.hooks((name, save) for name in dict.fromkeys(recorded + extra)):
             logits = self(tokens, **kwargs)
-        return logits, ActivationCache(store)
+        aux = {name: store[name] if name in recorded else store.pop(name) for name in extra}
+        return logits, ActivationCache(store, {name: (lambda fn=fn: fn(aux, logits)) for name, fn in lazy.items()})
+
+    def lazy_hooks(self, names: list[str], store: dict, kwargs: dict) -> tuple[dict, list[str]]:
+        """Hooks that ``run_with_cache`` may compute on first read instead of storing, as exact functions of
+        other recorded values: ``({name: fn(aux, output)}, names to record privately into aux)``. None here;
+        models override it."""
+        return {}, []

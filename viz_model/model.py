@@ -213,6 +213,27 @@ class VizTransformer(HookedModule):
             self.hook_probs(torch.softmax(logits, dim=-1))
         return logits
 
+    def lazy_hooks(self, names: list[str], store: dict, kwargs: dict) -> tuple[dict, list[str]]:
+        """``hook_probs`` (softmax over the vocabulary) and every ``hook_attn_scores`` are exact functions of other
+        values (the logits; the layer's q and k), recomputed with the same operations when first read from the
+        cache, so a full capture neither pays for them nor keeps them in memory unless they are used. Scores are
+        stored as usual during generation with a KV cache (earlier keys are not in the cache then)."""
+        lazy, extra = {}, []
+        if "hook_probs" in names and "hook_logits" in self.hook_dict:
+            lazy["hook_probs"] = lambda aux, out: torch.softmax(out.float(), dim=-1)
+        if kwargs.get("kv_cache") is not None:
+            return lazy, extra
+        for name in names:
+            if not name.endswith("hook_attn_scores"):
+                continue
+            prefix = name[: -len("hook_attn_scores")]
+            attn = self.get_submodule(prefix.rstrip("."))
+            rot = "rot_" if hasattr(attn, "hook_rot_q") else ""
+            q_name, k_name = f"{prefix}hook_{rot}q", f"{prefix}hook_{rot}k"
+            extra += [q_name, k_name]
+            lazy[name] = lambda aux, out, attn=attn, q=q_name, k=k_name: attn.masked_scores(aux[q], aux[k])
+        return lazy, extra
+
     def new_kv_cache(self) -> KVCache:
         """An empty :class:`KVCache` for this model."""
         return KVCache(self.cfg.n_layers)
