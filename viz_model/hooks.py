@@ -73,6 +73,19 @@ class ActivationCache(Mapping[str, torch.Tensor]):
         except KeyError:
             raise KeyError(f"no hook named {name!r} in this cache ({len(self)} hooks recorded)") from None
 
+    def take(self, name: str) -> torch.Tensor:
+        """The value of ``name``, removed from the cache (a lazy one is computed, not kept): lets a caller
+        convert a large capture one tensor at a time without holding two copies.
+
+        Raises:
+            KeyError: for a name not in the cache.
+        """
+        if name in self._tensors:
+            return self._tensors.pop(name)
+        if name in self._lazy:
+            return self._lazy.pop(name)()
+        raise KeyError(f"no hook named {name!r} in this cache")
+
     def __iter__(self) -> Iterator[str]:
         return iter([*self._tensors, *self._lazy])
 
@@ -128,12 +141,16 @@ class HookedModule(nn.Module):
                 hook.remove_hook(fn)
 
     @torch.no_grad()
-    def run_with_cache(self, tokens: torch.Tensor, names_filter: NamesFilter = None, **kwargs):
+    def run_with_cache(self, tokens: torch.Tensor, names_filter: NamesFilter = None,
+                       store_dtype: torch.dtype | None = None, keep_float32: tuple[str, ...] = ("hook_logits",),
+                       **kwargs):
         """Run the model and record the hook points selected by ``names_filter``.
 
         Args:
             tokens: token ids, ``[batch, pos]`` (int64).
             names_filter: None (every hook), one name, a list of names, or a predicate on names.
+            store_dtype: e.g. ``torch.float16``: floating-point values are stored in that type as they pass
+                (halving what a long capture keeps in memory), except the hooks in ``keep_float32``.
 
         Returns:
             ``(logits, cache)``: logits ``[batch, pos, d_vocab]`` and an :class:`ActivationCache`.
@@ -146,13 +163,19 @@ class HookedModule(nn.Module):
         names = [name for name in self.hook_dict if keep(name)]
         lazy, extra = self.lazy_hooks(names, store, kwargs)
 
-        def save(tensor: torch.Tensor, hook: HookPoint) -> None:
-            store[hook.name] = tensor.detach()
+        recorded = set(n for n in names if n not in lazy)
+        aux: dict[str, torch.Tensor] = {}  # full-precision inputs of the lazy hooks (e.g. q and k for the scores)
 
-        recorded = [n for n in names if n not in lazy]
-        with self.hooks((name, save) for name in dict.fromkeys(recorded + extra)):
+        def save(tensor: torch.Tensor, hook: HookPoint) -> None:
+            if hook.name in aux_names:
+                aux[hook.name] = tensor.detach()
+            if hook.name in recorded:
+                small = store_dtype is not None and tensor.is_floating_point() and hook.name not in keep_float32
+                store[hook.name] = tensor.detach().to(store_dtype) if small else tensor.detach()
+
+        aux_names = set(extra)
+        with self.hooks((name, save) for name in recorded | aux_names):
             logits = self(tokens, **kwargs)
-        aux = {name: store[name] if name in recorded else store.pop(name) for name in extra}
         return logits, ActivationCache(store, {name: (lambda fn=fn: fn(aux, logits)) for name, fn in lazy.items()})
 
     def lazy_hooks(self, names: list[str], store: dict, kwargs: dict) -> tuple[dict, list[str]]:

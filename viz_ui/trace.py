@@ -11,6 +11,30 @@ from tokenizers import Tokenizer
 from viz_model import VizTransformer, generate
 from viz_model.tokenizer import token_bytes, tokenizer_kind  # noqa: F401  (re-exported for pages)
 
+LONG_INPUT = 256  # tokens beyond which a trace stores float16 (see run_trace)
+
+
+class Arrays(dict):
+    """Hook name → array. Long traces keep float16 (see :func:`run_trace`); reading returns float32, so views
+    and tests always compute and draw in float32."""
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        value = super().__getitem__(name)
+        return value.astype(np.float32) if value.dtype == np.float16 else value
+
+    def get(self, name: str, default=None):
+        return self[name] if name in self else default
+
+
+def _arrays(cache, half: bool) -> Arrays:
+    """The batch-0 slice of every cached tensor as numpy (float16 when ``half``, logits excepted); lazily computed
+    hooks (the scores) are converted one at a time, so their float32 form never piles up."""
+    out = Arrays()
+    for name in list(cache):
+        t = cache.take(name)[0]
+        out[name] = (t.half() if half and t.is_floating_point() and name != "hook_logits" else t).numpy()
+    return out
+
 
 @dataclass
 class Trace:
@@ -26,7 +50,7 @@ class Trace:
     labels: list[str]  # display form of each token (spaces as "·", newlines as "\\n")
     offsets: list[tuple[int, int]]  # character span of each token in ``text``
     n_tokens_total: int
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=Arrays)
     # encoder-decoder models: ``text`` is the source, run through the encoder (hooks ``encoder.*``); ``ids`` and
     # ``labels`` are then the decoder's input: the start token and the greedy output (its last token, the end
     # token, is predicted and never read), so that ``blocks.*`` hooks and the logits line up with them.
@@ -83,11 +107,14 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
     n_ctx = model.cfg.n_ctx
     ids = enc.ids[:n_ctx]
     keep = lambda name: name != "hook_probs"  # noqa: E731  (softmax(hook_logits): halves what Streamlit copies)
+    # long inputs: every value but the logits is kept in float16 (a GPT-2-small trace at 1,024 tokens would
+    # otherwise hold 1.5 GB); views convert what they draw back to float32
+    small = {"store_dtype": torch.float16} if len(ids) > LONG_INPUT else {}
     if not model.cfg.is_encoder_decoder:
-        _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=keep)
+        _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=keep, **small)
         return Trace(text=text, ids=np.array(ids, dtype=np.int64), labels=[token_label(tokenizer, i) for i in ids],
                      offsets=list(enc.offsets[:n_ctx]), n_tokens_total=len(enc.ids),
-                     arrays={name: t[0].float().numpy() for name, t in cache.items()})
+                     arrays=_arrays(cache, bool(small)))
     cfg = model.cfg
     steps = generate(model, [cfg.decoder_start_id], n_ctx - 1, 0.0, src_ids=ids)
     out = [s.token_id for s in steps]
@@ -95,5 +122,5 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
     _, cache = model.run_with_cache(torch.tensor([dec]), names_filter=keep, src_tokens=torch.tensor([ids]))
     labels = [token_label(tokenizer, i) for i in dec]
     return Trace(text=text, ids=np.array(dec, dtype=np.int64), labels=labels, offsets=[(0, 0)] * len(dec),
-                 n_tokens_total=len(enc.ids), arrays={name: t[0].float().numpy() for name, t in cache.items()},
+                 n_tokens_total=len(enc.ids), arrays=_arrays(cache, False),
                  src_ids=np.array(ids, dtype=np.int64), src_labels=[token_label(tokenizer, i) for i in ids])
