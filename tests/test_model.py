@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -187,3 +188,20 @@ def test_scores_and_probs_read_from_the_cache_equal_what_the_forward_pass_comput
         assert torch.equal(cache[n], seen[n]), n
     _, only = model.run_with_cache(ids, names_filter=lambda n: n.endswith("attn.hook_attn_scores"), **kwargs)
     assert set(only) == {n for n in names if n.endswith("attn.hook_attn_scores")}  # q and k stay private
+
+
+def test_long_traces_store_float16_and_read_back_float32():
+    from viz_model.tokenizer import IdTokenizer
+    from viz_ui.trace import LONG_INPUT, run_trace
+    model = small_model(n_ctx=LONG_INPUT + 40)
+    n = LONG_INPUT + 20
+    text = " ".join(str(i % 300) for i in range(n))
+    trace = run_trace(model, IdTokenizer(model.cfg.d_vocab), text)
+    raw = dict.__getitem__(trace.arrays, "blocks.1.attn.hook_pattern")
+    assert raw.dtype == np.float16 and trace.arrays["blocks.1.attn.hook_pattern"].dtype == np.float32
+    assert dict.__getitem__(trace.arrays, "hook_logits").dtype == np.float32  # logits stay exact
+    _, cache = model.run_with_cache(torch.tensor([trace.ids]))
+    np.testing.assert_allclose(trace.arrays["blocks.1.attn.hook_pattern"], cache["blocks.1.attn.hook_pattern"][0],
+                               atol=1e-3)
+    scores = trace.arrays["blocks.1.attn.hook_attn_scores"]
+    assert np.isneginf(scores[0, 0, 1:]).all()  # the mask survives float16
