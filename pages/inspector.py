@@ -9,7 +9,8 @@ from tokenizers import Tokenizer
 from viz_model import CheckpointError, load_upload
 from viz_model.sources import MAX_UPLOAD_MB, MODEL_SUFFIXES
 from viz_model.tokenizer import IdTokenizer
-from viz_ui.figures import layer_table_heatmap, value_bar
+from viz_ui.cost import attention_cost, quadratic_fit
+from viz_ui.figures import cost_curve, layer_table_heatmap, value_bar
 from viz_ui.inspect import architecture_table, parameter_table
 from viz_ui.layout import set_shared, setup_page, show_figure, show_link
 from viz_ui.state import MAX_SESSION_MODELS, add_session_model, get_weight_stats, session_models, upload_hash
@@ -98,4 +99,24 @@ show_figure(layer_table_heatmap(table.abs().to_numpy(), table.columns.tolist(), 
                                 stat), state, f"weight_{stat}", data=lambda: stats)
 with st.expander("All statistics as a table"):
     st.dataframe(stats, hide_index=True)
+
+st.subheader("Why long contexts are expensive")
+st.markdown(f"Self-attention compares every token with every other: for n tokens each head computes an n × n "
+            f"score matrix, so time grows like n² · d and the scores take n_heads · n² numbers. The button times one "
+            f"layer of **this model** ({cfg.n_heads} heads, d_head {cfg.d_head}) on this machine, with random q, k, v, "
+            "and draws the O(n² · d) curve fitted through the measurements.")
+top = min(2048, max(256, cfg.n_ctx))
+lengths = [n for n in (64, 128, 256, 512, 1024, 2048) if n <= top]
+if st.button("Measure on this machine", icon=":material/timer:"):
+    with st.spinner("Timing attention…"):
+        st.session_state["_cost"] = (state.model_path, attention_cost(model, lengths))
+measured = st.session_state.get("_cost")
+if measured and measured[0] == state.model_path:
+    cost = measured[1]
+    show_figure(cost_curve(cost["n"].to_numpy(), cost["time_ms"].to_numpy(), quadratic_fit(cost),
+                           cost["scores_MB"].to_numpy(), "One attention layer: time and score memory vs n"), state,
+                "attention_cost", data=lambda: cost)
+    doubling = cost["time_ms"].iloc[-1] / cost["time_ms"].iloc[-2] if len(cost) > 1 else float("nan")
+    st.caption(f"From n = {int(cost['n'].iloc[-2])} to {int(cost['n'].iloc[-1])} tokens the time grew "
+               f"{doubling:.1f}× (the formula says 4× for twice the length; small n are dominated by fixed overheads).")
 show_link(state)

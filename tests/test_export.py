@@ -58,6 +58,8 @@ def test_every_figure_function_exports_a_table():
         "layer_table_heatmap": F.layer_table_heatmap(rng.random((2, 3)), ["W_Q", "W_K", "W_V"], "t", "std"),
         "angle_heatmap": F.angle_heatmap(rng.random((3, 2)), labels, "t"),
         "cross_heatmap": F.cross_heatmap(rng.random((2, 3)), ["t0", "t1"], labels, "t"),
+        "cost_curve": F.cost_curve(np.array([64, 128]), np.array([1.0, 4.0]), np.array([1.0, 4.0]),
+                                   np.array([0.5, 2.0]), "t"),
         "relative_score_curve": F.relative_score_curve(rng.normal(size=5), "t", [(2, 0.1, "m")]),
     }
     public = {name for name in dir(F) if not name.startswith("_") and callable(getattr(F, name))

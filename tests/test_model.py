@@ -173,13 +173,13 @@ def test_inputs_beyond_the_context_or_vocabulary_are_refused(model):
                                                     attn_window=5),
                                        dict(n_encoder_layers=2, decoder_start_id=1, decoder_end_id=2)])
 def test_scores_and_probs_read_from_the_cache_equal_what_the_forward_pass_computed(overrides):
-    """run_with_cache computes hook_attn_scores and hook_probs on first read (not stored during the pass);
+    """run_with_cache computes hook_attn_scores, hook_pattern and hook_probs on first read (not stored during the pass);
     they must be bit-identical to what flows through the hook points."""
     model = small_model(**overrides)
     ids = tokens()
     kwargs = {"src_tokens": tokens()[:, :7]} if model.cfg.is_encoder_decoder else {}
     seen = {}
-    names = [n for n in model.hook_dict if n.endswith(("hook_attn_scores", "hook_probs"))]
+    names = [n for n in model.hook_dict if n.endswith(("hook_attn_scores", "hook_pattern", "hook_probs"))]
     with model.hooks((n, lambda x, h: seen.__setitem__(h.name, x.clone())) for n in names):
         model(ids, **kwargs)
     _, cache = model.run_with_cache(ids, **kwargs)

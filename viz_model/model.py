@@ -214,25 +214,31 @@ class VizTransformer(HookedModule):
         return logits
 
     def lazy_hooks(self, names: list[str], store: dict, kwargs: dict) -> tuple[dict, list[str]]:
-        """``hook_probs`` (softmax over the vocabulary) and every ``hook_attn_scores`` are exact functions of other
-        values (the logits; the layer's q and k), recomputed with the same operations when first read from the
-        cache, so a full capture neither pays for them nor keeps them in memory unless they are used. Scores are
-        stored as usual during generation with a KV cache (earlier keys are not in the cache then)."""
+        """``hook_probs`` (softmax over the vocabulary) and every ``hook_attn_scores`` and ``hook_pattern`` are exact
+        functions of other values (the logits; the layer's q and k), recomputed with the same operations when
+        first read from the cache, so a full capture neither pays for them nor keeps their n² values in memory
+        unless they are read. Scores and patterns are stored as usual during generation with a KV cache (earlier
+        keys are not in the cache then)."""
         lazy, extra = {}, []
         if "hook_probs" in names and "hook_logits" in self.hook_dict:
             lazy["hook_probs"] = lambda aux, out: torch.softmax(out.float(), dim=-1)
         if kwargs.get("kv_cache") is not None:
             return lazy, extra
         for name in names:
-            if not name.endswith("hook_attn_scores"):
+            kind = next((k for k in ("hook_attn_scores", "hook_pattern") if name.endswith(k)), None)
+            if kind is None:
                 continue
-            prefix = name[: -len("hook_attn_scores")]
+            prefix = name[: -len(kind)]
             attn = self.get_submodule(prefix.rstrip("."))
             rot = "rot_" if hasattr(attn, "hook_rot_q") else ""
             q_name, k_name = f"{prefix}hook_{rot}q", f"{prefix}hook_{rot}k"
             extra += [q_name, k_name]
-            lazy[name] = lambda aux, out, attn=attn, q=q_name, k=k_name: attn.masked_scores(aux[q], aux[k])
-        return lazy, extra
+            if kind == "hook_attn_scores":
+                lazy[name] = lambda aux, out, attn=attn, q=q_name, k=k_name: attn.masked_scores(aux[q], aux[k])
+            else:  # softmax of the same scores, as in forward
+                lazy[name] = lambda aux, out, attn=attn, q=q_name, k=k_name: torch.softmax(
+                    attn.masked_scores(aux[q], aux[k]), dim=-1)
+        return lazy, list(dict.fromkeys(extra))
 
     def new_kv_cache(self) -> KVCache:
         """An empty :class:`KVCache` for this model."""

@@ -303,6 +303,22 @@ def cross_heatmap(matrix: np.ndarray, row_labels: list[str], col_labels: list[st
     return _layout(fig, title, height=max(300, min(900, 120 + 26 * n_rows)))
 
 
+def cost_curve(n: np.ndarray, measured: np.ndarray, fitted: np.ndarray, memory_mb: np.ndarray, title: str) -> go.Figure:
+    """Measured attention time (ms) against sequence length, the fitted O(n² · d) curve, and the score matrix's
+    memory (MB, right axis)."""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=n, y=measured, mode="markers+lines", name="measured time (ms)",
+                             hovertemplate="n = %{x}<br>%{y:.2f} ms<extra></extra>"))
+    fig.add_trace(go.Scatter(x=n, y=fitted, mode="lines", name="c · n² · d (fitted)", line=dict(dash="dash"),
+                             hovertemplate="n = %{x}<br>%{y:.2f} ms<extra></extra>"))
+    fig.add_trace(go.Scatter(x=n, y=memory_mb, mode="markers+lines", name="scores memory (MB)", yaxis="y2",
+                             hovertemplate="n = %{x}<br>%{y:.1f} MB<extra></extra>"))
+    fig.update_layout(xaxis=dict(title="sequence length n (tokens)"), yaxis=dict(title="time (ms)"),
+                      yaxis2=dict(title="memory (MB)", overlaying="y", side="right", showgrid=False),
+                      legend=dict(orientation="h", y=-0.25))
+    return _layout(fig, title, height=440)
+
+
 def style_for_display(fig: go.Figure, scale: float = 1.0, theme: str = "light") -> go.Figure:
     """Scale every font of a figure by ``scale`` and apply a high-contrast ``"light"`` or a ``"dark"`` theme.
 
