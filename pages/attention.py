@@ -4,7 +4,7 @@ import streamlit as st
 
 from viz_ui.export import pattern_table
 from viz_ui.figures import attention_grid, attention_heatmap
-from viz_ui.layout import pick_layer_head, require_trace, setup_page, show_figure
+from viz_ui.layout import pick_layer_head, position_window, require_trace, setup_page, show_figure
 from viz_ui.heads import stacked_patterns
 from viz_ui.steps import future_share, unmasked_view
 
@@ -38,8 +38,10 @@ else:
     title = f"Layer {layer}, head {head}: scores q·k/√d_k (d_k = {cfg.d_head})"
     st.markdown("Scores are the dot products of queries and keys divided by √d_k. Blank cells above the "
                 "diagonal are masked with −∞: a token may not look at tokens after it, and softmax turns −∞ into 0.")
-show_figure(attention_heatmap(matrix, trace.labels, title, "weights" if kind.startswith("weights") else "scores"),
-            state, f"attention_L{layer}_H{head}")
+a, b = position_window(st, trace)
+labels = trace.labels[a:b]
+show_figure(attention_heatmap(matrix[a:b, a:b], labels, title, "weights" if kind.startswith("weights") else "scores",
+                              offset=a), state, f"attention_L{layer}_H{head}")
 
 if cfg.causal:
     st.subheader("Masked vs unmasked")
@@ -52,13 +54,14 @@ if cfg.causal:
     raw, free = unmasked_view(trace, cfg, layer, head)
     m1, m2, m3 = st.columns(3)
     with m1:
-        show_figure(attention_heatmap(raw, trace.labels, "Scores without mask", "scores"), state,
+        show_figure(attention_heatmap(raw[a:b, a:b], labels, "Scores without mask", "scores", offset=a), state,
                     f"scores_unmasked_L{layer}_H{head}")
     with m2:
-        show_figure(attention_heatmap(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head], trace.labels,
-                                      "Scores with the causal mask", "scores"), state, f"scores_masked_L{layer}_H{head}")
+        show_figure(attention_heatmap(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head][a:b, a:b], labels,
+                                      "Scores with the causal mask", "scores", offset=a), state,
+                    f"scores_masked_L{layer}_H{head}")
     with m3:
-        show_figure(attention_heatmap(free, trace.labels, "Weights without mask", "weights"), state,
+        show_figure(attention_heatmap(free[a:b, a:b], labels, "Weights without mask", "weights", offset=a), state,
                     f"weights_unmasked_L{layer}_H{head}")
     st.caption(f"Without the mask this head would put on average {future_share(free):.1%} "
                "of each token's attention on later tokens; with it, exactly 0%.")

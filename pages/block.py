@@ -7,7 +7,7 @@ import streamlit as st
 from viz_ui.block import layernorm_stats, residual_norms, sublayer_norms, top_neurons
 from viz_ui.figures import matrix_heatmap, stage_heatmap, value_bar
 from viz_ui.explain import ACT_NAMES, ffn_formula, ffn_sentence, norm_formula, norm_sentence
-from viz_ui.layout import pick_index, pick_position, require_trace, setup_page, show_figure
+from viz_ui.layout import pick_index, pick_position, position_window, require_trace, setup_page, show_figure
 
 state = setup_page("Residual stream, add & norm, feed-forward",
                    "Each token's vector travels up the residual stream; every attention and feed-forward "
@@ -54,8 +54,9 @@ st.latex(ffn_formula(cfg))
 st.markdown(f"Two layers applied to each position separately: {ffn_sentence(cfg)}. Here d_mlp = {cfg.d_mlp / cfg.d_model:g} × d_model (the original transformer used 4×: "
             "512 → 2048). Each hidden unit (neuron) responds to some pattern in its input.")
 post = trace.arrays[f"blocks.{layer}.mlp.hook_post"]
-show_figure(matrix_heatmap(post, trace.labels, f"Hidden activations of layer {layer}  [{n} × {cfg.d_mlp}]",
-                           x_title="neuron", value_name="activation"), state, f"mlp_post_L{layer}")
+wa, wb = position_window(st, trace, cfg.d_mlp, pos)
+show_figure(matrix_heatmap(post[wa:wb], trace.labels[wa:wb], f"Hidden activations of layer {layer}  [{n} × {cfg.d_mlp}]",
+                           x_title="neuron", value_name="activation", offset=wa), state, f"mlp_post_L{layer}")
 idx, vals = top_neurons(post[pos])
 show_figure(value_bar([f"neuron {i}" for i in idx], vals, f"Most active neurons of layer {layer} for "
                       f"{pos} {trace.labels[pos]}", f"activation (after {ACT_NAMES[cfg.mlp]}{' gate × linear' if cfg.mlp == 'swiglu' else ''})"), state, f"top_neurons_L{layer}_pos{pos}")

@@ -8,7 +8,7 @@ import streamlit as st
 from viz_ui.explain import input_name, positional_sentence
 from viz_ui.figures import (angle_heatmap, matrix_heatmap, pca_scatter, position_curves, relative_score_curve,
                             similarity_heatmap)
-from viz_ui.layout import pick_layer_head, require_trace, setup_page, show_figure
+from viz_ui.layout import pick_layer_head, position_window, require_trace, setup_page, show_figure
 from viz_ui.rotary_view import angle_table, relative_scores
 from viz_ui.numeric import cosine_similarity
 from viz_ui.state import get_embedding_pca, get_positional_table
@@ -38,11 +38,14 @@ POSITIONAL_TEXT = {
 }
 st.markdown(POSITIONAL_TEXT.get(cfg.positional, positional_sentence(cfg)))
 x_name = input_name(cfg)
+query = st.session_state.get("_query")
+ra, rb = position_window(st, trace, cfg.d_model, None if query is None else min(int(query), trace.n_tokens - 1))
+rows = trace.labels[ra:rb]
 tab_e, tab_p, tab_x = st.tabs(["E: token embeddings",
                                "Rotary positions" if cfg.positional == "rotary" else "P: positional encodings", x_name])
 with tab_e:
-    show_figure(matrix_heatmap(E, trace.labels, f"Token embeddings E  [{trace.n_tokens} × {cfg.d_model}]"),
-                state, "token_embeddings")
+    show_figure(matrix_heatmap(E[ra:rb], rows, f"Token embeddings E  [{trace.n_tokens} × {cfg.d_model}]",
+                               offset=ra), state, "token_embeddings")
 with tab_p:
     if cfg.positional == "rotary":
         st.markdown("Rotary embeddings (RoFormer, Su et al. 2021) add nothing to x. In every layer, the query and "
@@ -74,8 +77,8 @@ with tab_p:
                                          [(delta, recorded, f"recorded: Δ = {delta}")] if np.isfinite(recorded) else []),
                     state, f"rotary_relative_L{layer}_H{head}")
     else:
-        show_figure(matrix_heatmap(P, trace.labels, f"Positional encodings P  [{trace.n_tokens} × {cfg.d_model}]"),
-                    state, "positional_encodings")
+        show_figure(matrix_heatmap(P[ra:rb], rows, f"Positional encodings P  [{trace.n_tokens} × {cfg.d_model}]",
+                                   offset=ra), state, "positional_encodings")
     if cfg.positional in ("learned", "sinusoidal"):
         dims = [d for d in (0, 1, 2 * (cfg.d_model // 8), 2 * (cfg.d_model // 4), cfg.d_model - 2) if d < cfg.d_model]
         show_figure(position_curves(get_positional_table(state.model_path, encoder=prefix == "encoder."), sorted(set(dims)), trace.n_tokens,
@@ -85,8 +88,8 @@ with tab_x:
     if cfg.n_token_types:
         st.caption("T is the token-type (segment) embedding: BERT adds it to tell sentence A from sentence B; "
                    "a single text is all type 0." + (" LN is the embedding LayerNorm." if cfg.embed_norm else ""))
-    show_figure(matrix_heatmap(X, trace.labels, f"Input to layer 0: {x_name}  [{trace.n_tokens} × {cfg.d_model}]"),
-                state, "embedding_plus_position")
+    show_figure(matrix_heatmap(X[ra:rb], rows, f"Input to layer 0: {x_name}  [{trace.n_tokens} × {cfg.d_model}]",
+                               offset=ra), state, "embedding_plus_position")
 
 st.subheader("Where the tokens lie")
 st.markdown("The embedding matrix has one row per vocabulary token. Principal component analysis finds the "
@@ -102,7 +105,8 @@ which = st.radio("Vectors", ["E (token only)", "x = E + P (token and position)"]
 sim = cosine_similarity(E if which.startswith("E ") else X)
 st.markdown("Cosine similarity x·y / (|x| |y|): 1 = same direction, 0 = unrelated, −1 = opposite. "
             "The same token at two positions has similarity 1 in E; adding P makes them differ.")
-show_figure(similarity_heatmap(sim, trace.labels, "Cosine similarity between the typed tokens"), state,
-            "cosine_similarity")
+sa, sb = position_window(st, trace, None, int(st.session_state.get("_query", trace.n_tokens - 1)))
+show_figure(similarity_heatmap(sim[sa:sb, sa:sb], trace.labels[sa:sb], "Cosine similarity between the typed tokens",
+                               offset=sa), state, "cosine_similarity")
 with st.expander("As a table"):
-    st.dataframe(similarity_table(sim, trace.labels).round(3))
+    st.dataframe(similarity_table(sim[sa:sb, sa:sb], trace.labels[sa:sb]).round(3))

@@ -4,7 +4,7 @@ import streamlit as st
 
 from viz_ui.explain import mask_sentence
 from viz_ui.figures import matrix_heatmap, topk_bar
-from viz_ui.layout import pick_layer_head, pick_position, require_trace, setup_page, show_figure
+from viz_ui.layout import pick_layer_head, pick_position, position_window, require_trace, setup_page, show_figure
 from viz_ui.steps import head_steps, largest_weights, value_contributions
 from viz_ui.tables import score_table, vector_table
 
@@ -25,7 +25,9 @@ st.header("1 · The input x")
 st.markdown(f"The attention sub-layer reads the residual stream"
             f"{' after LayerNorm (this model is pre-LN)' if cfg.norm_placement == 'pre' else ' directly (post-LN)'}: "
             f"one row of d_model = {cfg.d_model} numbers per token.")
-show_figure(matrix_heatmap(s.x, trace.labels, f"x  [{n} × {cfg.d_model}]"), state, f"steps_x_L{layer}")
+xa, xb = position_window(st, trace, cfg.d_model, query)
+show_figure(matrix_heatmap(s.x[xa:xb], trace.labels[xa:xb], f"x  [{n} × {cfg.d_model}]", offset=xa), state,
+            f"steps_x_L{layer}")
 
 st.header("2 · Queries, keys and values")
 st.latex(r"q = x\,W_Q + b_Q,\quad k = x\,W_K + b_K,\quad v = x\,W_V + b_V")
@@ -45,8 +47,9 @@ if s.rotated:
 tabs = st.tabs([f"q  [{n} × {cfg.d_head}]", f"k  [{n} × {cfg.d_head}]", f"v  [{n} × {cfg.d_head}]"])
 for tab, name, mat in zip(tabs, "qkv", (s.q, s.k, s.v)):
     with tab:
-        show_figure(matrix_heatmap(mat, trace.labels, f"{name} for every token, layer {layer} head {head}",
-                                   x_title="d_head dimension"), state, f"steps_{name}_L{layer}_H{head}")
+        qa, qb = position_window(st, trace, cfg.d_head, query)
+        show_figure(matrix_heatmap(mat[qa:qb], trace.labels[qa:qb], f"{name} for every token, layer {layer} head {head}",
+                                   x_title="d_head dimension", offset=qa), state, f"steps_{name}_L{layer}_H{head}")
 st.markdown(f"The query of **{query} {trace.labels[query]}** (first {SHOW_DIMS} of {cfg.d_head} numbers):")
 st.dataframe(vector_table({f"q[{query}]": s.q[query]}, SHOW_DIMS).style.format(fmt))
 

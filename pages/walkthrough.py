@@ -8,7 +8,7 @@ from viz_ui.figures import (attention_grid, attention_heatmap, matrix_heatmap, p
 from viz_ui.generation import next_token_view
 from viz_ui.explain import (ffn_formula, ffn_sentence, input_name, logits_formula, norm_formula, norm_sentence,
                             positional_sentence)
-from viz_ui.layout import (require_trace, set_shared, setup_page, shared_number, shared_widget, show_figure,
+from viz_ui.layout import (position_window, require_trace, set_shared, setup_page, shared_number, shared_widget, show_figure,
                            show_link)
 from viz_ui.state import get_head_scores, get_logit_lens, get_positional_table, get_vocab_labels
 from viz_ui.steps import head_steps, largest_weights
@@ -37,7 +37,9 @@ def tokens() -> None:
 def embeddings() -> None:
     tab_e, tab_p, tab_x = st.tabs(["E (token)", "P (position)", input_name(cfg)])
     with tab_e:
-        show_figure(matrix_heatmap(trace.arrays["hook_embed"], trace.labels, "Token embeddings E"), state, "walk_E")
+        a, b = position_window(st, trace, cfg.d_model, last)
+        show_figure(matrix_heatmap(trace.arrays["hook_embed"][a:b], trace.labels[a:b], "Token embeddings E", offset=a),
+                    state, "walk_E")
     with tab_p:
         if cfg.positional in ("none", "rotary"):
             st.markdown(positional_sentence(cfg) + " P = 0 here" + (": the Embeddings & positions page shows the "
@@ -47,7 +49,9 @@ def embeddings() -> None:
             show_figure(position_curves(table, [0, 1, cfg.d_model // 4, cfg.d_model // 2], n, "P over every position"),
                         state, "walk_P")
     with tab_x:
-        show_figure(matrix_heatmap(trace.arrays["blocks.0.hook_resid_pre"], trace.labels, input_name(cfg)), state,
+        a, b = position_window(st, trace, cfg.d_model, last)
+        show_figure(matrix_heatmap(trace.arrays["blocks.0.hook_resid_pre"][a:b], trace.labels[a:b], input_name(cfg),
+                                   offset=a), state,
                     "walk_x")
 
 
@@ -81,8 +85,9 @@ def add_norm() -> None:
 
 def feed_forward() -> None:
     post = trace.arrays["blocks.0.mlp.hook_post"]
-    show_figure(matrix_heatmap(post, trace.labels, f"Layer 0 hidden activations [{n} × {cfg.d_mlp}]", "neuron",
-                               "activation"), state, "walk_mlp")
+    a, b = position_window(st, trace, cfg.d_mlp, last)
+    show_figure(matrix_heatmap(post[a:b], trace.labels[a:b], f"Layer 0 hidden activations [{n} × {cfg.d_mlp}]",
+                               "neuron", "activation", offset=a), state, "walk_mlp")
     idx, vals = top_neurons(post[last], 10)
     show_figure(value_bar([f"neuron {i}" for i in idx], vals, f"Most active for {trace.labels[last]}", "activation"),
                 state, "walk_neurons")

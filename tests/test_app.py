@@ -120,9 +120,24 @@ def test_a_link_with_huge_text_is_cut_to_the_text_box_limit():
 def test_text_beyond_the_context_is_truncated_with_a_notice():
     at = open_page("pages/attention.py", text="The cat sat on the mat. " * 200)
     assert any("only the first" in w.value for w in at.warning)
-    model, _ = load_model()
-    single = figure_titled(at, "Layer 0, head 0")["data"][0]["z"]
-    assert plotly_array(single).shape == (model.cfg.n_ctx, model.cfg.n_ctx)
+    model, tok = load_model()
+    n = model.cfg.n_ctx
+    ids = tok.encode("The cat sat on the mat. " * 200).ids[:n]
+    _, cache = model.run_with_cache(torch.tensor([ids]))
+    fig = figure_titled(at, "Layer 0, head 0")
+    # more positions than a readable square: a 128-position window around the selected (last) position
+    assert any("too many to draw at once" in c.value for c in at.caption)
+    z = plotly_array(fig["data"][0]["z"])
+    assert z.shape == (128, 128) and fig["layout"]["yaxis"]["tickvals"][0] == n - 128
+    np.testing.assert_allclose(z, cache["blocks.0.attn.hook_pattern"][0, 0, n - 128:, n - 128:].numpy(), atol=1e-6)
+    at.selectbox(key="query").set_value(10).run()  # the window follows the chosen position
+    fig = figure_titled(at, "Layer 0, head 0")
+    assert fig["layout"]["yaxis"]["tickvals"][0] == 0
+    np.testing.assert_allclose(plotly_array(fig["data"][0]["z"]), cache["blocks.0.attn.hook_pattern"][0, 0, :128, :128].numpy(),
+                               atol=1e-6)
+    for page in ("pages/embeddings.py", "pages/block.py", "pages/head_steps.py", "pages/walkthrough.py"):
+        at.switch_page(page).run()
+        assert not at.exception and not at.error, page
 
 
 def test_emoji_and_other_scripts():

@@ -11,12 +11,14 @@ import plotly.graph_objects as go
 from .trace import Trace
 
 
-def _axis_labels(axis, n: int) -> list:
-    """The tick labels of an axis when they name every row/column, else the positions ``0 .. n - 1``."""
+def _axis_labels(axis, n: int, coords=None) -> list:
+    """The tick labels of an axis when they name every row/column, else the positions (the trace's own
+    coordinates when it has them, e.g. a window starting at position 200; else ``0 .. n - 1``)."""
+    positions = list(range(n)) if coords is None else [int(c) if float(c).is_integer() else c for c in coords]
     vals, text = axis.tickvals, axis.ticktext
-    if vals is not None and text is not None and list(vals) == list(range(n)):
+    if vals is not None and text is not None and list(vals) == positions:
         return list(text)
-    return list(range(n))
+    return positions
 
 
 def figure_frame(fig: go.Figure) -> pd.DataFrame:
@@ -31,8 +33,10 @@ def figure_frame(fig: go.Figure) -> pd.DataFrame:
     for trace in fig.data:
         if isinstance(trace, go.Heatmap):
             z = np.asarray(trace.z, dtype=float)
-            frame = pd.DataFrame(z, index=_axis_labels(fig.layout.yaxis, z.shape[0]),
-                                 columns=_axis_labels(fig.layout.xaxis, z.shape[1]))
+            ys = None if trace.y is None else np.asarray(trace.y).tolist()
+            xs = None if trace.x is None else np.asarray(trace.x).tolist()
+            frame = pd.DataFrame(z, index=_axis_labels(fig.layout.yaxis, z.shape[0], ys),
+                                 columns=_axis_labels(fig.layout.xaxis, z.shape[1], xs))
             frame.index.name = fig.layout.yaxis.title.text or "row"
         elif isinstance(trace, go.Bar):
             values = np.asarray(trace.x if trace.orientation == "h" else trace.y, dtype=float)

@@ -17,11 +17,13 @@ DIVERGING = "RdBu_r"  # signed values (embeddings, scores), white at 0
 MAX_LABELLED_TICKS = 64
 
 
-def position_ticks(labels: list[str], max_ticks: int = MAX_LABELLED_TICKS) -> dict:
-    """Axis settings that label integer positions with ``"pos token"``, thinning past ``max_ticks``."""
+def position_ticks(labels: list[str], max_ticks: int = MAX_LABELLED_TICKS, offset: int = 0) -> dict:
+    """Axis settings that label integer positions with ``"pos token"``, thinning past ``max_ticks``;
+    ``labels[i]`` stands at position ``offset + i`` (a window of a long text)."""
     step = max(1, math.ceil(len(labels) / max_ticks))
     vals = list(range(0, len(labels), step))
-    return dict(tickmode="array", tickvals=vals, ticktext=[f"{i} {_plain(labels[i])}" for i in vals])
+    return dict(tickmode="array", tickvals=[offset + i for i in vals],
+                ticktext=[f"{offset + i} {_plain(labels[i])}" for i in vals])
 
 
 def _plain(label: str) -> str:
@@ -36,23 +38,27 @@ def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
 
 
 def matrix_heatmap(matrix: np.ndarray, labels: list[str], title: str, x_title: str = "dimension",
-                   value_name: str = "value") -> go.Figure:
+                   value_name: str = "value", offset: int = 0) -> go.Figure:
     """A ``[pos, d]`` matrix (embeddings, positions, residual stream) as a diverging heatmap.
 
-    Rows are token positions (labelled), columns are vector dimensions; colour 0 is white.
+    Rows are token positions (labelled; row i is position ``offset + i``), columns are vector dimensions;
+    colour 0 is white.
     """
     limit = float(np.abs(matrix).max()) or 1.0
     custom = np.array(labels, dtype=object)[:, None].repeat(matrix.shape[1], axis=1)
     fig = go.Figure(go.Heatmap(
-        z=matrix, colorscale=DIVERGING, zmin=-limit, zmax=limit, customdata=custom,
+        z=matrix, y=np.arange(offset, offset + len(labels)), colorscale=DIVERGING, zmin=-limit, zmax=limit,
+        customdata=custom,
         hovertemplate=f"pos %{{y}} %{{customdata}}<br>{x_title} %{{x}}<br>{value_name} %{{z:.4f}}<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", title="position · token", **position_ticks(labels))
+    fig.update_yaxes(autorange="reversed", title="position · token", **position_ticks(labels, offset=offset))
     fig.update_xaxes(title=x_title)
     return _layout(fig, title, height=max(300, min(900, 80 + 22 * len(labels))))
 
 
-def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: str = "weights") -> go.Figure:
-    """One head's ``[query_pos, key_pos]`` matrix with token labels on both axes.
+def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: str = "weights",
+                      offset: int = 0) -> go.Figure:
+    """One head's ``[query_pos, key_pos]`` matrix with token labels on both axes (row/column i is position
+    ``offset + i``: a square window of a long text).
 
     ``kind="weights"``: softmax weights on a fixed 0..1 scale. ``kind="scores"``: scaled pre-softmax
     scores; masked entries (-inf) are left blank and hover as "masked (−∞)".
@@ -69,11 +75,12 @@ def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: s
         shown = np.where(finite, np.char.mod("%.4f", np.where(finite, matrix, 0)), "masked (−∞)")
         limit = float(np.abs(z[finite]).max()) if finite.any() else 1.0
         trace = go.Heatmap(z=z, colorscale=DIVERGING, zmin=-limit, zmax=limit, colorbar=dict(title="score"))
-    trace.update(customdata=np.stack([q_lab, k_lab, shown], axis=-1), hoverongaps=False,
+    positions = np.arange(offset, offset + n)
+    trace.update(x=positions, y=positions, customdata=np.stack([q_lab, k_lab, shown], axis=-1), hoverongaps=False,
                  hovertemplate="query %{y} %{customdata[0]}<br>key %{x} %{customdata[1]}"
                                "<br>%{customdata[2]}<extra></extra>")
     fig = go.Figure(trace)
-    ticks = position_ticks(labels)
+    ticks = position_ticks(labels, offset=offset)
     fig.update_yaxes(autorange="reversed", title="query position", **ticks)
     fig.update_xaxes(title="key position", tickangle=-60, scaleanchor="y", constrain="domain", **ticks)
     size = max(480, min(950, 200 + 24 * n))
@@ -121,15 +128,17 @@ def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 25
     return _layout(fig, title, height=height), pooled
 
 
-def similarity_heatmap(sim: np.ndarray, labels: list[str], title: str) -> go.Figure:
-    """A symmetric ``[pos, pos]`` cosine-similarity matrix on a fixed -1..1 scale."""
+def similarity_heatmap(sim: np.ndarray, labels: list[str], title: str, offset: int = 0) -> go.Figure:
+    """A symmetric ``[pos, pos]`` cosine-similarity matrix on a fixed -1..1 scale (row/column i is position
+    ``offset + i``)."""
     n = len(labels)
+    positions = np.arange(offset, offset + n)
     fig = go.Figure(go.Heatmap(
-        z=sim, colorscale=DIVERGING, zmin=-1, zmax=1, colorbar=dict(title="cos"),
+        z=sim, x=positions, y=positions, colorscale=DIVERGING, zmin=-1, zmax=1, colorbar=dict(title="cos"),
         customdata=np.stack([np.array(labels, dtype=object)[:, None].repeat(n, 1),
                              np.array(labels, dtype=object)[None, :].repeat(n, 0)], axis=-1),
         hovertemplate="%{customdata[0]} (%{y}) · %{customdata[1]} (%{x})<br>cosine %{z:.3f}<extra></extra>"))
-    ticks = position_ticks(labels)
+    ticks = position_ticks(labels, offset=offset)
     fig.update_yaxes(autorange="reversed", **ticks)
     fig.update_xaxes(tickangle=-60, scaleanchor="y", constrain="domain", **ticks)
     return _layout(fig, title, height=max(480, min(900, 200 + 22 * n)))

@@ -268,6 +268,28 @@ def pick_position(container, trace: Trace, label: str) -> int:
     return pick_index(container, label, "query", n, n - 1, lambda i: f"{i} {trace.labels[i]}")
 
 
+MATRIX_CELLS = 65_536  # a [pos × d] heatmap draws at most this many cells (256 × 256), hover labels included
+SQUARE_SIDE = 128  # a [pos × pos] heatmap (one head, similarities) draws at most this many positions
+
+
+def position_window(container, trace: Trace, width: int | None = None, centre: int | None = None) -> tuple[int, int]:
+    """The positions ``(start, stop)`` a heatmap over positions draws: all of them when they fit, otherwise a
+    window around ``centre``, or around the position chosen in the shared ``query`` selector (drawn here, only
+    then, when ``centre`` is None: call it once per page that way), with a note.
+    ``width``: columns of a ``[pos × width]`` matrix; None for a square ``[pos × pos]`` one."""
+    n = trace.n_tokens
+    size = SQUARE_SIDE if width is None else max(16, min(n, MATRIX_CELLS // max(1, width)))
+    if n <= size:
+        return 0, n
+    if centre is None:
+        centre = pick_position(container, trace, "Window around position")
+    start = min(max(0, centre - size // 2), n - size)
+    container.caption(f":material/crop: {n} tokens are too many to draw at once here: positions {start}–{start + size - 1} "
+                      f"around position {centre} are shown (choose it above). The CSV under the figure has those "
+                      "rows; the whole trace is in the .npz download.")
+    return start, start + size
+
+
 def require_trace(state: AppState) -> Trace:
     """The trace, or stop the page (the empty-text or bad-text message is already shown)."""
     if state.trace is None:
