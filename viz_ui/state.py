@@ -135,7 +135,7 @@ def resolve(key: str) -> tuple[VizTransformer, Tokenizer | IdTokenizer]:
     return model, tokenizer if tokenizer is not None else IdTokenizer(model.cfg.d_vocab)
 
 
-@st.cache_data(max_entries=64, show_spinner="Running the model…")
+@st.cache_data(max_entries=32, ttl=3600, show_spinner="Running the model…")  # bounded: a class of 30 texts
 def get_trace(path: str, text: str) -> Trace:
     """Every hook of one forward pass of the model at ``path`` over ``text`` (see :func:`run_trace`)."""
     model, tokenizer = resolve(path)

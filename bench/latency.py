@@ -1,0 +1,93 @@
+"""Interaction latency in a real browser (Playwright + Debian's Chromium against ``streamlit run``), on the
+shipped model: Ctrl+Enter after typing → the attention view shows the new text; temperature slider moved →
+the output chart shows the new T; page switch → first figure. At 16, 64 and 256 tokens, median of N.
+
+    .venv/bin/python bench/latency.py [--repeats 5]
+
+Targets (issue 7): typing → updated attention ≤ 300 ms median at 64 tokens; temperature → updated chart ≤ 150 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from common import ROOT, show
+from server import CHROMIUM_ARGS, app_server
+
+
+def texts(n_tokens: int, count: int) -> list[str]:
+    """``count`` different texts of exactly ``n_tokens`` tokens, cut from the tests' held-out story."""
+    from viz_model import load_model
+    _, tok = load_model()
+    ids = tok.encode((ROOT / "tests" / "data" / "heldout.txt").read_text(encoding="utf-8")).ids
+    return [tok.decode(ids[i * 7:i * 7 + n_tokens]) for i in range(count)]
+
+
+def tick_for(text: str) -> str:
+    """The first tick label ("pos token") of the text's single-head heatmap: position 0, or the start of the
+    128-position window around the last token for longer texts."""
+    from viz_model import load_model
+    from viz_ui.layout import SQUARE_SIDE
+    from viz_ui.trace import token_label
+    _, tok = load_model()
+    ids = tok.encode(text).ids
+    start = max(0, len(ids) - SQUARE_SIDE)
+    return f"{start} {token_label(tok, ids[start])}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args()
+    from playwright.sync_api import expect, sync_playwright
+    rows = []
+    with app_server() as (url, _), sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        for n in (16, 64, 256):
+            page.goto(url + "/attention")
+            expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=120_000)
+            box = page.get_by_label("Text", exact=True)
+            typing, previous = [], tick_for(page.get_by_label("Text", exact=True).input_value())
+            for text in texts(n, args.repeats * 2):
+                tick = tick_for(text)
+                if tick == previous or len(typing) > args.repeats:
+                    continue  # the view would not visibly change
+                previous = tick
+                box.fill(text)
+                t0 = time.perf_counter()
+                box.press("Control+Enter")
+                page.locator(".js-plotly-plot svg text").filter(has_text=tick).first.wait_for(state="attached",
+                                                                                               timeout=120_000)
+                typing.append((time.perf_counter() - t0) * 1000)
+            page.goto(url + "/output")
+            slider = page.get_by_role("slider", name="Temperature T (0 = greedy)")
+            slider.wait_for(timeout=120_000)
+            temps = []
+            for i in range(args.repeats + 1):
+                slider.focus()
+                t0 = time.perf_counter()
+                slider.press("ArrowRight")
+                want = f"T = {1.0 + 0.05 * (i + 1):g}"
+                page.locator(".js-plotly-plot .gtitle").filter(has_text=want).first.wait_for(timeout=60_000)
+                temps.append((time.perf_counter() - t0) * 1000)
+            switches = []
+            for i in range(args.repeats + 1):
+                page.get_by_role("link", name="1 · Tokens").click()
+                page.get_by_role("heading", name="Tokens", exact=True).wait_for(timeout=60_000)
+                t0 = time.perf_counter()
+                page.get_by_role("link", name="3 · Attention", exact=True).click()
+                page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+                switches.append((time.perf_counter() - t0) * 1000)
+            rows.append({"tokens": n, "typing → attention ms": statistics.median(typing[1:]),
+                         "temperature → chart ms": statistics.median(temps[1:]),
+                         "page switch → figure ms": statistics.median(switches[1:])})
+        browser.close()
+    show("Interaction latency (median ms; first try of each dropped as warm-up)", rows,
+         "Targets: typing → attention ≤ 300 ms at 64 tokens; temperature → chart ≤ 150 ms.")
+
+
+if __name__ == "__main__":
+    main()
