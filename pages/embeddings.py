@@ -8,7 +8,8 @@ import streamlit as st
 from viz_ui.explain import input_name, positional_sentence
 from viz_ui.figures import (angle_heatmap, matrix_heatmap, pca_scatter, position_curves, relative_score_curve,
                             similarity_heatmap)
-from viz_ui.layout import pick_layer_head, position_window, require_trace, setup_page, show_figure
+from viz_ui.layout import (needs_window, pick_layer_head, pick_position, position_window, require_trace, setup_page,
+                           show_figure)
 from viz_ui.rotary_view import angle_table, relative_scores
 from viz_ui.numeric import cosine_similarity
 from viz_ui.state import get_embedding_pca, get_positional_table
@@ -38,8 +39,10 @@ POSITIONAL_TEXT = {
 }
 st.markdown(POSITIONAL_TEXT.get(cfg.positional, positional_sentence(cfg)))
 x_name = input_name(cfg)
-query = st.session_state.get("_query")
-ra, rb = position_window(st, trace, cfg.d_model, None if query is None else min(int(query), trace.n_tokens - 1))
+# one position chooser for every windowed view of the page (drawn only when a view needs it)
+centre = pick_position(st, trace, "Window around position") if (needs_window(trace)
+          or needs_window(trace, cfg.d_model)) else trace.n_tokens - 1
+ra, rb = position_window(st, trace, cfg.d_model, centre)
 rows = trace.labels[ra:rb]
 tab_e, tab_p, tab_x = st.tabs(["E: token embeddings",
                                "Rotary positions" if cfg.positional == "rotary" else "P: positional encodings", x_name])
@@ -105,7 +108,7 @@ which = st.radio("Vectors", ["E (token only)", "x = E + P (token and position)"]
 sim = cosine_similarity(E if which.startswith("E ") else X)
 st.markdown("Cosine similarity x·y / (|x| |y|): 1 = same direction, 0 = unrelated, −1 = opposite. "
             "The same token at two positions has similarity 1 in E; adding P makes them differ.")
-sa, sb = position_window(st, trace, None, int(st.session_state.get("_query", trace.n_tokens - 1)))
+sa, sb = position_window(st, trace, None, centre)
 show_figure(similarity_heatmap(sim[sa:sb, sa:sb], trace.labels[sa:sb], "Cosine similarity between the typed tokens",
                                offset=sa), state, "cosine_similarity")
 with st.expander("As a table"):

@@ -7,8 +7,8 @@ import streamlit as st
 from viz_ui.figures import attention_grid, attention_heatmap, cross_heatmap, topk_bar
 from viz_ui.generation import next_token_view
 from viz_ui.layout import pick_index, require_trace, setup_page, shared_number, show_figure, show_link
-from viz_ui.seq2seq_view import cross_patterns, output_text, sampled_output
-from viz_ui.state import available_models, encoder_decoder_names, get_vocab_labels
+from viz_ui.seq2seq_view import cross_patterns, output_text
+from viz_ui.state import available_models, encoder_decoder_names, get_sampled_output, get_vocab_labels
 from viz_ui.tables import token_chips_html, topk_table
 
 state = setup_page("Encoder-decoder & cross-attention",
@@ -92,6 +92,6 @@ with g2:
                          f"Next token at step {step}, T = {temperature:g}"), state, f"dec_next_step{step}")
 if temperature > 0:
     seed = shared_number(st.number_input, "Seed", "seed", 0, 2**31 - 1, 0, int)
-    st.markdown(f"Sampled at T = {temperature:g} (seed {seed}): **{sampled_output(state, temperature, int(seed))}** "
+    st.markdown(f"Sampled at T = {temperature:g} (seed {seed}): **{get_sampled_output(state.model_path, state.text, temperature, int(seed))}** "
                 f"— greedy gives **{answer}**.")
 show_link(state)

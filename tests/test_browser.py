@@ -27,23 +27,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_server(env_extra: dict, log=None) -> tuple[subprocess.Popen, str]:
+    """``streamlit run app.py`` on a free port (output to ``log``, a file: a full pipe would block the server)."""
+    import os
+    port = free_port()
+    with open(log or os.devnull, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port",
+                                 str(port)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env_extra})
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(120):
+        try:
+            if urllib.request.urlopen(url + "/_stcore/health", timeout=1).status == 200:
+                return proc, url
+        except OSError:
+            time.sleep(0.5)
+    stop(proc)
+    raise RuntimeError("streamlit did not start" + (": " + log.read_text(errors="replace")[-2000:] if log else ""))
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    log = tmp_path_factory.mktemp("server") / "streamlit.log"
-    port = free_port()
-    with open(log, "wb") as out:  # a file, not a pipe: a full pipe would block the server
-        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port",
-                                 str(port)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_server({}, tmp_path_factory.mktemp("server") / "streamlit.log")
     try:
-        for _ in range(120):
-            try:
-                if urllib.request.urlopen(url + "/_stcore/health", timeout=1).status == 200:
-                    break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            raise RuntimeError("streamlit did not start: " + log.read_text(errors="replace")[-2000:])
         yield url
     finally:
         stop(proc)
@@ -204,22 +209,6 @@ def test_lecture_mode_is_readable_from_the_back_row(server, browser, size, theme
         while (b && ['transparent', 'rgba(0, 0, 0, 0)'].includes(getComputedStyle(b).backgroundColor)) b = b.parentElement;
         return [getComputedStyle(e).color, b ? getComputedStyle(b).backgroundColor : 'rgb(255, 255, 255)']; }""")
     assert contrast(*colours) >= 4.5  # WCAG AA for body text
-
-
-def start_server(env_extra: dict) -> tuple[subprocess.Popen, str]:
-    import os
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env_extra})
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(120):
-        try:
-            if urllib.request.urlopen(url + "/_stcore/health", timeout=1).status == 200:
-                return proc, url
-        except OSError:
-            time.sleep(0.5)
-    proc.terminate()
-    raise RuntimeError("streamlit did not start")
 
 
 def test_an_upload_stays_in_its_session_and_bad_files_keep_the_previous_model(browser, tmp_path, tokenizer):

@@ -50,10 +50,6 @@ def positional_sentence(cfg: Config) -> str:
     }[cfg.positional]
 
 
-def stack_name(cfg: Config) -> str:
-    """``encoder`` (bidirectional) or ``decoder`` (causal): which stack the views show."""
-    return "decoder" if cfg.causal else "encoder"
-
 
 def input_name(cfg: Config) -> str:
     """What enters the first block, as a formula in words: ``x = E + P``, ``x = E`` (rotary, none),

@@ -272,21 +272,27 @@ MATRIX_CELLS = 65_536  # a [pos × d] heatmap draws at most this many cells (256
 SQUARE_SIDE = 128  # a [pos × pos] heatmap (one head, similarities) draws at most this many positions
 
 
+def needs_window(trace: Trace, width: int | None = None) -> bool:
+    """Whether a heatmap over the trace's positions (``width`` columns, or square when None) is windowed."""
+    size = SQUARE_SIDE if width is None else max(16, MATRIX_CELLS // max(1, width))
+    return trace.n_tokens > size
+
+
 def position_window(container, trace: Trace, width: int | None = None, centre: int | None = None) -> tuple[int, int]:
     """The positions ``(start, stop)`` a heatmap over positions draws: all of them when they fit, otherwise a
     window around ``centre``, or around the position chosen in the shared ``query`` selector (drawn here, only
     then, when ``centre`` is None: call it once per page that way), with a note.
     ``width``: columns of a ``[pos × width]`` matrix; None for a square ``[pos × pos]`` one."""
     n = trace.n_tokens
-    size = SQUARE_SIDE if width is None else max(16, min(n, MATRIX_CELLS // max(1, width)))
-    if n <= size:
+    if not needs_window(trace, width):
         return 0, n
+    size = SQUARE_SIDE if width is None else max(16, MATRIX_CELLS // max(1, width))
     if centre is None:
         centre = pick_position(container, trace, "Window around position")
     start = min(max(0, centre - size // 2), n - size)
     container.caption(f":material/crop: {n} tokens are too many to draw at once here: positions {start}–{start + size - 1} "
-                      f"around position {centre} are shown (choose it above). The CSV under the figure has those "
-                      "rows; the whole trace is in the .npz download.")
+                      f"around the selected position {centre} are shown. The CSV under the figure has those rows; "
+                      "the whole trace is in the .npz download.")
     return start, start + size
 
 

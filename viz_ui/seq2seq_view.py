@@ -1,11 +1,8 @@
-"""Encoder-decoder views: cross-attention patterns and outputs from a trace (no Streamlit here, except the
-cached sampling helper's caller)."""
+"""Encoder-decoder views: cross-attention patterns and outputs from a trace (no Streamlit here)."""
 
 from __future__ import annotations
 
 import numpy as np
-
-from viz_model.seq2seq import translate
 
 from .trace import Trace
 
@@ -20,7 +17,3 @@ def output_text(tokenizer, out_ids: list[int], end_id: int) -> str:
     ids = out_ids[:out_ids.index(end_id)] if end_id in out_ids else out_ids
     return tokenizer.decode(ids)
 
-
-def sampled_output(state, temperature: float, seed: int) -> str:
-    """The model's output for the state's text sampled at ``temperature`` with ``seed``."""
-    return translate(state.model, state.tokenizer, state.text, temperature, seed)[0]

