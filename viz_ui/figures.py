@@ -10,11 +10,32 @@ import math
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 
 FONT = dict(size=15)
 WEIGHT_SCALE = "Blues"  # attention weights in [0, 1]
 DIVERGING = "RdBu_r"  # signed values (embeddings, scores), white at 0
 MAX_LABELLED_TICKS = 64
+_UNUSED = ("geo", "polar", "ternary")  # subplot kinds no figure here uses
+
+
+def _lean_template(base: str) -> go.layout.Template:
+    """Plotly's ``base`` template without its per-trace defaults and unused subplot kinds, with tick labels
+    never measured for overflow.
+
+    Plotly deep-copies and validates a figure's template each time one is set: the full built-in template
+    cost ~7 ms per figure on the server. In the browser, the default ``ticklabeloverflow`` ("hide past div")
+    measures every tick label's box on every draw, about half of the browser's time on a page of token
+    heatmaps (bench/latency.py); our labels fit (automargin), so they are allowed to overflow.
+    """
+    layout = {k: v for k, v in pio.templates[base].layout.to_plotly_json().items() if k not in _UNUSED}
+    for axis in ("xaxis", "yaxis"):
+        layout[axis] = {**layout.get(axis, {}), "ticklabeloverflow": "allow"}
+    return go.layout.Template(layout=layout)
+
+
+pio.templates["viz_light"] = _lean_template("plotly_white")
+pio.templates["viz_dark"] = _lean_template("plotly_dark")
 
 
 def position_ticks(labels: list[str], max_ticks: int = MAX_LABELLED_TICKS, offset: int = 0) -> dict:
@@ -32,7 +53,7 @@ def _plain(label: str) -> str:
 
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
-    fig.update_layout(title=dict(text=title, x=0), font=FONT, height=height, template="plotly_white",
+    fig.update_layout(title=dict(text=title, x=0), font=FONT, height=height, template="viz_light",
                       margin=dict(l=10, r=10, t=60, b=10))
     return fig
 
@@ -336,14 +357,15 @@ def style_for_display(fig: go.Figure, scale: float = 1.0, theme: str = "light") 
     """
     base = fig.layout.font.size or FONT["size"]
     ink = "#000000" if theme == "light" else "#f2f2f2"
-    fig.update_layout(template="plotly_white" if theme == "light" else "plotly_dark",
-                      font=dict(size=round(base * scale), color=ink),
+    size = round(base * scale)
+    fig.update_layout(template=f"viz_{theme}",
+                      font=dict(size=size, color=ink),
                       paper_bgcolor="#ffffff" if theme == "light" else "#0e1117",
                       plot_bgcolor="#ffffff" if theme == "light" else "#0e1117",
                       height=round((fig.layout.height or 450) * (1 + (scale - 1) * 0.6)),
                       margin=dict(t=round(60 * scale)))
-    fig.update_xaxes(tickfont=dict(size=round(base * scale), color=ink))
-    fig.update_yaxes(tickfont=dict(size=round(base * scale), color=ink))
+    fig.update_xaxes(tickfont=dict(size=size, color=ink))
+    fig.update_yaxes(tickfont=dict(size=size, color=ink))
     for trace in fig.data:
         textfont = getattr(trace, "textfont", None)
         if textfont is not None and textfont.size:

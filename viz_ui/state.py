@@ -4,6 +4,7 @@ session (uploads), which live in that session's state only."""
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import importlib.util
@@ -116,8 +117,15 @@ def encoder_decoder_names(models: dict[str, str]) -> list[str]:
 @st.cache_resource(max_entries=4, show_spinner="Loading the model…")
 def get_model(path: str) -> tuple[VizTransformer, Tokenizer | None]:
     """The model and tokenizer stored at ``path``, loaded once per server process (any format
-    :func:`viz_model.load_model` reads)."""
-    return load_model(path)
+    :func:`viz_model.load_model` reads).
+
+    Afterwards every object alive (libraries, the model) is moved out of the garbage collector's view
+    (``gc.freeze``): Streamlit runs a full collection after every rerun, which walked those ~270k long-lived
+    objects each time (~150 ms per rerun on 2 cores, bench/latency.py). New objects are still collected.
+    """
+    loaded = load_model(path)
+    gc.freeze()
+    return loaded
 
 
 def resolve(key: str) -> tuple[VizTransformer, Tokenizer | IdTokenizer]:
