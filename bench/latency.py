@@ -17,10 +17,12 @@ from server import CHROMIUM_ARGS, app_server
 
 
 def texts(n_tokens: int, count: int) -> list[str]:
-    """``count`` different texts of exactly ``n_tokens`` tokens, cut from the tests' held-out story."""
+    """``count`` different texts of about ``n_tokens`` tokens (decoding and encoding again may merge a few), cut
+    from the tests' held-out story (140 tokens), repeated as often as needed."""
     from viz_model import load_model
     _, tok = load_model()
     ids = tok.encode((ROOT / "tests" / "data" / "heldout.txt").read_text(encoding="utf-8")).ids
+    ids = ids * (2 + n_tokens // len(ids))
     return [tok.decode(ids[i * 7:i * 7 + n_tokens]) for i in range(count)]
 
 

@@ -32,108 +32,115 @@ if masked_lm:
                 + (f" Masks found at positions {', '.join(map(str, masks))}." if masks else
                    " No [MASK] in the text: the predictions below are for the visible tokens themselves."))
 
-c1, c2, c3, c4 = st.columns([2, 2, 1, 1])
-if masked_lm:
-    pos = pick_index(c1, "Prediction at position", "query", trace.n_tokens, masks[0] if masks else trace.n_tokens - 1,
-                     lambda i: f"{i} {trace.labels[i]}")
-else:
-    pos = pick_index(c1, "Prediction after position", "query", trace.n_tokens, trace.n_tokens - 1,
-                     lambda i: f"{i} {trace.labels[i]}")
-temperature = shared_number(c2.slider, "Temperature T (0 = greedy)", "temperature", 0.0, 3.0, 1.0, float, step=0.05,
-                            help="Divides the logits before softmax: T < 1 sharpens the distribution, T > 1 flattens it.")
-top_k = shared_number(c3.number_input, "top-k (0 = all)", "top_k", 0, state.model.cfg.d_vocab, 0, int)
-top_p = shared_number(c4.slider, "top-p", "top_p", 0.05, 1.0, 1.0, float, step=0.05,
-                      help="Keep the most likely tokens whose mass reaches p.")
+@st.fragment
+def next_token_and_generation() -> None:
+    """Everything below the page's header, as a fragment: moving the temperature (or any control here) reruns
+    only this part, not the sidebar, the trace lookup and the page around it (bench/latency.py)."""
+    c1, c2, c3, c4 = st.columns([2, 2, 1, 1])
+    if masked_lm:
+        pos = pick_index(c1, "Prediction at position", "query", trace.n_tokens, masks[0] if masks else trace.n_tokens - 1,
+                         lambda i: f"{i} {trace.labels[i]}")
+    else:
+        pos = pick_index(c1, "Prediction after position", "query", trace.n_tokens, trace.n_tokens - 1,
+                         lambda i: f"{i} {trace.labels[i]}")
+    temperature = shared_number(c2.slider, "Temperature T (0 = greedy)", "temperature", 0.0, 3.0, 1.0, float, step=0.05,
+                                help="Divides the logits before softmax: T < 1 sharpens the distribution, T > 1 flattens it.")
+    top_k = shared_number(c3.number_input, "top-k (0 = all)", "top_k", 0, state.model.cfg.d_vocab, 0, int)
+    top_p = shared_number(c4.slider, "top-p", "top_p", 0.05, 1.0, 1.0, float, step=0.05,
+                          help="Keep the most likely tokens whose mass reaches p.")
 
-logits = logits_all[pos]
-if masked_lm:  # the token written at the position, unless it is the [MASK] itself
-    actual = None if pos in masks else int(trace.ids[pos])
-else:
-    actual = int(trace.ids[pos + 1]) if pos + 1 < trace.n_tokens else None
-view = next_token_view(logits, temperature, int(top_k), float(top_p), actual)
-probs = view.probs
-n_bars = st.slider("Tokens shown", 5, 30, 10, key="n_bars")
-table = topk_table(probs, logits, vocab, n_bars)
-highlight = table["id"].tolist().index(actual) if actual in set(table["id"]) else None
+    logits = logits_all[pos]
+    if masked_lm:  # the token written at the position, unless it is the [MASK] itself
+        actual = None if pos in masks else int(trace.ids[pos])
+    else:
+        actual = int(trace.ids[pos + 1]) if pos + 1 < trace.n_tokens else None
+    view = next_token_view(logits, temperature, int(top_k), float(top_p), actual)
+    probs = view.probs
+    n_bars = st.slider("Tokens shown", 5, 30, 10, key="n_bars")
+    table = topk_table(probs, logits, vocab, n_bars)
+    highlight = table["id"].tolist().index(actual) if actual in set(table["id"]) else None
 
-m1, m2, m3 = st.columns(3)
-m1.metric("Most likely token here" if masked_lm else "Most likely next token", table["token"][0], f"p = {table['probability'][0]:.1%}", delta_color="off", delta_arrow="off")
-m2.metric("Entropy of the distribution", f"{view.entropy:.2f} bits")
-if actual is not None:
-    m3.metric("The token in the text" if masked_lm else "The text's real next token", vocab[actual], f"p = {view.actual_prob:.2%}, rank {view.actual_rank} by logit",
-              delta_color="off", delta_arrow="off")
-if temperature == 0:
-    st.caption("T = 0 is greedy decoding: all probability goes to the token with the highest logit.")
-title = (f"Token at position {pos} (“{trace.labels[pos]}”), T = {temperature:g}" if masked_lm else
-         f"Next token after “{trace.labels[pos]}” (position {pos}), T = {temperature:g}")
-show_figure(topk_bar(table["token"].tolist(), table["probability"].to_numpy(), title, highlight),
-            state, f"next_token_pos{pos}_T{temperature:g}")
-with st.expander("As a table (with logits)"):
-    st.dataframe(table.style.format({"probability": "{:.4f}", "logit": "{:.3f}"}), hide_index=True)
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Most likely token here" if masked_lm else "Most likely next token", table["token"][0], f"p = {table['probability'][0]:.1%}", delta_color="off", delta_arrow="off")
+    m2.metric("Entropy of the distribution", f"{view.entropy:.2f} bits")
+    if actual is not None:
+        m3.metric("The token in the text" if masked_lm else "The text's real next token", vocab[actual], f"p = {view.actual_prob:.2%}, rank {view.actual_rank} by logit",
+                  delta_color="off", delta_arrow="off")
+    if temperature == 0:
+        st.caption("T = 0 is greedy decoding: all probability goes to the token with the highest logit.")
+    title = (f"Token at position {pos} (“{trace.labels[pos]}”), T = {temperature:g}" if masked_lm else
+             f"Next token after “{trace.labels[pos]}” (position {pos}), T = {temperature:g}")
+    show_figure(topk_bar(table["token"].tolist(), table["probability"].to_numpy(), title, highlight),
+                state, f"next_token_pos{pos}_T{temperature:g}")
+    with st.expander("As a table (with logits)"):
+        st.dataframe(table.style.format({"probability": "{:.4f}", "logit": "{:.3f}"}), hide_index=True)
 
-if masked_lm:
-    st.caption("An encoder fills in masked positions all at once; it does not generate text left to right, "
-               "so there is no generation here.")
-    show_link(state)
-    st.stop()
-if trace.is_encoder_decoder:
-    st.caption("These are the decoder's predictions at each position of its own output (the source is on the "
-               "Tokens page). Generation step by step, with the cross-attention of each new token, is on page 5.")
-    st.page_link("pages/encoder_decoder.py", label="5 · Encoder-decoder & cross-attention", icon=":material/swap_horiz:")
-    show_link(state)
-    st.stop()
-st.subheader("Generate")
-st.markdown("Generation repeats the last step: pick a token from the distribution above (the most likely one "
-            "when T = 0, otherwise a random draw with the seed below), append it, and run the model again.")
-g1, g2, g3 = st.columns([1, 1, 2])
-n_new = shared_number(g1.number_input, "Tokens to generate", "n_new", 1, 200, 20, int)
-seed = shared_number(g2.number_input, "Seed", "seed", 0, 2**31 - 1, 0, int, help="The same seed gives the same tokens.")
-room = state.model.cfg.n_ctx - trace.n_tokens + 1  # the last new token is predicted, never read
-settings = (state.model_name, trace.text, temperature, int(top_k), float(top_p), int(seed), int(n_new))
-if room <= 0:
-    st.info("The context is full: there is no room to generate more tokens.")
-elif g3.button("Generate", type="primary", icon=":material/play_arrow:"):
-    records, out, bar = [], st.empty(), st.progress(0.0, text="Generating…")
-    for record in generate_records(state.model, trace.ids.tolist(), int(n_new), temperature, int(top_k),
-                                   float(top_p), int(seed)):
-        records.append(record)
-        bar.progress(len(records) / min(int(n_new), room), text=f"Generated {len(records)} tokens")
-        out.dataframe(steps_table(records, vocab), hide_index=True)
-    out.empty()
-    bar.empty()
-    st.session_state["generated"] = {"settings": settings, "records": records}
+    if masked_lm:
+        st.caption("An encoder fills in masked positions all at once; it does not generate text left to right, "
+                   "so there is no generation here.")
+        show_link(state)
+        return
+    if trace.is_encoder_decoder:
+        st.caption("These are the decoder's predictions at each position of its own output (the source is on the "
+                   "Tokens page). Generation step by step, with the cross-attention of each new token, is on page 5.")
+        st.page_link("pages/encoder_decoder.py", label="5 · Encoder-decoder & cross-attention", icon=":material/swap_horiz:")
+        show_link(state)
+        return
+    st.subheader("Generate")
+    st.markdown("Generation repeats the last step: pick a token from the distribution above (the most likely one "
+                "when T = 0, otherwise a random draw with the seed below), append it, and run the model again.")
+    g1, g2, g3 = st.columns([1, 1, 2])
+    n_new = shared_number(g1.number_input, "Tokens to generate", "n_new", 1, 200, 20, int)
+    seed = shared_number(g2.number_input, "Seed", "seed", 0, 2**31 - 1, 0, int, help="The same seed gives the same tokens.")
+    room = state.model.cfg.n_ctx - trace.n_tokens + 1  # the last new token is predicted, never read
+    settings = (state.model_name, trace.text, temperature, int(top_k), float(top_p), int(seed), int(n_new))
+    if room <= 0:
+        st.info("The context is full: there is no room to generate more tokens.")
+    elif g3.button("Generate", type="primary", icon=":material/play_arrow:"):
+        records, out, bar = [], st.empty(), st.progress(0.0, text="Generating…")
+        for record in generate_records(state.model, trace.ids.tolist(), int(n_new), temperature, int(top_k),
+                                       float(top_p), int(seed)):
+            records.append(record)
+            bar.progress(len(records) / min(int(n_new), room), text=f"Generated {len(records)} tokens")
+            out.dataframe(steps_table(records, vocab), hide_index=True)
+        out.empty()
+        bar.empty()
+        st.session_state["generated"] = {"settings": settings, "records": records}
 
-generated = st.session_state.get("generated")
-if generated and generated["settings"] == settings:
-    records = generated["records"]
-    new_ids = [r.token_id for r in records]
-    prompt = trace.ids.tolist()
-    continuation = continuation_text(state.tokenizer, prompt, new_ids)
-    st.markdown("**Continuation:**")
-    st.code(trace.text + "⟨" + continuation + "⟩" if continuation else trace.text, language=None, wrap_lines=True)
-    st.dataframe(steps_table(records, vocab), hide_index=True, column_config={
-        "probability (as sampled)": st.column_config.ProgressColumn(format="%.3f", min_value=0, max_value=1),
-        "probability (T = 1)": st.column_config.NumberColumn(format="%.4f")})
+    generated = st.session_state.get("generated")
+    if generated and generated["settings"] == settings:
+        records = generated["records"]
+        new_ids = [r.token_id for r in records]
+        prompt = trace.ids.tolist()
+        continuation = continuation_text(state.tokenizer, prompt, new_ids)
+        st.markdown("**Continuation:**")
+        st.code(trace.text + "⟨" + continuation + "⟩" if continuation else trace.text, language=None, wrap_lines=True)
+        st.dataframe(steps_table(records, vocab), hide_index=True, column_config={
+            "probability (as sampled)": st.column_config.ProgressColumn(format="%.3f", min_value=0, max_value=1),
+            "probability (T = 1)": st.column_config.NumberColumn(format="%.4f")})
 
-    def _append() -> None:
-        set_shared("text", trace.text + continuation)
-    st.button("Append to my text", on_click=_append, icon=":material/add:")
+        if st.button("Append to my text", icon=":material/add:"):
+            set_shared("text", trace.text + continuation)
+            st.rerun(scope="app")  # the sidebar and the trace change too, not only this fragment
 
-    st.subheader("Attention while generating")
-    st.markdown("Each row is one step: the newest token (the query) looks back over everything so far, and the "
-                "model picks the next token from the result. Generation uses a **KV cache**: the keys and values "
-                "of earlier tokens are stored, so each step computes q, k and v for the newest token only.")
-    a1, a2 = st.columns(2)
-    layer = pick_index(a1, "Layer", "layer", cfg.n_layers)
-    head_choice = a2.selectbox("Head", ["mean of all heads", *range(cfg.n_heads)], key="gen_head")
-    head = None if head_choice == "mean of all heads" else int(head_choice)
-    all_labels = trace.labels + [vocab[i] for i in new_ids]
-    queries = [len(prompt) - 1 + s for s in range(len(records))]
-    rows = [f"{q} {all_labels[q]} → {vocab[r.token_id]}" for q, r in zip(queries, records)]
-    show_figure(generation_heatmap(attention_rows(records, layer, head), rows, all_labels[:records[-1].attention.shape[-1]],
-                                   f"Attention of each new token, layer {layer}, "
-                                   f"{'mean of heads' if head is None else f'head {head}'}"),
-                state, f"generation_attention_L{layer}")
-    st.markdown("**The KV cache at work**")
-    st.dataframe(kv_table(records, queries, all_labels), hide_index=True)
-show_link(state)  # after every widget of the page, so the link holds n_new and seed too
+        st.subheader("Attention while generating")
+        st.markdown("Each row is one step: the newest token (the query) looks back over everything so far, and the "
+                    "model picks the next token from the result. Generation uses a **KV cache**: the keys and values "
+                    "of earlier tokens are stored, so each step computes q, k and v for the newest token only.")
+        a1, a2 = st.columns(2)
+        layer = pick_index(a1, "Layer", "layer", cfg.n_layers)
+        head_choice = a2.selectbox("Head", ["mean of all heads", *range(cfg.n_heads)], key="gen_head")
+        head = None if head_choice == "mean of all heads" else int(head_choice)
+        all_labels = trace.labels + [vocab[i] for i in new_ids]
+        queries = [len(prompt) - 1 + s for s in range(len(records))]
+        rows = [f"{q} {all_labels[q]} → {vocab[r.token_id]}" for q, r in zip(queries, records)]
+        show_figure(generation_heatmap(attention_rows(records, layer, head), rows, all_labels[:records[-1].attention.shape[-1]],
+                                       f"Attention of each new token, layer {layer}, "
+                                       f"{'mean of heads' if head is None else f'head {head}'}"),
+                    state, f"generation_attention_L{layer}")
+        st.markdown("**The KV cache at work**")
+        st.dataframe(kv_table(records, queries, all_labels), hide_index=True)
+    show_link(state)  # after every widget of the page, so the link holds n_new and seed too
+
+
+next_token_and_generation()

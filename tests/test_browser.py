@@ -172,6 +172,34 @@ def test_a_copied_link_reopens_the_same_view_and_samples(server, browser):
         expect(fresh.get_by_role("combobox", name=label, exact=True)).to_have_value(value, timeout=30_000)
 
 
+def test_output_controls_rerun_their_fragment_and_append_reruns_the_page(server, browser):
+    """The output page's controls live in a fragment: the chart, the link in the sidebar (drawn into a container
+    made outside the fragment) follow the temperature; appending the continuation changes the sidebar's text."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(server + "/output?text=Tom+had+a+red+ball.&seed=3&n_new=4")
+    slider = page.get_by_role("slider", name="Temperature T (0 = greedy)")
+    expect(slider).to_be_visible(timeout=60_000)
+    slider.focus()
+    slider.press("ArrowRight")
+    expect(page.locator(".js-plotly-plot .gtitle").filter(has_text="T = 1.05")).to_have_count(1, timeout=30_000)
+    expect(page.locator("[data-testid=stSidebar] code").last).to_contain_text("temperature=1.05", timeout=30_000)
+    assert page.locator("[data-testid=stSidebar] code").count() == 1  # redrawn in place, not added
+
+    page.get_by_role("button", name="Generate").click()
+    continuation = page.get_by_text("Tom had a red ball.⟨")
+    expect(continuation).to_be_visible(timeout=60_000)
+    shown = page.locator("[data-testid=stMain] code").filter(has_text="⟨").first.text_content()
+    added = shown.split("⟨", 1)[1].rsplit("⟩", 1)[0]
+    assert added.strip()
+    page.get_by_role("button", name="Append to my text").click()
+    box = page.get_by_label("Text", exact=True)
+    expect(box).not_to_have_value("Tom had a red ball.", timeout=30_000)
+    # the code block shows line breaks as spaces: compare the words
+    assert box.input_value().split() == ("Tom had a red ball." + added).split()
+    # the page ran on the longer text: the continuation belonged to the old one and is gone
+    expect(page.locator("[data-testid=stMain] code").filter(has_text="⟨")).to_have_count(0, timeout=30_000)
+
+
 SMALLEST_LECTURE_FONT_PX = 24  # at 2x: every figure label and page text is at least this large
 
 

@@ -36,6 +36,8 @@ def _lean_template(base: str) -> go.layout.Template:
 
 pio.templates["viz_light"] = _lean_template("plotly_white")
 pio.templates["viz_dark"] = _lean_template("plotly_dark")
+# Every new figure starts from the lean template (the default, "plotly", is the heaviest to copy and validate).
+pio.templates.default = "viz_light"
 
 
 def position_ticks(labels: list[str], max_ticks: int = MAX_LABELLED_TICKS, offset: int = 0) -> dict:
@@ -53,7 +55,7 @@ def _plain(label: str) -> str:
 
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
-    fig.update_layout(title=dict(text=title, x=0), font=FONT, height=height, template="viz_light",
+    fig.update_layout(title=dict(text=title, x=0), font=FONT, height=height,
                       margin=dict(l=10, r=10, t=60, b=10))
     return fig
 
@@ -358,8 +360,9 @@ def style_for_display(fig: go.Figure, scale: float = 1.0, theme: str = "light") 
     base = fig.layout.font.size or FONT["size"]
     ink = "#000000" if theme == "light" else "#f2f2f2"
     size = round(base * scale)
-    fig.update_layout(template=f"viz_{theme}",
-                      font=dict(size=size, color=ink),
+    if theme != "light":  # figures start from viz_light (pio.templates.default)
+        fig.layout.template = f"viz_{theme}"
+    fig.update_layout(font=dict(size=size, color=ink),
                       paper_bgcolor="#ffffff" if theme == "light" else "#0e1117",
                       plot_bgcolor="#ffffff" if theme == "light" else "#0e1117",
                       height=round((fig.layout.height or 450) * (1 + (scale - 1) * 0.6)),
