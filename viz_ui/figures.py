@@ -15,7 +15,7 @@ import plotly.io as pio
 FONT = dict(size=15)
 WEIGHT_SCALE = "Blues"  # attention weights in [0, 1]
 DIVERGING = "RdBu_r"  # signed values (embeddings, scores), white at 0
-MAX_LABELLED_TICKS = 64
+MAX_LABELLED_TICKS = 32
 _UNUSED = ("geo", "polar", "ternary")  # subplot kinds no figure here uses
 
 
