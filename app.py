@@ -2,6 +2,10 @@
 
 import streamlit as st
 
+from viz_ui.preload import preload_plotly
+
+preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
+
 from viz_ui.explain import positional_sentence
 from viz_ui.layout import PAGES, setup_page
 from viz_ui.state import model_card

@@ -4,6 +4,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from viz_ui.preload import preload_plotly
+
+preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
+
 from viz_ui.block import layernorm_stats, residual_norms, sublayer_norms, top_neurons
 from viz_ui.figures import matrix_heatmap, stage_heatmap, value_bar
 from viz_ui.explain import ACT_NAMES, ffn_formula, ffn_sentence, norm_formula, norm_sentence

@@ -5,6 +5,10 @@ import dataclasses
 import numpy as np
 import streamlit as st
 
+from viz_ui.preload import preload_plotly
+
+preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
+
 from viz_ui.explain import input_name, positional_sentence
 from viz_ui.figures import (angle_heatmap, matrix_heatmap, pca_scatter, position_curves, relative_score_curve,
                             similarity_heatmap)

@@ -4,6 +4,10 @@ joining them (Vaswani et al., 2017, figure 1), with the running model's own numb
 import numpy as np
 import streamlit as st
 
+from viz_ui.preload import preload_plotly
+
+preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
+
 from viz_ui.figures import attention_grid, attention_heatmap, cross_heatmap, topk_bar
 from viz_ui.generation import next_token_view
 from viz_ui.layout import pick_index, require_trace, setup_page, shared_number, show_figure, show_link

@@ -2,6 +2,10 @@
 
 import streamlit as st
 
+from viz_ui.preload import preload_plotly
+
+preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
+
 from viz_ui.explain import mask_sentence
 from viz_ui.figures import matrix_heatmap, topk_bar
 from viz_ui.layout import pick_layer_head, pick_position, position_window, require_trace, setup_page, show_figure

@@ -3,6 +3,10 @@
 import streamlit as st
 import streamlit.components.v1 as components
 
+from viz_ui.preload import preload_plotly
+
+preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
+
 from viz_ui.headview import head_view_svg, legend_html, svg_height
 from viz_ui.layout import pick_index, require_trace, setup_page, show_link
 

@@ -2,6 +2,10 @@
 
 import streamlit as st
 
+from viz_ui.preload import preload_plotly
+
+preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
+
 from viz_ui.figures import layer_head_heatmap
 from viz_ui.heads import SCORE_NAMES, top_heads
 from viz_ui.layout import require_trace, set_shared, setup_page, show_figure

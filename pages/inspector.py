@@ -6,14 +6,18 @@ from pathlib import PurePosixPath
 import streamlit as st
 from tokenizers import Tokenizer
 
-from viz_ui.cost import attention_cost, quadratic_fit  # viz_ui first: it sets OpenMP's wait policy before torch loads
+from viz_ui.preload import preload_plotly
+
+preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
+
+from viz_model import CheckpointError, load_upload
+from viz_model.sources import MAX_UPLOAD_MB, MODEL_SUFFIXES
+from viz_model.tokenizer import IdTokenizer
+from viz_ui.cost import attention_cost, quadratic_fit
 from viz_ui.figures import cost_curve, layer_table_heatmap, value_bar
 from viz_ui.inspect import architecture_table, parameter_table
 from viz_ui.layout import set_shared, setup_page, show_figure, show_link
 from viz_ui.state import MAX_SESSION_MODELS, add_session_model, get_weight_stats, session_models, upload_hash
-from viz_model import CheckpointError, load_upload  # noqa: I001
-from viz_model.sources import MAX_UPLOAD_MB, MODEL_SUFFIXES
-from viz_model.tokenizer import IdTokenizer
 
 state = setup_page("Model inspector & upload",
                    "What the chosen model is made of, and a place to load your own checkpoint: a nanoGPT ckpt.pt, a "

@@ -3,6 +3,10 @@
 import numpy as np
 import streamlit as st
 
+from viz_ui.preload import preload_plotly
+
+preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
+
 from viz_ui.export import lens_table
 from viz_ui.figures import stage_heatmap
 from viz_ui.layout import require_trace, setup_page, show_figure

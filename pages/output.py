@@ -3,6 +3,10 @@ temperature, top-k / top-p, and generation."""
 
 import streamlit as st
 
+from viz_ui.preload import preload_plotly
+
+preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
+
 from viz_ui.figures import generation_heatmap, topk_bar
 from viz_ui.generation import attention_rows, continuation_text, generate_records, mask_positions, next_token_view
 from viz_ui.layout import (pick_index, require_trace, set_shared, setup_page, shared_number,

@@ -2,6 +2,10 @@
 
 import streamlit as st
 
+from viz_ui.preload import preload_plotly
+
+preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
+
 from viz_ui.layout import require_trace, setup_page
 from viz_ui.tables import token_chips_html, token_table
 from viz_ui.trace import tokenizer_kind

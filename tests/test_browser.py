@@ -142,6 +142,21 @@ def test_every_page_loads_nothing_from_outside_the_server(server, browser):
     context.close()
 
 
+def test_plotly_code_is_fetched_on_a_page_without_charts(server, browser):
+    """The cold-start preload: the Tokens page draws no Plotly chart, yet the browser fetches Streamlit's Plotly
+    chunk (started before the server imported torch), from this server, successfully."""
+    from viz_ui.preload import PLOTLY_CHUNK
+    assert PLOTLY_CHUNK is not None, "Streamlit's Plotly chunk was not found: the preload is a no-op"
+    context = browser.new_context()
+    page = context.new_page()
+    with page.expect_response(lambda r: r.url.endswith("/static/js/" + PLOTLY_CHUNK), timeout=60_000) as response:
+        page.goto(server + "/tokens")
+    assert response.value.status == 200
+    expect(page.get_by_role("heading", name="Tokens", exact=True)).to_be_visible(timeout=60_000)
+    assert page.locator(".js-plotly-plot").count() == 0
+    context.close()
+
+
 def test_a_copied_link_reopens_the_same_view_and_samples(server, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(server + "/output?text=Tom+had+a+red+ball.&temperature=0.7&seed=5&n_new=6&layer=2&head=3")

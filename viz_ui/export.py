@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 
 from .trace import Trace
+
+if TYPE_CHECKING:  # pandas is imported where a table is made: it costs ~0.25 s of the app's cold start
+    import pandas as pd
 
 
 def _axis_labels(axis, n: int, coords=None) -> list:
@@ -29,6 +32,8 @@ def figure_frame(fig: go.Figure) -> pd.DataFrame:
     traces: x, y (and z), the point text, and the trace name. Several traces are stacked with a
     ``trace`` column.
     """
+    import pandas as pd
+
     frames = []
     for trace in fig.data:
         if isinstance(trace, go.Heatmap):
@@ -76,6 +81,8 @@ def pattern_table(patterns: np.ndarray, labels: list[str], causal: bool = True) 
     """Every head's attention weights in long form: layer, head, query_pos, query token, key_pos, key
     token, weight. ``patterns`` ``[n_layers, n_heads, query_pos, key_pos]``; with ``causal`` only the
     visible keys (key_pos <= query_pos) are listed."""
+    import pandas as pd
+
     n_layers, n_heads, n, _ = patterns.shape
     layer, head, q, k = np.meshgrid(np.arange(n_layers), np.arange(n_heads), np.arange(n), np.arange(n), indexing="ij")
     keep = (k <= q) if causal else np.ones_like(q, dtype=bool)
@@ -86,6 +93,8 @@ def pattern_table(patterns: np.ndarray, labels: list[str], causal: bool = True) 
 
 def lens_table(ids: np.ndarray, probs: np.ndarray, stages: list[str], labels: list[str], vocab: list[str]) -> pd.DataFrame:
     """The logit lens in long form: stage, position, token, predicted next token, its probability."""
+    import pandas as pd
+
     n_stages, n = ids.shape
     stage, pos = np.meshgrid(np.arange(n_stages), np.arange(n), indexing="ij")
     return pd.DataFrame({"stage": np.array(stages, dtype=object)[stage.ravel()], "position": pos.ravel(),

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
 import torch
 
 from viz_model import VizTransformer
@@ -11,6 +12,9 @@ from viz_model import VizTransformer
 FAMILY_NAMES = {"viz": "native (this project)", "gpt2": "GPT-2", "nanogpt": "nanoGPT", "bert": "BERT",
                 "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
 MLP_NAMES = {"gelu": "GELU", "gelu_tanh": "GELU (tanh approximation)", "relu": "ReLU", "swiglu": "SwiGLU"}
+
+if TYPE_CHECKING:  # pandas is imported where a table is made: it costs ~0.25 s of the app's cold start
+    import pandas as pd
 
 
 def attention_kind(n_heads: int, n_kv_heads: int) -> str:
@@ -23,6 +27,8 @@ def attention_kind(n_heads: int, n_kv_heads: int) -> str:
 def architecture_table(model: VizTransformer) -> pd.DataFrame:
     """One row per architectural property (family, layers, heads, kv heads, d_model, d_head, d_mlp,
     positions, norm and placement, vocabulary, context, ...): columns ``property``, ``value``."""
+    import pandas as pd
+
     cfg = model.cfg
     kind = ("encoder (bidirectional)" if not cfg.causal else "decoder (causal)")
     rows = [
@@ -63,6 +69,8 @@ def _component(name: str) -> str:
 def parameter_table(model: VizTransformer) -> pd.DataFrame:
     """Parameters per component (token embedding, positions, attention, feed-forward, norms, heads):
     columns ``component``, ``parameters``, ``share`` (fraction of the total). Tied matrices count once."""
+    import pandas as pd
+
     counts: dict[str, int] = {}
     for name, p in model.named_parameters():
         counts[_component(name)] = counts.get(_component(name), 0) + p.numel()
@@ -75,6 +83,8 @@ def parameter_table(model: VizTransformer) -> pd.DataFrame:
 def weight_stats(model: VizTransformer) -> pd.DataFrame:
     """Statistics of every weight matrix in the blocks: columns ``layer``, ``matrix`` (W_Q, W_K, W_V, W_O,
     W_gate, W_in, W_out), ``shape``, ``mean``, ``std``, ``max_abs``, ``rms``."""
+    import pandas as pd
+
     rows = []
     for i, block in enumerate(model.blocks):
         for prefix, module in (("attn", block.attn), ("mlp", block.mlp)):

@@ -1,0 +1,28 @@
+"""Have the browser fetch and compile Plotly's code while the server is still importing torch.
+
+Streamlit loads its Plotly chunk (PlotlyChart.*.js, ~3.5 MB) only when the first chart arrives, so on a cold
+start the browser sat idle while the server imported torch and ran the model, then spent another 1–1.5 s on
+the chunk before drawing (bench/cold_start.py). Pages call :func:`preload_plotly` before their heavy imports.
+This module imports nothing but Streamlit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+# Streamlit's own static files; the name is hashed per release. If a release renames or drops the chunk,
+# nothing is preloaded and the charts load as before.
+_CHUNKS = sorted((Path(st.__file__).parent / "static" / "static" / "js").glob("PlotlyChart.*.js"))
+PLOTLY_CHUNK: str | None = _CHUNKS[0].name if len(_CHUNKS) == 1 else None
+
+
+def preload_plotly() -> None:
+    """On a session's first run, start loading Streamlit's Plotly chunk in the browser (a module ``import()``
+    relative to the page, so an app served under a base path works too); a no-op afterwards."""
+    if PLOTLY_CHUNK is None or st.session_state.get("_plotly_preloaded"):
+        return
+    st.session_state["_plotly_preloaded"] = True
+    st.html(f"<script>import(new URL('./static/js/{PLOTLY_CHUNK}', document.baseURI).href)</script>",
+            unsafe_allow_javascript=True)
