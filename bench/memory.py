@@ -23,6 +23,11 @@ SCENARIOS = {
     "every hook, read all (scores, probs too)": "_, cache = model.run_with_cache(ids); [cache[n] for n in cache]",
     "every hook, stored as float16": "import torch; _, cache = model.run_with_cache(ids, store_dtype=torch.float16)",
     "app trace (viz_ui.trace.run_trace)": "from viz_ui.trace import run_trace; run_trace(model, tok, text)",
+    "app trace + all-heads overview": "from viz_ui.trace import run_trace; from viz_ui.heads import overview_patterns; "
+                                      "overview_patterns(run_trace(model, tok, text).arrays, 12)",
+    "app trace as Streamlit caches it (pickled) + one rerun's copy":
+        "import pickle; from viz_ui.trace import run_trace; stored = pickle.dumps(run_trace(model, tok, text)); "
+        "copy = pickle.loads(stored)",
 }
 
 

@@ -6,10 +6,10 @@ from viz_ui.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.export import pattern_table
+from viz_ui.export import pattern_table, pooled_pattern_table
 from viz_ui.figures import attention_grid, attention_heatmap
 from viz_ui.layout import pick_layer_head, position_window, require_trace, setup_page, show_figure
-from viz_ui.heads import stacked_patterns
+from viz_ui.heads import overview_patterns
 from viz_ui.steps import future_share, unmasked_view
 
 state = setup_page("Attention",
@@ -17,11 +17,13 @@ state = setup_page("Attention",
                    "Row = the token that asks (query), column = the token it looks at (key); each row sums to 1.")
 trace = require_trace(state)
 cfg = state.model.cfg
-patterns = stacked_patterns(trace.arrays, cfg.n_layers)
+patterns, block = overview_patterns(trace.arrays, cfg.n_layers)
 
-grid, pooled = attention_grid(patterns)
+grid, pooled = attention_grid(patterns, pooled_by=block)
+n = trace.n_tokens
 show_figure(grid, state, "attention_all_heads",
-            data=lambda: pattern_table(patterns, trace.labels, cfg.causal))
+            data=lambda: (pattern_table(patterns, trace.labels, cfg.causal) if block == 1 else
+                          pooled_pattern_table(patterns, block, n, n)))
 if pooled:
     st.caption(f"{trace.n_tokens} tokens are too many to draw per cell in {cfg.n_layers * cfg.n_heads} small "
                "maps: each cell of the overview is the largest weight in a block of cells. "

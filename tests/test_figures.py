@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from conftest import plotly_array
-from viz_ui.figures import (attention_grid, attention_heatmap, layer_head_heatmap, matrix_heatmap, pca_scatter,
-                            position_curves, position_ticks, style_for_display, topk_bar)
+from viz_ui.figures import (attention_grid, attention_heatmap, grid_block, layer_head_heatmap, matrix_heatmap, pca_scatter,
+                            pool_blocks, position_curves, position_ticks, style_for_display, topk_bar)
 from viz_ui.numeric import cosine_similarity, entropy_bits, fit_pca
 from viz_ui.tables import token_chips_html, token_table, topk_table
 
@@ -133,3 +133,23 @@ def test_style_for_display_scales_every_font():
     assert fig.layout.font.size == 30 and fig.layout.xaxis.tickfont.size == 30
     assert fig.data[0].textfont.size == 28
     assert fig.layout.paper_bgcolor == "#0e1117" and fig.layout.font.color == "#f2f2f2"
+
+
+def test_the_overview_pooled_one_layer_at_a_time_draws_the_same_figure():
+    from viz_ui.export import pooled_pattern_table
+    from viz_ui.heads import overview_patterns
+    pats = np.random.default_rng(0).random((3, 4, 130, 130)).astype(np.float32)
+    arrays = {f"blocks.{i}.attn.hook_pattern": pats[i] for i in range(3)}
+    pooled, block = overview_patterns(arrays, 3)
+    assert block == grid_block(3, 4, 130, 130) > 1 and pooled.shape == (3, 4, -(-130 // block), -(-130 // block))
+    whole, was_pooled = attention_grid(pats)
+    by_layer, also_pooled = attention_grid(pooled, pooled_by=block)
+    assert was_pooled and also_pooled and whole.layout.title.text == by_layer.layout.title.text
+    np.testing.assert_array_equal(np.array(whole.data[0].z, dtype=float), np.array(by_layer.data[0].z, dtype=float))
+    # a block's cell is the maximum of its block; the last block is cut at the text's end
+    assert pooled[2, 3, 0, 1] == pats[2, 3, :block, block:2 * block].max()
+    table = pooled_pattern_table(pooled, block, 130, 130)
+    last = table.iloc[-1]
+    assert len(table) == pooled.size and last["query_pos_to"] == 129 and last["key_pos_to"] == 129
+    assert last["max_weight"] == pytest.approx(pats[2, 3, int(last["query_pos_from"]):, int(last["key_pos_from"]):].max())
+    assert pool_blocks(pats, 1) is pats

@@ -160,19 +160,10 @@ class Attention(nn.Module):
         return out if b is None else out + b
 
     def masked_scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        """``q k^T / sqrt(d_head)`` with -inf where the mask hides a key: ``[batch, head_index, query_pos, key_pos]``
-        from q ``[batch, query_pos, n_heads, d_head]`` and k ``[batch, key_pos, n_kv_heads, d_head]`` (after
-        rotation; the last query sits at the last key's position). Used by ``forward`` and, recomputing the very
-        same operations, by ``run_with_cache`` to give ``hook_attn_scores`` without storing it."""
-        cfg = self.cfg
-        if cfg.n_rep > 1:  # every query head reads its group's key head (transformers' repeat_kv)
-            k = k.repeat_interleave(cfg.n_rep, dim=2)
-        # scaled and masked in place: at 1,024 tokens each copy would be 50 MB per layer
-        scores = (q.transpose(1, 2) @ k.permute(0, 2, 3, 1)).div_(math.sqrt(cfg.d_head))
-        hidden = None if self.cross else attention_mask(q.shape[1], k.shape[1], cfg.causal, cfg.attn_window, q.device)
-        if hidden is not None:
-            scores.masked_fill_(hidden, float("-inf"))
-        return scores
+        """:func:`masked_scores` with this layer's config (cross-attention: nothing masked). Used by ``forward``
+        and, recomputing the very same operations, by ``run_with_cache`` to give ``hook_attn_scores`` without
+        storing it."""
+        return masked_scores(q, k, self.cfg, self.cross)
 
     def _fused_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``[W_Q | W_K | W_V]`` as one ``[d_model, (n_heads + 2 n_kv_heads) d_head]`` matrix (and bias), so that
@@ -225,6 +216,21 @@ class Attention(nn.Module):
         z = self.hook_z((pattern @ v.transpose(1, 2)).transpose(1, 2))  # [batch, pos, head, d_head]
         out = z.reshape(*z.shape[:2], -1) @ self.W_O.reshape(-1, cfg.d_model)  # concat(z) W_O
         return out if self.b_O is None else out + self.b_O
+
+
+def masked_scores(q: torch.Tensor, k: torch.Tensor, cfg: Config, cross: bool = False) -> torch.Tensor:
+    """``q k^T / sqrt(d_head)`` with -inf where the mask hides a key: ``[batch, head_index, query_pos, key_pos]``
+    from q ``[batch, query_pos, n_heads, d_head]`` and k ``[batch, key_pos, n_kv_heads, d_head]`` (after
+    rotation; the last query sits at the last key's position). ``cross``: cross-attention, where every source
+    position is visible. Source: "Attention Is All You Need", eq. 1 (scaled dot-product attention)."""
+    if cfg.n_rep > 1:  # every query head reads its group's key head (transformers' repeat_kv)
+        k = k.repeat_interleave(cfg.n_rep, dim=2)
+    # scaled and masked in place: at 1,024 tokens each copy would be 50 MB per layer
+    scores = (q.transpose(1, 2) @ k.permute(0, 2, 3, 1)).div_(math.sqrt(cfg.d_head))
+    hidden = None if cross else attention_mask(q.shape[1], k.shape[1], cfg.causal, cfg.attn_window, q.device)
+    if hidden is not None:
+        scores.masked_fill_(hidden, float("-inf"))
+    return scores
 
 
 def attention_mask(n_q: int, n_k: int, causal: bool, window: int | None, device=None) -> torch.Tensor | None:

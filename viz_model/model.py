@@ -213,6 +213,24 @@ class VizTransformer(HookedModule):
             self.hook_probs(torch.softmax(logits, dim=-1))
         return logits
 
+    def score_inputs(self, name: str) -> tuple[nn.Module, str, str]:
+        """For an attention layer's ``...hook_attn_scores`` or ``...hook_pattern``: ``(attention module, q hook name,
+        k hook name)``, the recorded values its scores are computed from (the rotated ones under rotary positions).
+
+        Raises:
+            ValueError: when ``name`` is not an attention score or pattern hook of this model.
+        """
+        kind = next((k for k in ("hook_attn_scores", "hook_pattern") if name.endswith(k)), None)
+        prefix = name[: -len(kind)] if kind else ""
+        try:
+            attn = self.get_submodule(prefix.rstrip("."))
+        except AttributeError:
+            attn = None
+        if kind is None or not hasattr(attn, "masked_scores"):
+            raise ValueError(f"{name} is not an attention score or pattern hook")
+        rot = "rot_" if hasattr(attn, "hook_rot_q") else ""
+        return attn, f"{prefix}hook_{rot}q", f"{prefix}hook_{rot}k"
+
     def lazy_hooks(self, names: list[str], store: dict, kwargs: dict) -> tuple[dict, list[str]]:
         """``hook_probs`` (softmax over the vocabulary) and every ``hook_attn_scores`` and ``hook_pattern`` are exact
         functions of other values (the logits; the layer's q and k), recomputed with the same operations when
@@ -228,10 +246,7 @@ class VizTransformer(HookedModule):
             kind = next((k for k in ("hook_attn_scores", "hook_pattern") if name.endswith(k)), None)
             if kind is None:
                 continue
-            prefix = name[: -len(kind)]
-            attn = self.get_submodule(prefix.rstrip("."))
-            rot = "rot_" if hasattr(attn, "hook_rot_q") else ""
-            q_name, k_name = f"{prefix}hook_{rot}q", f"{prefix}hook_{rot}k"
+            attn, q_name, k_name = self.score_inputs(name)
             extra += [q_name, k_name]
             if kind == "hook_attn_scores":
                 lazy[name] = lambda aux, out, attn=attn, q=q_name, k=k_name: attn.masked_scores(aux[q], aux[k])

@@ -66,14 +66,22 @@ def figure_csv(fig: go.Figure) -> str:
     return figure_frame(fig).to_csv()
 
 
+def _stored(trace: Trace, name: str) -> np.ndarray:
+    """A hook's array as the trace keeps it (float16 in long traces; derived scores in float16 there too)."""
+    if name in trace.arrays.derived:
+        return trace.arrays[name].astype(np.float16)
+    return dict.__getitem__(trace.arrays, name)
+
+
 def trace_npz(trace: Trace) -> bytes:
     """Every recorded hook of a trace (``hook name -> array``, batch axis removed) plus ``ids`` ``[pos]``,
     ``labels`` ``[pos]`` and ``text`` (encoder-decoder traces: also ``src_ids``, ``src_labels`` of the source, which
     the ``encoder.*`` arrays follow), as a compressed ``.npz`` archive (``numpy.load`` reads it back)."""
     buffer = io.BytesIO()
     source = {} if trace.src_ids is None else {"src_ids": trace.src_ids, "src_labels": np.array(trace.src_labels)}
+    arrays = {name: _stored(trace, name) for name in trace.arrays.names()}
     np.savez_compressed(buffer, ids=trace.ids, labels=np.array(trace.labels), text=np.array(trace.text),
-                        **source, **trace.arrays)
+                        **source, **arrays)
     return buffer.getvalue()
 
 
@@ -89,6 +97,21 @@ def pattern_table(patterns: np.ndarray, labels: list[str], causal: bool = True) 
     tokens = np.array(labels, dtype=object)
     return pd.DataFrame({"layer": layer[keep], "head": head[keep], "query_pos": q[keep], "query_token": tokens[q[keep]],
                          "key_pos": k[keep], "key_token": tokens[k[keep]], "weight": patterns[keep]})
+
+
+def pooled_pattern_table(pooled: np.ndarray, block: int, n_q: int, n_k: int) -> pd.DataFrame:
+    """The all-heads overview of a long text as drawn: one row per layer, head and ``block × block`` square of
+    the ``[query_pos, key_pos]`` map, with its first and last positions and its largest weight.
+    ``pooled`` ``[n_layers, n_heads, q_blocks, k_blocks]`` from :func:`viz_ui.heads.overview_patterns`."""
+    import pandas as pd
+
+    n_layers, n_heads, mq, mk = pooled.shape
+    layer, head, qb, kb = np.meshgrid(np.arange(n_layers), np.arange(n_heads), np.arange(mq), np.arange(mk),
+                                      indexing="ij")
+    return pd.DataFrame({"layer": layer.ravel(), "head": head.ravel(), "query_pos_from": (qb * block).ravel(),
+                         "query_pos_to": np.minimum(qb * block + block, n_q).ravel() - 1,
+                         "key_pos_from": (kb * block).ravel(), "key_pos_to": np.minimum(kb * block + block, n_k).ravel() - 1,
+                         "max_weight": pooled.ravel()})
 
 
 def lens_table(ids: np.ndarray, probs: np.ndarray, stages: list[str], labels: list[str], vocab: list[str]) -> pd.DataFrame:

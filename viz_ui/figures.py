@@ -110,27 +110,43 @@ def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: s
     return _layout(fig, title, height=size)
 
 
-def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 250_000) -> tuple[go.Figure, bool]:
+def grid_block(n_layers: int, n_heads: int, n_q: int, n_k: int, max_tile: int = 48, max_cells: int = 250_000) -> int:
+    """The block size :func:`attention_grid` max-pools ``[query_pos, key_pos]`` maps by: tiles at most ``max_tile``
+    cells across, and smaller when needed to keep the whole figure under ``max_cells`` cells (1 = no pooling)."""
+    max_tile = max(4, min(max_tile, int(math.sqrt(max_cells / (n_layers * n_heads)))))
+    return max(1, math.ceil(max(n_q, n_k) / max_tile))
+
+
+def pool_blocks(matrices: np.ndarray, block: int) -> np.ndarray:
+    """The maximum over every ``block × block`` square of the last two axes (zero-padded at the end):
+    ``[..., n_q, n_k]`` -> ``[..., ceil(n_q / block), ceil(n_k / block)]``."""
+    if block == 1:
+        return matrices
+    *lead, n_q, n_k = matrices.shape
+    pad = [(0, 0)] * len(lead) + [(0, block * math.ceil(n_q / block) - n_q), (0, block * math.ceil(n_k / block) - n_k)]
+    p = np.pad(matrices, pad)
+    mq, mk = p.shape[-2] // block, p.shape[-1] // block
+    return p.reshape(*lead, mq, block, mk, block).max(axis=(-3, -1))
+
+
+def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 250_000,
+                   pooled_by: int = 1) -> tuple[go.Figure, bool]:
     """Every layer and head at once: ``patterns`` ``[n_layers, n_heads, query_pos, key_pos]`` (key_pos may
     differ from query_pos: cross-attention's target × source).
 
     The heads are tiled into one float32 heatmap (rows = layers, columns = heads) with blank gaps.
-    Sequences longer than the tile size are pooled by block maximum; a tile is at most ``max_tile``
-    cells across, and smaller when needed to keep the whole figure under ``max_cells`` cells
-    (12 x 12 heads at 256 tokens: about 1.3 MB sent to the browser).
+    Sequences longer than the tile size are pooled by block maximum (:func:`grid_block`, :func:`pool_blocks`;
+    12 x 12 heads at 256 tokens: about 1.3 MB sent to the browser). ``pooled_by``: the caller already pooled
+    the patterns by that block size (one layer at a time, so a long text's float32 stack never exists).
 
     Returns:
         ``(figure, pooled)``: pooled is True when tiles were pooled.
     """
     n_layers, n_heads, n_q, n_k = patterns.shape
-    max_tile = max(4, min(max_tile, int(math.sqrt(max_cells / (n_layers * n_heads)))))
-    block = max(1, math.ceil(max(n_q, n_k) / max_tile))
+    inner = grid_block(n_layers, n_heads, n_q, n_k, max_tile, max_cells)
+    patterns = pool_blocks(patterns, inner)
+    block = inner * pooled_by
     pooled = block > 1
-    if pooled:
-        pad_q, pad_k = block * math.ceil(n_q / block) - n_q, block * math.ceil(n_k / block) - n_k
-        p = np.pad(patterns, ((0, 0), (0, 0), (0, pad_q), (0, pad_k)))
-        mq, mk = p.shape[2] // block, p.shape[3] // block
-        patterns = p.reshape(n_layers, n_heads, mq, block, mk, block).max(axis=(3, 5))
     tq, tk = patterns.shape[-2:]  # tiles are rectangular for cross-attention (target × source)
     gap = max(1, max(tq, tk) // 8)
     canvas = np.full((n_layers * (tq + gap) - gap, n_heads * (tk + gap) - gap), np.nan, dtype=np.float32)

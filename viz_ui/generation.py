@@ -88,7 +88,7 @@ def next_token_view(logits: np.ndarray, temperature: float, top_k: int, top_p: f
     Raises:
         ValueError: for invalid sampling settings.
     """
-    probs = next_token_probs(torch.from_numpy(logits), temperature, top_k, top_p).numpy()
+    probs = next_token_probs(torch.tensor(logits), temperature, top_k, top_p).numpy()  # a copy: traces are read-only
     rank = None if actual is None else int((logits > logits[actual]).sum()) + 1
     return NextToken(probs, entropy_bits(probs), rank, None if actual is None else float(probs[actual]))
 

@@ -8,6 +8,7 @@ import torch
 
 from viz_model import VizTransformer
 
+from .figures import grid_block, pool_blocks
 from .trace import Trace
 
 SCORE_NAMES = ("previous-token", "first-token", "duplicate-token", "induction")
@@ -16,6 +17,17 @@ SCORE_NAMES = ("previous-token", "first-token", "duplicate-token", "induction")
 def stacked_patterns(arrays: dict, n_layers: int) -> np.ndarray:
     """Every layer's ``hook_pattern`` from a trace's arrays: ``[n_layers, n_heads, query_pos, key_pos]``."""
     return np.stack([arrays[f"blocks.{i}.attn.hook_pattern"] for i in range(n_layers)])
+
+
+def overview_patterns(arrays: dict, n_layers: int) -> tuple[np.ndarray, int]:
+    """What the all-heads overview draws: every layer's ``hook_pattern``, max-pooled by the overview's block size
+    (:func:`viz_ui.figures.grid_block`) one layer at a time: ``([n_layers, n_heads, q_blocks, k_blocks], block)``.
+    At 1,024 tokens of GPT-2 small the unpooled float32 stack would be 600 MB; this one is under 1 MB."""
+    first = arrays["blocks.0.attn.hook_pattern"]
+    block = grid_block(n_layers, *first.shape)
+    pooled = [pool_blocks(first, block)]
+    pooled += [pool_blocks(arrays[f"blocks.{i}.attn.hook_pattern"], block) for i in range(1, n_layers)]
+    return np.stack(pooled), block
 
 
 def diagonal_score(patterns: np.ndarray, offset: int, start: int) -> np.ndarray:
@@ -42,15 +54,18 @@ def head_scores(model: VizTransformer, trace: Trace, length: int | None = None, 
     """
     cfg = model.cfg
     n_layers = cfg.n_layers
-    text_patterns = stacked_patterns(trace.arrays, n_layers)
     nan = np.full((n_layers, cfg.n_heads), np.nan)
-    scores = {
-        "previous-token": diagonal_score(text_patterns, 1, 1) if trace.n_tokens > 1 else nan,
-        "first-token": text_patterns[:, :, 1:, 0].mean(-1) if trace.n_tokens > 1 else nan,
-    }
+    scores = {"previous-token": nan, "first-token": nan}
+    if trace.n_tokens > 1:  # one layer at a time: a long text's stacked patterns would be large
+        previous, first = [], []
+        for i in range(n_layers):
+            p = trace.arrays[f"blocks.{i}.attn.hook_pattern"][None]
+            previous.append(diagonal_score(p, 1, 1))
+            first.append(p[:, :, 1:, 0].mean(-1))
+        scores["previous-token"], scores["first-token"] = np.concatenate(previous), np.concatenate(first)
     length = length or min(50, cfg.n_ctx // 2)
     half = torch.randint(0, cfg.d_vocab, (1, length), generator=torch.Generator().manual_seed(seed))
-    src = {"src_tokens": torch.tensor([trace.src_ids])} if trace.is_encoder_decoder else {}  # the decoder reads the text
+    src = {"src_tokens": torch.tensor(trace.src_ids).unsqueeze(0)} if trace.is_encoder_decoder else {}  # the decoder reads the text
     _, cache = model.run_with_cache(torch.cat([half, half], dim=1), names_filter=lambda n: n.endswith("attn.hook_pattern")
                                     and not n.startswith("encoder."), **src)
     rep = stacked_patterns({k: v[0].numpy() for k, v in cache.items()}, n_layers)

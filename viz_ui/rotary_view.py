@@ -27,6 +27,6 @@ def relative_scores(q: np.ndarray, k: np.ndarray, base: float, max_delta: int) -
     """
     d_head = q.shape[-1]
     angles = rotary_angles(max_delta, d_head, base)  # [delta, d_head / 2]
-    qs = apply_rotary(torch.from_numpy(np.asarray(q, np.float32)).expand(1, max_delta, 1, d_head), angles)[0, :, 0]
-    k0 = torch.from_numpy(np.asarray(k, np.float32))  # position 0: no rotation
+    qs = apply_rotary(torch.tensor(q, dtype=torch.float32).expand(1, max_delta, 1, d_head), angles)[0, :, 0]
+    k0 = torch.tensor(k, dtype=torch.float32)  # position 0: no rotation
     return (qs @ k0).numpy() / math.sqrt(d_head)

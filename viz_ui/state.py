@@ -145,9 +145,13 @@ def resolve(key: str) -> tuple[VizTransformer, Tokenizer | IdTokenizer]:
     return model, tokenizer if tokenizer is not None else IdTokenizer(model.cfg.d_vocab)
 
 
-@st.cache_data(max_entries=32, ttl=3600, show_spinner="Running the model…")  # bounded: a class of 30 texts
+# A shared, read-only object rather than st.cache_data's pickled copy: at 1,024 tokens of GPT-2 small a trace is
+# ~600 MB, and cache_data kept it pickled *and* unpickled a copy on every rerun of every session (2.7 GB peak for
+# one text, bench/memory.py; ~15 ms per rerun at 64 tokens). Bounded: a class of 30 texts, for an hour.
+@st.cache_resource(max_entries=32, ttl=3600, show_spinner="Running the model…")
 def get_trace(path: str, text: str) -> Trace:
-    """Every hook of one forward pass of the model at ``path`` over ``text`` (see :func:`run_trace`)."""
+    """Every hook of one forward pass of the model at ``path`` over ``text`` (see :func:`run_trace`), shared by
+    every session that asks for the same model and text: its arrays are read-only."""
     model, tokenizer = resolve(path)
     return run_trace(model, tokenizer, text)
 

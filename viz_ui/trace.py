@@ -8,7 +8,8 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from viz_model import VizTransformer, generate
+from viz_model import Config, VizTransformer, generate
+from viz_model.components import masked_scores
 from viz_model.tokenizer import token_bytes, tokenizer_kind  # noqa: F401  (re-exported for pages)
 
 LONG_INPUT = 256  # tokens beyond which a trace stores float16 (see run_trace)
@@ -16,23 +17,59 @@ LONG_INPUT = 256  # tokens beyond which a trace stores float16 (see run_trace)
 
 class Arrays(dict):
     """Hook name → array. Long traces keep float16 (see :func:`run_trace`); reading returns float32, so views
-    and tests always compute and draw in float32."""
+    and tests always compute and draw in float32.
+
+    Long traces also leave the attention scores and patterns out (``derived``): reading ``...hook_attn_scores``
+    or ``...hook_pattern`` recomputes that layer's ``[head_index, query_pos, key_pos]`` values from its recorded
+    (rotated) q and k, kept in float32 for this, with the model's own operations
+    (:func:`viz_model.components.masked_scores`, then softmax as in ``Attention.forward``): the very numbers
+    the model computed, while a 1,024-token GPT-2-small trace holds 600 MB less.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # name -> (q name, k name, config, cross-attention, softmax: pattern rather than scores)
+        self.derived: dict[str, tuple[str, str, Config, bool, bool]] = {}
 
     def __getitem__(self, name: str) -> np.ndarray:
+        if name in self.derived:
+            q_name, k_name, cfg, cross, pattern = self.derived[name]
+            q, k = (torch.tensor(self[n]).unsqueeze(0) for n in (q_name, k_name))  # copies: stored arrays are read-only
+            scores = masked_scores(q, k, cfg, cross)
+            return (torch.softmax(scores, dim=-1) if pattern else scores)[0].numpy()
         value = super().__getitem__(name)
         return value.astype(np.float32) if value.dtype == np.float16 else value
+
+    def __contains__(self, name) -> bool:
+        return super().__contains__(name) or name in self.derived
 
     def get(self, name: str, default=None):
         return self[name] if name in self else default
 
+    def names(self) -> list[str]:
+        """Every hook name readable here, stored or derived."""
+        return [*self.keys(), *self.derived]
 
-def _arrays(cache, half: bool) -> Arrays:
+
+def _arrays(cache, half: bool, model: VizTransformer) -> Arrays:
     """The batch-0 slice of every cached tensor as numpy (float16 when ``half``, logits excepted); lazily computed
-    hooks (the scores) are converted one at a time, so their float32 form never piles up."""
-    out = Arrays()
+    hooks (scores and patterns) are converted one at a time, so their float32 form never piles up. With ``half``
+    the scores and patterns are not computed at all but derived on reading from q and k, which then stay
+    float32 (see :class:`Arrays`)."""
+    out, exact = Arrays(), set()
     for name in list(cache):
+        kind = next((k for k in ("hook_attn_scores", "hook_pattern") if name.endswith(k)), None)
+        if half and kind:
+            attn, q_name, k_name = model.score_inputs(name)
+            out.derived[name] = (q_name, k_name, attn.cfg, attn.cross, kind == "hook_pattern")
+            exact |= {q_name, k_name}
+    for name in list(cache):
+        if name in out.derived:
+            continue
         t = cache.take(name)[0]
-        out[name] = (t.half() if half and t.is_floating_point() and name != "hook_logits" else t).numpy()
+        keep = not half or not t.is_floating_point() or name == "hook_logits" or name in exact
+        out[name] = (t if keep else t.half()).numpy()
+        out[name].flags.writeable = False  # traces are shared between sessions (viz_ui.state.get_trace)
     return out
 
 
@@ -56,6 +93,11 @@ class Trace:
     # token, is predicted and never read), so that ``blocks.*`` hooks and the logits line up with them.
     src_ids: np.ndarray | None = None  # [src_pos] int64
     src_labels: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        for ids in (self.ids, self.src_ids):
+            if ids is not None:
+                ids.flags.writeable = False  # traces are shared between sessions (viz_ui.state.get_trace)
 
     @property
     def is_encoder_decoder(self) -> bool:
@@ -109,12 +151,15 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
     keep = lambda name: name != "hook_probs"  # noqa: E731  (softmax(hook_logits): halves what Streamlit copies)
     # long inputs: every value but the logits is kept in float16 (a GPT-2-small trace at 1,024 tokens would
     # otherwise hold 1.5 GB); views convert what they draw back to float32
-    small = {"store_dtype": torch.float16} if len(ids) > LONG_INPUT else {}
+    small = {}
+    if len(ids) > LONG_INPUT:  # q and k stay float32: the scores and patterns are derived from them (see Arrays)
+        qk = {n for name in model.hook_dict if name.endswith("hook_attn_scores") for n in model.score_inputs(name)[1:]}
+        small = {"store_dtype": torch.float16, "keep_float32": ("hook_logits", *sorted(qk))}
     if not model.cfg.is_encoder_decoder:
         _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=keep, **small)
         return Trace(text=text, ids=np.array(ids, dtype=np.int64), labels=[token_label(tokenizer, i) for i in ids],
                      offsets=list(enc.offsets[:n_ctx]), n_tokens_total=len(enc.ids),
-                     arrays=_arrays(cache, bool(small)))
+                     arrays=_arrays(cache, bool(small), model))
     cfg = model.cfg
     steps = generate(model, [cfg.decoder_start_id], n_ctx - 1, 0.0, src_ids=ids)
     out = [s.token_id for s in steps]
@@ -122,5 +167,5 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
     _, cache = model.run_with_cache(torch.tensor([dec]), names_filter=keep, src_tokens=torch.tensor([ids]))
     labels = [token_label(tokenizer, i) for i in dec]
     return Trace(text=text, ids=np.array(dec, dtype=np.int64), labels=labels, offsets=[(0, 0)] * len(dec),
-                 n_tokens_total=len(enc.ids), arrays=_arrays(cache, False),
+                 n_tokens_total=len(enc.ids), arrays=_arrays(cache, False, model),
                  src_ids=np.array(ids, dtype=np.int64), src_labels=[token_label(tokenizer, i) for i in ids])
