@@ -25,7 +25,7 @@ SCENARIOS = {
     "app trace (viz_ui.trace.run_trace)": "from viz_ui.trace import run_trace; run_trace(model, tok, text)",
     "app trace + all-heads overview": "from viz_ui.trace import run_trace; from viz_ui.heads import overview_patterns; "
                                       "overview_patterns(run_trace(model, tok, text).arrays, 12)",
-    "app trace as Streamlit caches it (pickled) + one rerun's copy":
+    "app trace pickled + one copy (st.cache_data did this; now cache_resource)":
         "import pickle; from viz_ui.trace import run_trace; stored = pickle.dumps(run_trace(model, tok, text)); "
         "copy = pickle.loads(stored)",
 }
