@@ -197,3 +197,17 @@ def test_walkthrough_on_a_one_token_text(step):
     at = open_page("pages/walkthrough.py", text="Once", query={"step": str(step)})
     assert at.header[0].value.startswith(f"{step} · ") and not at.error
     assert "nan" not in " ".join(m.value for m in at.markdown)
+
+
+@pytest.mark.parametrize("page", [None, "pages/tokens.py", "pages/attention.py"])
+def test_a_rerun_keeps_every_element_in_its_place(page):
+    """Streamlit replaces elements by position during a rerun and removes the left-overs only at its end: an
+    element drawn on a session's first run only (once, the cold-start preload) shifted the next run's page, and
+    the old text's token chips stayed on screen next to the new ones while it ran (bench/class_load.py saw it)."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.run()  # the session's first run
+    if page:
+        at.switch_page(page).run()
+    first = [node.type for node in at.main]
+    at.text_area(key="text").set_value("A different text, typed next.").run()
+    assert not at.exception and [node.type for node in at.main] == first

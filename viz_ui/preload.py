@@ -19,10 +19,10 @@ PLOTLY_CHUNK: str | None = _CHUNKS[0].name if len(_CHUNKS) == 1 else None
 
 
 def preload_plotly() -> None:
-    """On a session's first run, start loading Streamlit's Plotly chunk in the browser (a module ``import()``
-    relative to the page, so an app served under a base path works too); a no-op afterwards."""
-    if PLOTLY_CHUNK is None or st.session_state.get("_plotly_preloaded"):
-        return
-    st.session_state["_plotly_preloaded"] = True
-    st.html(f"<script>import(new URL('./static/js/{PLOTLY_CHUNK}', document.baseURI).href)</script>",
-            unsafe_allow_javascript=True)
+    """Start loading Streamlit's Plotly chunk in the browser (a module ``import()`` relative to the page, so an
+    app served under a base path works too). Drawn on every run, so the page's elements keep their places
+    (an element present only on a session's first run shifted every later one, and the old ones lingered
+    during the next rerun); the browser imports a module once, and an unchanged element is not re-run."""
+    if PLOTLY_CHUNK is not None:
+        st.html(f"<script>import(new URL('./static/js/{PLOTLY_CHUNK}', document.baseURI).href)</script>",
+                unsafe_allow_javascript=True)
