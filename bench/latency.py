@@ -82,6 +82,7 @@ def main() -> None:
             page.goto(url + "/attention")
             expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=120_000)
             box = page.get_by_label("Text", exact=True)
+            expect(box).not_to_have_value("", timeout=60_000)
             typing, previous = [], tick_for(box.input_value())
             for text in texts(n, args.repeats * 3):
                 tick = tick_for(text)

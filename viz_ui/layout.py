@@ -104,6 +104,7 @@ class AppState:
     trace: Trace | None  # None when the text is empty
     link_slot: object = None  # sidebar placeholder for "Link to this view", refreshed by show_link
     display: Display = field(default_factory=Display)
+    shown_link: str = ""  # the link show_link last drew in this run (redrawn only when it changes)
 
 
 def view_link(page_url: str, params: dict[str, str]) -> str:
@@ -114,10 +115,13 @@ def view_link(page_url: str, params: dict[str, str]) -> str:
 def show_link(state: AppState) -> None:
     """(Re)draw "Link to this view" from the current ``st.query_params`` (call after the page's widgets)."""
     if state.link_slot is not None:
-        url = st.context.url or ""
+        link = view_link(st.context.url or "", st.query_params.to_dict())
+        if link == state.shown_link:
+            return  # every element sent costs the browser a render: pages call this after each figure
+        state.shown_link = link
         with state.link_slot.container():
             st.caption("Link to this view (model, text, page and selections):")
-            st.code(view_link(url, st.query_params.to_dict()), language=None, wrap_lines=True)
+            st.code(link, language=None, wrap_lines=True)
 
 
 def shared_widget_key(key: str, default, valid=lambda value: True, cast=str) -> str:
@@ -147,7 +151,9 @@ def shared_widget(widget, *args, key: str, default, valid=lambda value: True, ca
     """Draw ``widget(*args, **kwargs)`` (e.g. ``st.slider``, ``column.selectbox``) with a value shared by every
     page and kept in the link under ``key`` (see :func:`shared_widget_key`); return the value."""
     value = widget(*args, key=shared_widget_key(key, default, valid, cast), on_change=remember, args=(key,), **kwargs)
-    st.query_params[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    shown = str(value).lower() if isinstance(value, bool) else str(value)
+    if st.query_params.get(key) != shown:  # each write sends the browser a message, even when unchanged
+        st.query_params[key] = shown
     return value
 
 
