@@ -119,9 +119,8 @@ def show_link(state: AppState) -> None:
         if link == state.shown_link:
             return  # every element sent costs the browser a render: pages call this after each figure
         state.shown_link = link
-        with state.link_slot.container():
-            st.caption("Link to this view (model, text, page and selections):")
-            st.code(link, language=None, wrap_lines=True)
+        # one element replaced in place (no new container): the output page redraws it from inside a fragment
+        state.link_slot.code(link, language=None, wrap_lines=True)
 
 
 def shared_widget_key(key: str, default, valid=lambda value: True, cast=str) -> str:
@@ -208,6 +207,7 @@ def setup_page(title: str, intro: str) -> AppState:
     name, text = _sidebar(models)
     display = _display_controls()
     _apply_display(display)
+    st.sidebar.caption("Link to this view (model, text, page and selections):")
     link_slot = st.sidebar.empty()
     st.title(title)
     st.caption(intro)
