@@ -26,7 +26,8 @@ def family_models(tmp_path_factory, tokenizer):
     specs = {"gpt2": ("GPT2LMHeadModel", gpt2_config(vocab_size=320, n_positions=64)),
              "bert-mlm": ("BertForMaskedLM", bert_config(vocab_size=320, max_position_embeddings=64)),
              "bert-bare": ("BertModel", bert_config(vocab_size=320, max_position_embeddings=64)),
-             "llama-gqa": ("LlamaForCausalLM", llama_config(vocab_size=320))}
+             "llama-gqa": ("LlamaForCausalLM", llama_config(vocab_size=320)),
+             "gpt2-long": ("GPT2LMHeadModel", gpt2_config(vocab_size=320, n_positions=512))}
     for name, (cls, cfg) in specs.items():
         model, _ = load_model(save(build(cls, cfg), root / name))
         out[name] = (model, tokenizer)
@@ -140,3 +141,30 @@ def test_models_given_on_the_command_line_come_first(tmp_path):
     found = command_line_models(["app.py", "--model", "runs/ckpt.pt", "--model", "models/gpt2-folder/", "--other", "x"])
     assert found == {"ckpt.pt": "runs/ckpt.pt", "gpt2-folder": "models/gpt2-folder/"}
     assert command_line_models(["app.py"]) == {}
+
+
+LONG_TEXT = "The cat sat on the mat. " * 30  # over 256 tokens: a long trace (float16, derived attention)
+
+
+@pytest.mark.parametrize("page", ALL_PAGES)
+def test_every_page_renders_a_long_text(family_models, page):
+    at = open_with(family_models, "gpt2-long", page, LONG_TEXT)
+    assert not at.error, [e.value for e in at.error]
+
+
+def test_a_long_texts_attention_is_the_models_own(family_models):
+    from viz_ui.layout import SQUARE_SIDE
+    from viz_ui.state import get_trace
+    model, tok = family_models["gpt2-long"]
+    ids = tok.encode(LONG_TEXT).ids
+    assert 256 < len(ids) <= 512
+    at = open_with(family_models, "gpt2-long", "pages/attention.py", LONG_TEXT)
+    trace = get_trace("upload:gpt2-long", LONG_TEXT)
+    assert not dict.__contains__(trace.arrays, "blocks.0.attn.hook_pattern")  # derived on reading, not stored
+    _, cache = model.run_with_cache(torch.tensor([ids]))
+    head = figure_titled(at, "Layer 0, head 0: attention weights")
+    shown = plotly_array(head["data"][0]["z"])
+    a = len(ids) - SQUARE_SIDE  # the window ends at the last token
+    np.testing.assert_array_equal(shown, cache["blocks.0.attn.hook_pattern"][0, 0, a:, a:].numpy())
+    overview = figure_titled(at, "All heads: attention weights (max-pooled")
+    assert plotly_array(overview["data"][0]["z"]).size <= 250_000
