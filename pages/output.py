@@ -40,7 +40,9 @@ if masked_lm:
 def next_token_and_generation() -> None:
     """Everything below the page's header, as a fragment: moving the temperature (or any control here) reruns
     only this part, not the sidebar, the trace lookup and the page around it (bench/latency.py)."""
-    state.shown_link = ""  # a fragment rerun clears what it drew in the sidebar's link slot: draw the link again
+    # The fragment draws the sidebar's link on every run, full or its own: Streamlit lets a fragment rerun write
+    # to a container made outside it only if the fragment wrote there during the last full run too.
+    state.shown_link = ""
     c1, c2, c3, c4 = st.columns([2, 2, 1, 1])
     if masked_lm:
         pos = pick_index(c1, "Prediction at position", "query", trace.n_tokens, masks[0] if masks else trace.n_tokens - 1,

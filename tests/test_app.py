@@ -203,7 +203,9 @@ def test_walkthrough_on_a_one_token_text(step):
 def test_a_rerun_keeps_every_element_in_its_place(page):
     """Streamlit replaces elements by position during a rerun and removes the left-overs only at its end: an
     element drawn on a session's first run only (once, the cold-start preload) shifted the next run's page, and
-    the old text's token chips stayed on screen next to the new ones while it ran (bench/class_load.py saw it)."""
+    the old text's token chips stayed on screen next to the new ones while it ran (bench/class_load.py saw it).
+    The landing page is compared on the session's first and second run; the other pages (reached by switching,
+    as AppTest cannot open a page first) on their first and second run after a changed text."""
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.run()  # the session's first run
     if page:

@@ -36,7 +36,7 @@ def test_trace_npz_round_trip(tokenizer):
     data = np.load(io.BytesIO(trace_npz(trace)))
     assert data["ids"].tolist() == trace.ids.tolist() and str(data["text"]) == "Max saw a ball."
     np.testing.assert_array_equal(data["blocks.1.attn.hook_pattern"], trace.arrays["blocks.1.attn.hook_pattern"])
-    assert set(trace.arrays) <= set(data.files)
+    assert set(trace.arrays.names()) <= set(data.files)
 
 
 def test_every_figure_function_exports_a_table():

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from conftest import plotly_array
-from viz_ui.figures import (attention_grid, attention_heatmap, grid_block, layer_head_heatmap, matrix_heatmap, pca_scatter,
-                            pool_blocks, position_curves, position_ticks, style_for_display, topk_bar)
+from viz_ui.figures import (MAX_LABELLED_TICKS, attention_grid, attention_heatmap, grid_block, layer_head_heatmap,
+                            matrix_heatmap, pca_scatter, pool_blocks, position_curves, position_ticks, style_for_display,
+                            topk_bar)
 from viz_ui.numeric import cosine_similarity, entropy_bits, fit_pca
 from viz_ui.tables import token_chips_html, token_table, topk_table
 
@@ -124,7 +125,7 @@ def test_views_stay_light_at_12_layers_12_heads_256_tokens():
     assert pooled and canvas.size <= (12 * 54) * (12 * 54)  # tiles of at most 48 cells + gaps
     assert len(fig.to_json()) < 2_000_000
     single = attention_heatmap(pats[3, 4], [f"t{i}" for i in range(256)], "t")
-    assert len(single.layout.yaxis.tickvals) <= 64  # thinned tick labels stay readable
+    assert len(single.layout.yaxis.tickvals) <= MAX_LABELLED_TICKS == 32  # thinned tick labels stay readable
 
 
 def test_style_for_display_scales_every_font():

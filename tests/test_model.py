@@ -209,7 +209,7 @@ def test_long_traces_store_float16_and_derive_the_attention_exactly(overrides):
     np.testing.assert_allclose(trace.arrays["blocks.1.hook_resid_post"], cache["blocks.1.hook_resid_post"][0],
                                rtol=2e-3, atol=2e-3)
     # scores and patterns are not stored but recomputed from the recorded float32 q and k: the model's very
-    # numbers, also after pickling (Streamlit's cache pickles traces) and in the .npz export (as float16)
+    # numbers, also after a pickle round trip (a trace must stay serialisable) and in the .npz export (float16)
     trace = pickle.loads(pickle.dumps(trace))
     for kind in ("hook_attn_scores", "hook_pattern"):
         name = f"blocks.1.attn.{kind}"

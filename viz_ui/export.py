@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import zipfile
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -66,23 +67,29 @@ def figure_csv(fig: go.Figure) -> str:
     return figure_frame(fig).to_csv()
 
 
-def _stored(trace: Trace, name: str) -> np.ndarray:
-    """A hook's array as the trace keeps it (float16 in long traces; derived scores in float16 there too)."""
-    if name in trace.arrays.derived:
-        return trace.arrays[name].astype(np.float16)
-    return dict.__getitem__(trace.arrays, name)
-
-
 def trace_npz(trace: Trace) -> bytes:
     """Every recorded hook of a trace (``hook name -> array``, batch axis removed) plus ``ids`` ``[pos]``,
     ``labels`` ``[pos]`` and ``text`` (encoder-decoder traces: also ``src_ids``, ``src_labels`` of the source, which
-    the ``encoder.*`` arrays follow), as a compressed ``.npz`` archive (``numpy.load`` reads it back)."""
+    the ``encoder.*`` arrays follow), as a compressed ``.npz`` archive (``numpy.load`` reads it back). Arrays are
+    as the trace keeps them (float16 in long traces); the scores and patterns a long trace derives on reading
+    are computed one at a time as they are written, so the archive never holds them all in memory at once."""
     buffer = io.BytesIO()
-    source = {} if trace.src_ids is None else {"src_ids": trace.src_ids, "src_labels": np.array(trace.src_labels)}
-    arrays = {name: _stored(trace, name) for name in trace.arrays.names()}
-    np.savez_compressed(buffer, ids=trace.ids, labels=np.array(trace.labels), text=np.array(trace.text),
-                        **source, **arrays)
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, array in _npz_entries(trace):
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as entry:
+                np.lib.format.write_array(entry, np.asanyarray(array), allow_pickle=False)
     return buffer.getvalue()
+
+
+def _npz_entries(trace: Trace):
+    yield from (("ids", trace.ids), ("labels", np.array(trace.labels)), ("text", np.array(trace.text)))
+    if trace.src_ids is not None:
+        yield from (("src_ids", trace.src_ids), ("src_labels", np.array(trace.src_labels)))
+    for name in trace.arrays.names():
+        if name in trace.arrays.derived:
+            yield name, trace.arrays[name].astype(np.float16)
+        else:
+            yield name, dict.__getitem__(trace.arrays, name)
 
 
 def pattern_table(patterns: np.ndarray, labels: list[str], causal: bool = True) -> pd.DataFrame:

@@ -19,10 +19,13 @@ PLOTLY_CHUNK: str | None = _CHUNKS[0].name if len(_CHUNKS) == 1 else None
 
 
 def preload_plotly() -> None:
-    """Start loading Streamlit's Plotly chunk in the browser (a module ``import()`` relative to the page, so an
-    app served under a base path works too). Drawn on every run, so the page's elements keep their places
-    (an element present only on a session's first run shifted every later one, and the old ones lingered
-    during the next rerun); the browser imports a module once, and an unchanged element is not re-run."""
-    if PLOTLY_CHUNK is not None:
-        st.html(f"<script>import(new URL('./static/js/{PLOTLY_CHUNK}', document.baseURI).href)</script>",
-                unsafe_allow_javascript=True)
+    """Start loading Streamlit's Plotly chunk in the browser: a module ``import()`` next to Streamlit's main
+    bundle, so an app served under a base path works too; a failure is ignored (the first chart loads it then).
+
+    Drawn on every run, so the page's elements keep their places (an element present only on a session's first
+    run shifted every later one, and the old ones lingered during the next rerun); the browser imports a
+    module once, and an unchanged element is not re-run."""
+    if PLOTLY_CHUNK is not None:  # next to Streamlit's own bundle, wherever the app is served from
+        st.html("<script>{const b = document.querySelector('script[type=module][src*=\"/static/js/\"]');"
+                f"import(new URL(b ? '{PLOTLY_CHUNK}' : './static/js/{PLOTLY_CHUNK}', b ? b.src : document.baseURI)"
+                ".href).catch(() => {});}</script>", unsafe_allow_javascript=True)

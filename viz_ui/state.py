@@ -114,17 +114,25 @@ def encoder_decoder_names(models: dict[str, str]) -> list[str]:
     return names
 
 
+_FROZEN = False  # see get_model
+
+
 @st.cache_resource(max_entries=4, show_spinner="Loading the model…")
 def get_model(path: str) -> tuple[VizTransformer, Tokenizer | None]:
     """The model and tokenizer stored at ``path``, loaded once per server process (any format
     :func:`viz_model.load_model` reads).
 
-    Afterwards every object alive (libraries, the model) is moved out of the garbage collector's view
-    (``gc.freeze``): Streamlit runs a full collection after every rerun, which walked those ~270k long-lived
-    objects each time (~150 ms per rerun on 2 cores, bench/latency.py). New objects are still collected.
+    After the first load, every object alive (libraries, the model) is moved out of the garbage collector's
+    view (``gc.freeze``, once per process): Streamlit runs a full collection after every rerun, which walked
+    those ~270k long-lived objects each time (~150 ms per rerun on 2 cores, bench/latency.py). New objects are
+    still collected.
     """
+    global _FROZEN
     loaded = load_model(path)
-    gc.freeze()
+    if not _FROZEN:  # once: later freezes would also pin whatever the sessions hold at that moment
+        gc.collect()
+        gc.freeze()
+        _FROZEN = True
     return loaded
 
 

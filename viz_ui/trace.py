@@ -23,7 +23,8 @@ class Arrays(dict):
     or ``...hook_pattern`` recomputes that layer's ``[head_index, query_pos, key_pos]`` values from its recorded
     (rotated) q and k, kept in float32 for this, with the model's own operations
     (:func:`viz_model.components.masked_scores`, then softmax as in ``Attention.forward``): the very numbers
-    the model computed, while a 1,024-token GPT-2-small trace holds 600 MB less.
+    the model computed, while a 1,024-token GPT-2-small trace holds 600 MB less. Iterating lists the stored
+    names only; :meth:`names` lists every readable one.
     """
 
     def __init__(self, *args, **kwargs) -> None:
@@ -149,8 +150,9 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
     n_ctx = model.cfg.n_ctx
     ids = enc.ids[:n_ctx]
     keep = lambda name: name != "hook_probs"  # noqa: E731  (softmax(hook_logits): halves what Streamlit copies)
-    # long inputs: every value but the logits is kept in float16 (a GPT-2-small trace at 1,024 tokens would
-    # otherwise hold 1.5 GB); views convert what they draw back to float32
+    # long inputs: every value is kept in float16 but the logits and the q and k the attention is derived from
+    # (hook_rot_q/k under rotary positions; see Arrays), which stay float32 (a GPT-2-small trace at 1,024 tokens
+    # would otherwise hold 1.5 GB); views convert what they draw back to float32
     small = {}
     if len(ids) > LONG_INPUT:  # q and k stay float32: the scores and patterns are derived from them (see Arrays)
         qk = {n for name in model.hook_dict if name.endswith("hook_attn_scores") for n in model.score_inputs(name)[1:]}
