@@ -30,6 +30,12 @@ class KVCache:
         return 0 if k is None else k.shape[1]
 
 
+def score_kind(name: str) -> str | None:
+    """``"hook_attn_scores"`` or ``"hook_pattern"`` when ``name`` is an attention layer's scores or pattern hook
+    (both exact functions of that layer's q and k, see :meth:`VizTransformer.score_inputs`), else None."""
+    return next((kind for kind in ("hook_attn_scores", "hook_pattern") if name.endswith(kind)), None)
+
+
 class MLMHead(nn.Module):
     """BERT's masked-language-model transform before the unembedding: ``LayerNorm(act(x W + b))``
     (transformers' ``BertPredictionHeadTransform``). ``x`` and the output are ``[batch, pos, d_model]``.
@@ -220,7 +226,7 @@ class VizTransformer(HookedModule):
         Raises:
             ValueError: when ``name`` is not an attention score or pattern hook of this model.
         """
-        kind = next((k for k in ("hook_attn_scores", "hook_pattern") if name.endswith(k)), None)
+        kind = score_kind(name)
         prefix = name[: -len(kind)] if kind else ""
         try:
             attn = self.get_submodule(prefix.rstrip("."))
@@ -243,7 +249,7 @@ class VizTransformer(HookedModule):
         if kwargs.get("kv_cache") is not None:
             return lazy, extra
         for name in names:
-            kind = next((k for k in ("hook_attn_scores", "hook_pattern") if name.endswith(k)), None)
+            kind = score_kind(name)
             if kind is None:
                 continue
             attn, q_name, k_name = self.score_inputs(name)

@@ -10,6 +10,7 @@ from tokenizers import Tokenizer
 
 from viz_model import Config, VizTransformer, generate
 from viz_model.components import masked_scores
+from viz_model.model import score_kind
 from viz_model.tokenizer import token_bytes, tokenizer_kind  # noqa: F401  (re-exported for pages)
 
 LONG_INPUT = 256  # tokens beyond which a trace stores float16 (see run_trace)
@@ -52,24 +53,19 @@ class Arrays(dict):
         return [*self.keys(), *self.derived]
 
 
-def _arrays(cache, half: bool, model: VizTransformer) -> Arrays:
-    """The batch-0 slice of every cached tensor as numpy (float16 when ``half``, logits excepted); lazily computed
-    hooks (scores and patterns) are converted one at a time, so their float32 form never piles up. With ``half``
-    the scores and patterns are not computed at all but derived on reading from q and k, which then stay
-    float32 (see :class:`Arrays`)."""
-    out, exact = Arrays(), set()
+def _arrays(cache, model: VizTransformer, derive: bool) -> Arrays:
+    """The batch-0 slice of every cached tensor as a read-only numpy array, in the dtype the cache stored it
+    (see :func:`run_trace`), taken one at a time so that lazily computed hooks (scores and patterns) never pile
+    up in float32. With ``derive`` the scores and patterns are not computed at all but derived on reading from
+    the layer's q and k (see :class:`Arrays`)."""
+    out = Arrays()
     for name in list(cache):
-        kind = next((k for k in ("hook_attn_scores", "hook_pattern") if name.endswith(k)), None)
-        if half and kind:
+        kind = score_kind(name)
+        if derive and kind:
             attn, q_name, k_name = model.score_inputs(name)
             out.derived[name] = (q_name, k_name, attn.cfg, attn.cross, kind == "hook_pattern")
-            exact |= {q_name, k_name}
-    for name in list(cache):
-        if name in out.derived:
             continue
-        t = cache.take(name)[0]
-        keep = not half or not t.is_floating_point() or name == "hook_logits" or name in exact
-        out[name] = (t if keep else t.half()).numpy()
+        out[name] = cache.take(name)[0].numpy()
         out[name].flags.writeable = False  # traces are shared between sessions (viz_ui.state.get_trace)
     return out
 
@@ -161,7 +157,7 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
         _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=keep, **small)
         return Trace(text=text, ids=np.array(ids, dtype=np.int64), labels=[token_label(tokenizer, i) for i in ids],
                      offsets=list(enc.offsets[:n_ctx]), n_tokens_total=len(enc.ids),
-                     arrays=_arrays(cache, bool(small), model))
+                     arrays=_arrays(cache, model, derive=bool(small)))
     cfg = model.cfg
     steps = generate(model, [cfg.decoder_start_id], n_ctx - 1, 0.0, src_ids=ids)
     out = [s.token_id for s in steps]
@@ -169,5 +165,5 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
     _, cache = model.run_with_cache(torch.tensor([dec]), names_filter=keep, src_tokens=torch.tensor([ids]))
     labels = [token_label(tokenizer, i) for i in dec]
     return Trace(text=text, ids=np.array(dec, dtype=np.int64), labels=labels, offsets=[(0, 0)] * len(dec),
-                 n_tokens_total=len(enc.ids), arrays=_arrays(cache, False, model),
+                 n_tokens_total=len(enc.ids), arrays=_arrays(cache, model, derive=False),
                  src_ids=np.array(ids, dtype=np.int64), src_labels=[token_label(tokenizer, i) for i in ids])
