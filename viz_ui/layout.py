@@ -48,48 +48,90 @@ class Display:
     scale: float = 1.0
     theme: str = "light"  # "light" (high contrast) or "dark"
     export: str = "png"  # "png" (3x) or "svg"
+    css_theme: bool = False  # the theme is drawn by our CSS because Streamlit itself draws the other one
 
 
-THEME_CSS = {
-    "dark": ("[data-testid=stApp],[data-testid=stSidebar],[data-testid=stHeader]{background:#0e1117;color:#f2f2f2}"
-             "[data-testid=stApp] p,[data-testid=stApp] h1,[data-testid=stApp] h2,[data-testid=stApp] h3,"
-             "[data-testid=stApp] label,[data-testid=stApp] span,[data-testid=stApp] li{color:#f2f2f2}"
-             # form widgets keep their own light background otherwise: give them a dark one with light text
-             "[data-testid=stApp] textarea,[data-testid=stApp] input,[data-baseweb=select]>div,"
-             "[data-testid=stMetricDelta],[data-testid=stExpander] details,[data-testid=stCode] pre"
-             "{background:#262730 !important;color:#f2f2f2 !important;-webkit-text-fill-color:#f2f2f2}"
-             "[data-testid=stApp] .tok,[data-testid=stApp] .tok sub{color:#111 !important}"),
-    "light": "[data-testid=stApp] p,[data-testid=stApp] li,[data-testid=stCaptionContainer]{color:#000}",
-}
+# Streamlit draws its own light or dark theme (.streamlit/config.toml; the user's Settings menu; a link with
+# embed_options=dark_theme). When the app's theme (the sidebar's choice, or ?theme= in a link) differs from the
+# one Streamlit draws, this CSS paints the dark theme over Streamlit's light one, element by element. Colours are
+# Streamlit's own dark palette; every text colour is at least 4.5:1 on its background (tests/test_browser.py).
+DARK_BG, DARK_BG2, DARK_INK, DARK_MUTED, DARK_LINE = "#0e1117", "#262730", "#fafafa", "#c4c6cc", "#6b6f7b"
+DARK_CSS = (
+    "[data-testid=stApp],[data-testid=stSidebar],[data-testid=stHeader],[data-testid=stBottom]>div"
+    f"{{background:{DARK_BG};color:{DARK_INK}}}"
+    f"[data-testid=stSidebar]{{background:{DARK_BG2}}}"
+    "[data-testid=stApp] :is(p,h1,h2,h3,h4,h5,h6,label,span,li,td,th,summary,small,strong,em,code,a,div)"
+    f"{{color:{DARK_INK}}}"
+    f"[data-testid=stCaptionContainer],[data-testid=stCaptionContainer] *{{color:{DARK_MUTED} !important}}"
+    # form widgets, buttons of every kind, expanders, code: a dark surface with light text
+    "[data-testid=stApp] :is(textarea,input,[data-baseweb=select]>div,[data-baseweb=input],[data-baseweb=textarea],"
+    "[data-testid=stExpander] details,[data-testid=stCode] pre,[data-testid=stCode] code,"
+    "[data-testid=stBaseButton-secondary],[data-testid=stBaseButton-tertiary],[data-testid=stPageLink-NavLink],"
+    "[data-testid=stBaseLinkButton-secondary],[data-testid=stBaseButton-pills],[data-testid=stBaseButton-segmented_control],"
+    "[data-testid=stDownloadButton] button,[data-testid=stPopover] button,[data-testid=stNumberInputContainer] button)"
+    f"{{background:{DARK_BG2} !important;color:{DARK_INK} !important;-webkit-text-fill-color:{DARK_INK};"
+    f"border-color:{DARK_LINE} !important}}"
+    "[data-testid=stApp] :is([data-testid=stBaseButton-pillsActive],[data-testid=stBaseButton-segmented_controlActive])"
+    f"{{background:#5c1a16 !important;color:{DARK_INK} !important;border-color:#ff8a80 !important}}"
+    "[data-testid=stApp] :is([data-testid=stBaseButton-primary],[data-testid=stBaseLinkButton-primary])"
+    "{background:#ff8a80 !important;color:#111 !important;border-color:#ff8a80 !important}"
+    "[data-testid=stApp] :is([data-testid=stBaseButton-primary],[data-testid=stBaseLinkButton-primary]) *"
+    "{color:#111 !important}"
+    f"[data-testid=stApp] svg:not(.main-svg):not(.main-svg *){{color:{DARK_INK};stroke:currentColor}}"
+    f"[data-testid=stTooltipIcon] svg,[data-testid=stTooltipHoverTarget] svg{{color:{DARK_MUTED} !important}}"
+    # static tables (show_table draws st.table here, whose HTML follows these colours)
+    f"[data-testid=stTable] table,[data-testid=stTable] th,[data-testid=stTable] td{{background:{DARK_BG};"
+    f"color:{DARK_INK} !important;border-color:{DARK_LINE} !important}}"
+    f"[data-testid=stTable] th{{background:{DARK_BG2}}}"
+    # menus and tooltips open in a layer outside the app
+    f"[data-baseweb=popover] :is(ul,li,div),[data-baseweb=tooltip] *{{background:{DARK_BG2};color:{DARK_INK}}}"
+    f"[data-testid=stTooltipContent] *{{color:{DARK_INK}}}"
+    "[data-testid=stApp] .tok,[data-testid=stApp] .tok sub{color:#111 !important}")
 
 
 def _truthy(value) -> bool:
     return str(value).lower() in ("1", "true", "yes")
 
 
+def native_theme() -> str:
+    """The theme Streamlit itself draws in this browser ("light" or "dark"): config, Settings menu or link."""
+    try:
+        kind = st.context.theme.type
+    except AttributeError:  # Streamlit before 1.46
+        kind = None
+    return kind if kind in ("light", "dark") else "light"
+
+
 def _display_controls() -> Display:
+    native = native_theme()
     with st.sidebar.expander("Classroom", icon=":material/school:"):
         lecture = shared_widget(st.toggle, "Lecture mode", key="lecture", default=False, cast=_truthy,
-                                help="Large fonts and figures, fewer controls: for a projector.")
+                                help="Large fonts and figures, fewer controls, the sidebar folded away: for a "
+                                     "projector. Open the sidebar again with the » button at the top left.")
         scale = shared_widget(st.slider, "Font scale", 1.0, 2.5, key="scale", default=1.5,
                               valid=lambda v: 1.0 <= v <= 2.5, cast=float, step=0.25, disabled=not lecture)
-        theme = shared_widget(st.radio, "Theme", ["light", "dark"], key="theme", default="light",
-                              valid=("light", "dark").__contains__, horizontal=True,
+        theme = shared_widget(st.radio, "Theme", ["light", "dark"], key="theme", default=native,
+                              valid=("light", "dark").__contains__, horizontal=True, link_default="light",
                               format_func={"light": "high-contrast light", "dark": "dark"}.get)
         export = shared_widget(st.radio, "Figure download (toolbar camera)", ["png", "svg"], key="export",
                                default="png", valid=("png", "svg").__contains__, horizontal=True,
                                format_func={"png": "PNG (3×)", "svg": "SVG"}.get)
-    return Display(lecture, scale if lecture else 1.0, theme, export)
+    return Display(lecture, scale if lecture else 1.0, theme, export, css_theme=theme == "dark" and native != "dark")
 
 
 def _apply_display(display: Display) -> None:
-    css = THEME_CSS[display.theme]
+    css = DARK_CSS if display.css_theme else ""
     if display.lecture:
-        # Streamlit sizes its text in rem: scaling the root font scales the page's text and widgets.
+        # Streamlit sizes its text in rem: scaling the root font scales the page's text and widgets. The sidebar
+        # starts folded (setup_page) and is wider only while open, so that folding moves it wholly off screen.
         css += (f"html{{font-size:{16 * display.scale:.0f}px}}"
-                "[data-testid=stToolbar]{display:none}.block-container{max-width:100%;padding-left:2rem;padding-right:2rem}"
-                f"[data-testid=stSidebar]{{min-width:{300 * display.scale:.0f}px}}")
-    st.html(f"<style>{css}</style>")
+                ".block-container{max-width:100%;padding-left:1.5rem;padding-right:1.5rem}"
+                f"[data-testid=stSidebar][aria-expanded=true]{{min-width:min({300 * display.scale:.0f}px,45vw)}}"
+                # Streamlit's own CSV toolbar over tables and the figures' mode bar: not in a lecture
+                "[data-testid=stElementToolbar]{display:none}"
+                "[data-testid=stApp]{overflow-x:hidden}")
+    if css:
+        st.html(f"<style>{css}</style>")
 
 
 @dataclass
@@ -146,14 +188,31 @@ def shared_widget_key(key: str, default, valid=lambda value: True, cast=str) -> 
     return key
 
 
-def shared_widget(widget, *args, key: str, default, valid=lambda value: True, cast=str, **kwargs):
+def shared_widget(widget, *args, key: str, default, valid=lambda value: True, cast=str, link_default=None, **kwargs):
     """Draw ``widget(*args, **kwargs)`` (e.g. ``st.slider``, ``column.selectbox``) with a value shared by every
-    page and kept in the link under ``key`` (see :func:`shared_widget_key`); return the value."""
+    page and kept in the link under ``key`` (see :func:`shared_widget_key`); return the value. The link holds
+    the value only when it differs from ``link_default`` (default: ``default``)."""
     value = widget(*args, key=shared_widget_key(key, default, valid, cast), on_change=remember, args=(key,), **kwargs)
     shown = str(value).lower() if isinstance(value, bool) else str(value)
-    if st.query_params.get(key) != shown:  # each write sends the browser a message, even when unchanged
-        st.query_params[key] = shown
+    _write_param(key, shown, default if link_default is None else link_default)
     return value
+
+
+MAX_LINK_CHARS = 2_000  # a value longer than this (URL-encoded) is not written into the link (issue 14)
+
+
+def _write_param(key: str, shown: str, default) -> None:
+    """Keep ``key`` in the address bar: only when it differs from its default (links stay short), and only when
+    it fits (a 20,000-character text would make an address the server refuses with HTTP 400)."""
+    default_shown = str(default).lower() if isinstance(default, bool) else str(default)
+    too_long = len(urlencode({key: shown})) > MAX_LINK_CHARS
+    if shown == default_shown or too_long:
+        if key in st.query_params:
+            del st.query_params[key]
+        st.session_state[f"_unlinked_{key}"] = too_long
+    elif st.query_params.get(key) != shown:  # each write sends the browser a message, even when unchanged
+        st.query_params[key] = shown
+        st.session_state[f"_unlinked_{key}"] = False
 
 
 def remember(key: str) -> None:
@@ -307,6 +366,29 @@ def require_trace(state: AppState) -> Trace:
     if state.trace is None:
         st.stop()
     return state.trace
+
+
+def show_table(data, state: AppState, height: int | None = None, **kwargs) -> None:
+    """Show a table (a DataFrame, a pandas Styler, or anything ``st.dataframe`` takes).
+
+    Normally an interactive ``st.dataframe`` (sorting, its own CSV toolbar). In lecture mode, and whenever the
+    app's theme differs from the theme Streamlit itself draws with (the dataframe grid is drawn on a canvas in
+    Streamlit's colours, which CSS cannot reach), a static HTML ``st.table`` instead: it scales with the lecture
+    font, follows the theme's colours and has no download toolbar. ``height`` (px) then bounds a scrolled box.
+    """
+    if state.display.lecture or state.display.css_theme:
+        box = st.container(height=height) if height else st.container()
+        box.table(data)
+    else:
+        st.dataframe(data, height=height or "auto", **kwargs)
+
+
+def side_by_side(state: AppState, n: int) -> list:
+    """``n`` columns for figures shown next to each other, or ``n`` stacked containers in lecture mode, where
+    side-by-side figures would be narrower than readable on a projector."""
+    if state.display.lecture:
+        return [st.container() for _ in range(n)]
+    return st.columns(n)
 
 
 def show_figure(fig: go.Figure, state: AppState, view: str, data=None) -> None:
