@@ -7,7 +7,7 @@ from viz_ui.preload import preload_plotly
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
 from viz_ui.figures import layer_head_heatmap
-from viz_ui.heads import SCORE_NAMES, top_heads
+from viz_ui.heads import HEAD_THRESHOLD, SCORE_NAMES, cell_text_fits, heads_passing
 from viz_ui.layout import require_trace, set_shared, setup_page, show_figure
 from viz_ui.state import get_head_scores
 
@@ -15,12 +15,17 @@ state = setup_page("Head summaries",
                    "Some heads do recognisable jobs. Each map scores every layer × head for one job, from 0 "
                    "(never) to 1 (always); open a head to see its arithmetic step by step.")
 trace = require_trace(state)
+cfg = state.model.cfg
 scores = get_head_scores(state.model_path, trace.text)
+own_text = "the decoder's own output" if trace.is_encoder_decoder else "your text"
+st.markdown(f"A head is called a head of a kind only when its score reaches **{HEAD_THRESHOLD:g}** (on average at "
+            f"least {HEAD_THRESHOLD:.0%} of its attention goes where that kind of head looks); below that the page "
+            "says so and names the best head anyway. Small models often have none of some kinds.")
 
 EXPLAIN = {
-    "previous-token": "Weight each token puts on the token just before it (measured on your text). Previous-token "
+    "previous-token": f"Weight each token puts on the token just before it (measured on {own_text}). Previous-token "
                       "heads copy the preceding word into the current position.",
-    "first-token": "Weight each token puts on the very first token (measured on your text, position 0 excluded). "
+    "first-token": f"Weight each token puts on the very first token (measured on {own_text}, position 0 excluded). "
                    "**Attention sink:** softmax must give all of its weight to *some* tokens; a head with nothing useful "
                    "to read often parks its attention on the first token, which every position can see (Xiao et al., "
                    "2023, *Efficient Streaming Language Models with Attention Sinks*). A high score here often means "
@@ -29,20 +34,44 @@ EXPLAIN = {
     "duplicate-token": "On a random token sequence repeated twice: weight from each token of the second copy to the "
                        "same token in the first copy. Such heads notice that a token has been seen before.",
     "induction": "On the same repeated sequence: weight from a token of the second copy to the token that came "
-                 "*after* it in the first copy (A B … A → look at B). Induction heads let a model continue a "
-                 "pattern it has seen earlier in the context.",
+                 "*after* it in the first copy (A B … A → look at B). "
+                 + ("Induction heads let a model continue a pattern it has seen earlier in the context."
+                    if cfg.causal else "In a model that predicts the next token, such heads continue a pattern seen "
+                    "before; this encoder sees the whole text, so a high score means it matches repeated stretches."),
 }
+WHERE = {"previous-token": f"on {own_text}", "first-token": f"on {own_text}",
+         "duplicate-token": "on the repeated random sequence", "induction": "on the repeated random sequence"}
+text_fits = cell_text_fits(cfg.n_heads, state.display.scale)
 for name in SCORE_NAMES:
     st.subheader(name.capitalize())
-    left, right = st.columns([3, 2])
-    with left:
-        show_figure(layer_head_heatmap(scores[name], f"{name} score"), state, f"head_scores_{name}")
+    # normal mode: the map and its explanation side by side (3:2); lecture mode: stacked, the map at full width
+    left, right = (st.container(), st.container()) if state.display.lecture else st.columns([3, 2])
     with right:
-        st.markdown(EXPLAIN[name].replace("your text", "the decoder's own output" if trace.is_encoder_decoder
-                                                  else "your text"))
-        for layer, head, value in top_heads(scores[name]):
+        st.markdown(EXPLAIN[name])
+        passing, best = heads_passing(scores[name])
+        if best is None:
+            st.caption("No score: the text has a single token.")
+            shown = []
+        elif passing:
+            st.success(f"{len(passing)} {name} head{'s' if len(passing) > 1 else ''} {WHERE[name]} (score ≥ "
+                       f"{HEAD_THRESHOLD:g}): " + ", ".join(f"L{l}H{h} ({v:.2f})" for l, h, v in passing) + ".",
+                       icon=":material/check:")
+            shown = passing
+        else:
+            st.info(f"No {name} head {WHERE[name]}: no score reaches {HEAD_THRESHOLD:g} "
+                    f"(best: L{best[0]}H{best[1]}, {best[2]:.2f}).", icon=":material/block:")
+            shown = [best]
+        for layer, head, value in shown:
             if st.button(f"Layer {layer}, head {head}: {value:.2f} — step by step", key=f"open_{name}_{layer}_{head}",
                          icon=":material/calculate:"):
                 set_shared("layer", layer)
                 set_shared("head", head)
                 st.switch_page("pages/head_steps.py")
+    with left:
+        fig = layer_head_heatmap(scores[name], f"{name} score")
+        if not text_fits:  # too many heads for readable numbers in the cells: the colours and the hover say it
+            fig.update_traces(texttemplate="")
+        show_figure(fig, state, f"head_scores_{name}")
+if not text_fits:
+    st.caption(f"With {cfg.n_heads} heads the cells are too narrow for numbers at this font size: hover a cell "
+               "for its score.")

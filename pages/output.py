@@ -8,15 +8,17 @@ from viz_ui.preload import preload_plotly
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
 from viz_ui.figures import generation_heatmap, topk_bar
-from viz_ui.generation import attention_rows, continuation_text, generate_records, mask_positions, next_token_view
+from viz_ui.generation import (attention_rows, continuation_text, generate_records, mask_positions, next_token_view,
+                                salient_head, shown_bars)
 from viz_ui.layout import (pick_index, require_trace, set_shared, setup_page, shared_number,
-                           show_figure, show_link)
+                           show_figure, show_link, show_table)
 from viz_ui.state import get_vocab_labels
 from viz_ui.tables import kv_table, steps_table, topk_table
+from viz_ui.text import plain
 
 state = setup_page("Output probabilities",
-                   "At every position the last layer's vector is multiplied by the unembedding matrix: one score "
-                   "(logit) per vocabulary token. Softmax(logits / T) turns them into probabilities.")
+                   "At every position the model's output head turns the last layer's vector into one score (logit) "
+                   "per vocabulary token; softmax(logits / T) turns the scores into probabilities.")
 trace = require_trace(state)
 cfg = state.model.cfg
 if not state.model.has_lm_head:
@@ -64,23 +66,40 @@ def next_token_and_generation() -> None:
     view = next_token_view(logits, temperature, int(top_k), float(top_p), actual)
     probs = view.probs
     n_bars = st.slider("Tokens shown", 5, 30, 10, key="n_bars")
-    table = topk_table(probs, logits, vocab, n_bars)
+    # only tokens left with a probability above 0: T = 0, top-k and top-p leave the others at exactly 0
+    table = topk_table(probs, logits, vocab, len(shown_bars(probs, n_bars)))
     highlight = table["id"].tolist().index(actual) if actual in set(table["id"]) else None
+    greedy = temperature == 0
 
     m1, m2, m3 = st.columns(3)
-    m1.metric("Most likely token here" if masked_lm else "Most likely next token", table["token"][0], f"p = {table['probability'][0]:.1%}", delta_color="off", delta_arrow="off")
-    m2.metric("Entropy of the distribution", f"{view.entropy:.2f} bits")
+    here = "Most likely token here" if masked_lm else "Most likely next token"
+    m1.metric("Greedy pick (highest logit)" if greedy else here, table["token"][0],
+              f"logit {table['logit'][0]:.2f}" if greedy else f"p = {table['probability'][0]:.1%}",
+              delta_color="off", delta_arrow="off")
+    m2.metric("Entropy of the distribution", "0 bits (greedy)" if greedy else f"{view.entropy:.2f} bits")
     if actual is not None:
         m3.metric("The token in the text" if masked_lm else "The text's real next token", vocab[actual], f"p = {view.actual_prob:.2%}, rank {view.actual_rank} by logit",
                   delta_color="off", delta_arrow="off")
-    if temperature == 0:
-        st.caption("T = 0 is greedy decoding: all probability goes to the token with the highest logit.")
+    if greedy:
+        st.markdown(f"**T = 0 is greedy: the highest-scoring token is taken**, here **{plain(table['token'][0])}** "
+                    "(it gets probability 1, every other token 0, so there is nothing else to draw). The second chart "
+                    "shows the runners-up by logit with their probabilities at T = 1, for comparison.")
     title = (f"Token at position {pos} (“{trace.labels[pos]}”), T = {temperature:g}" if masked_lm else
              f"Next token after “{trace.labels[pos]}” (position {pos}), T = {temperature:g}")
     show_figure(topk_bar(table["token"].tolist(), table["probability"].to_numpy(), title, highlight),
                 state, f"next_token_pos{pos}_T{temperature:g}")
+    if greedy:
+        at_one = next_token_view(logits, 1.0, 0, 1.0).probs
+        runners = topk_table(at_one, logits, vocab, 5)  # at T = 1 the order by probability is the order by logit
+        show_figure(topk_bar(runners["token"].tolist(), runners["probability"].to_numpy(),
+                             "For comparison: the 5 highest logits, with their probabilities at T = 1",
+                             highlight=0, x_title="probability at T = 1"),
+                    state, f"next_token_pos{pos}_T1_compare")
+    if len(table) < n_bars and not greedy:
+        st.caption(f"{len(table)} token{'s' if len(table) > 1 else ''} left with a probability above 0 after "
+                   "top-k / top-p; the others are not drawn.")
     with st.expander("As a table (with logits)"):
-        st.dataframe(table.style.format({"probability": "{:.4f}", "logit": "{:.3f}"}), hide_index=True)
+        show_table(table.style.format({"probability": "{:.4f}", "logit": "{:.3f}"}), state, hide_index=True)
 
     if masked_lm:
         st.caption("An encoder fills in masked positions all at once; it does not generate text left to right, "
@@ -109,7 +128,8 @@ def next_token_and_generation() -> None:
                                        float(top_p), int(seed)):
             records.append(record)
             bar.progress(len(records) / min(int(n_new), room), text=f"Generated {len(records)} tokens")
-            out.dataframe(steps_table(records, vocab), hide_index=True)
+            with out.container():
+                show_table(steps_table(records, vocab), state, hide_index=True)
         out.empty()
         bar.empty()
         st.session_state["generated"] = {"settings": settings, "records": records}
@@ -122,7 +142,7 @@ def next_token_and_generation() -> None:
         continuation = continuation_text(state.tokenizer, prompt, new_ids)
         st.markdown("**Continuation:**")
         st.code(trace.text + "⟨" + continuation + "⟩" if continuation else trace.text, language=None, wrap_lines=True)
-        st.dataframe(steps_table(records, vocab), hide_index=True, column_config={
+        show_table(steps_table(records, vocab), state, hide_index=True, column_config={
             "probability (as sampled)": st.column_config.ProgressColumn(format="%.3f", min_value=0, max_value=1),
             "probability (T = 1)": st.column_config.NumberColumn(format="%.4f")})
 
@@ -134,10 +154,18 @@ def next_token_and_generation() -> None:
         st.markdown("Each row is one step: the newest token (the query) looks back over everything so far, and the "
                     "model picks the next token from the result. Generation uses a **KV cache**: the keys and values "
                     "of earlier tokens are stored, so each step computes q, k and v for the newest token only.")
+        # starts on the most salient head of this generation (viz_ui.generation.salient_head); the widgets are
+        # keyed by the settings, so a new generation starts on its own most salient head again
+        best_layer, best_head = salient_head(records)
         a1, a2 = st.columns(2)
-        layer = pick_index(a1, "Layer", "layer", cfg.n_layers)
-        head_choice = a2.selectbox("Head", ["mean of all heads", *range(cfg.n_heads)], key="gen_head")
+        key = abs(hash(settings)) % 10**8
+        layer = a1.selectbox("Layer", range(cfg.n_layers), index=best_layer, key=f"gen_layer_{key}")
+        head_choice = a2.selectbox("Head", ["mean of all heads", *range(cfg.n_heads)], index=best_head + 1,
+                                   key=f"gen_head_{key}")
         head = None if head_choice == "mean of all heads" else int(head_choice)
+        st.caption(f"It starts on layer {best_layer}, head {best_head}: of every head, the one whose newest token puts "
+                   "the most weight on one single token other than the first (averaged over the steps), so the "
+                   "view shows a head that looks somewhere in particular rather than at the attention sink.")
         all_labels = trace.labels + [vocab[i] for i in new_ids]
         queries = [len(prompt) - 1 + s for s in range(len(records))]
         rows = [f"{q} {all_labels[q]} → {vocab[r.token_id]}" for q, r in zip(queries, records)]
@@ -146,7 +174,7 @@ def next_token_and_generation() -> None:
                                        f"{'mean of heads' if head is None else f'head {head}'}"),
                     state, f"generation_attention_L{layer}")
         st.markdown("**The KV cache at work**")
-        st.dataframe(kv_table(records, queries, all_labels), hide_index=True)
+        show_table(kv_table(records, queries, all_labels), state, hide_index=True)
     show_link(state)  # after every widget of the page, so the link holds n_new and seed too
 
 

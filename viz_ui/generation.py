@@ -55,6 +55,24 @@ def attention_rows(records: list[StepRecord], layer: int, head: int | None) -> n
     return out
 
 
+def salient_head(records: list[StepRecord]) -> tuple[int, int]:
+    """The ``(layer, head)`` the generation's attention view starts on: the head whose newest token puts the most
+    weight on one single token other than the first (an attention sink), averaged over the steps
+    (mean over steps of the largest weight on keys 1..). Layer 0, head 0 when every row has one key only."""
+    peaks = np.mean([r.attention[:, :, 1:].max(-1) if r.attention.shape[-1] > 1 else
+                     np.zeros(r.attention.shape[:2]) for r in records], axis=0)  # [n_layers, n_heads]
+    layer, head = np.unravel_index(int(np.argmax(peaks)), peaks.shape)
+    return int(layer), int(head)
+
+
+def shown_bars(probs: np.ndarray, k: int) -> np.ndarray:
+    """Ids of the (at most ``k``) most likely tokens under ``probs`` that have a probability above 0, most
+    likely first (ties: lower id first): top-k, top-p and T = 0 leave most tokens at exactly 0, which are not
+    drawn as empty bars. At least the most likely token."""
+    order = np.argsort(-probs, kind="stable")[:k]
+    return order[: max(1, int((probs[order] > 0).sum()))]
+
+
 def generate_records(model: VizTransformer, ids: list[int], n_new: int, temperature: float, top_k: int,
                      top_p: float, seed: int) -> Iterator[StepRecord]:
     """:func:`viz_model.iter_generate` with the KV cache, keeping each step's attention rows."""
@@ -90,7 +108,8 @@ def next_token_view(logits: np.ndarray, temperature: float, top_k: int, top_p: f
     """
     probs = next_token_probs(torch.tensor(logits), temperature, top_k, top_p).numpy()  # a copy: traces are read-only
     rank = None if actual is None else int((logits > logits[actual]).sum()) + 1
-    return NextToken(probs, entropy_bits(probs), rank, None if actual is None else float(probs[actual]))
+    entropy = max(0.0, entropy_bits(probs))  # a one-hot distribution sums to -0.0: shown as "-0.00 bits"
+    return NextToken(probs, entropy, rank, None if actual is None else float(probs[actual]))
 
 
 def mask_positions(tokenizer, ids) -> list[int]:

@@ -80,3 +80,43 @@ def top_heads(scores: np.ndarray, k: int = 3) -> list[tuple[int, int, float]]:
     flat = scores.ravel()
     order = [i for i in np.argsort(-np.nan_to_num(flat, nan=-np.inf), kind="stable") if not np.isnan(flat[i])][:k]
     return [(int(i // scores.shape[1]), int(i % scores.shape[1]), float(scores.ravel()[i])) for i in order]
+
+
+HEAD_THRESHOLD = 0.4  # a head is named a kind of head only when its score reaches this (stated on the page)
+
+
+def heads_passing(scores: np.ndarray, threshold: float = HEAD_THRESHOLD, k: int = 3) -> tuple[list, tuple | None]:
+    """The (up to ``k``) heads whose score reaches ``threshold``, best first, and the best head overall
+    ``(layer, head, score)`` (None when every score is NaN). A head type is named on the page only for the
+    first list; when it is empty the page says there is no head of this kind and names the best one."""
+    best = top_heads(scores, k)
+    return [h for h in best if h[2] >= threshold], (best[0] if best else None)
+
+
+def cell_text_fits(n_heads: int, scale: float = 1.0) -> bool:
+    """Whether a ``[n_layers, n_heads]`` score map can write "0.45" in each cell at the font ``scale`` on a
+    full-width figure: up to 24 heads at scale 1, 16 at the lecture default 1.5."""
+    return n_heads * scale <= 24
+
+
+def salience(pattern: np.ndarray) -> np.ndarray:
+    """How sharply each head of one layer looks at one particular token other than the first (an attention sink):
+    the mean over queries 1.. of the largest weight on a key other than position 0.
+
+    ``pattern`` ``[n_heads, query_pos, key_pos]`` -> ``[n_heads]`` in [0, 1]; zeros for a one-token text."""
+    if pattern.shape[-1] < 2:
+        return np.zeros(pattern.shape[0])
+    return pattern[:, 1:, 1:].max(-1).mean(-1)
+
+
+def most_salient(arrays: dict, n_layers: int, layer: int | None = None) -> tuple[int, int]:
+    """The ``(layer, head)`` with the highest :func:`salience` on the text (of ``layer`` only, when given): the
+    default head of the views that start from one head, e.g. the head view and the generation's attention."""
+    layers = range(n_layers) if layer is None else [layer]
+    best = (-1.0, 0, 0)
+    for i in layers:
+        s = salience(np.asarray(arrays[f"blocks.{i}.attn.hook_pattern"], dtype=np.float32))
+        h = int(np.argmax(s))
+        if float(s[h]) > best[0]:
+            best = (float(s[h]), i, h)
+    return best[1], best[2]

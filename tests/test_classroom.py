@@ -1,0 +1,127 @@
+"""Issue 13 (classroom experience): honest head summaries, greedy output without junk, lecture-mode layout,
+family-specific wording, and the walkthrough's navigation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from test_app import figure_titled, figures, open_page
+from viz_ui.generation import StepRecord, next_token_view, salient_head, shown_bars
+from viz_ui.heads import HEAD_THRESHOLD, cell_text_fits, heads_passing, most_salient, salience
+
+LECTURE = {"lecture": "true"}
+
+
+def in_columns(node) -> list:
+    """Every plotly chart drawn inside a column (st.columns) below ``node``."""
+    found, stack = [], [(node, False)]
+    while stack:
+        n, inside = stack.pop()
+        inside = inside or getattr(n, "type", "") == "column"
+        if getattr(n, "type", "") == "plotly_chart" and inside:
+            found.append(n)
+        children = getattr(n, "children", None) or {}
+        stack.extend((c, inside) for c in (children.values() if isinstance(children, dict) else children))
+    return found
+
+
+# --- 1. honest head summaries -------------------------------------------------------------------------------------
+
+def test_a_head_kind_is_named_only_above_the_threshold():
+    scores = np.array([[0.04, 0.02], [0.9, HEAD_THRESHOLD]])
+    passing, best = heads_passing(scores)
+    assert passing == [(1, 0, 0.9), (1, 1, HEAD_THRESHOLD)] and best == (1, 0, 0.9)
+    passing, best = heads_passing(np.array([[0.01, 0.04], [0.02, np.nan]]))
+    assert passing == [] and best == (0, 1, 0.04)
+    assert heads_passing(np.full((2, 2), np.nan)) == ([], None)
+
+
+def test_cell_numbers_only_where_they_fit():
+    assert cell_text_fits(12, 1.0) and cell_text_fits(12, 1.5) and cell_text_fits(16, 1.5)
+    assert not cell_text_fits(32, 1.0) and not cell_text_fits(20, 1.5)
+
+
+def test_head_summaries_name_no_head_below_the_threshold():
+    from viz_ui.state import get_head_scores
+    at = open_page("pages/heads.py")
+    text = " ".join(m.value for m in at.markdown)
+    assert f"reaches **{HEAD_THRESHOLD:g}**" in text
+    scores = get_head_scores("assets/models/tinystories-6l.safetensors", at.text_area(key="text").value)
+    messages = [m.value for m in (*at.info, *at.success)]
+    for name, s in scores.items():
+        passing, (layer, head, best) = heads_passing(s)
+        said = next(m for m in messages if f" {name} head" in m)
+        if passing:
+            assert said.startswith(f"{len(passing)} {name} head") and f"L{layer}H{head} ({best:.2f})" in said
+        else:
+            assert said.startswith(f"No {name} head") and f"best: L{layer}H{head}, {best:.2f}" in said
+    assert not heads_passing(scores["induction"])[0]  # the shipped model has no induction head
+    button = next(b for b in at.button if "induction" in b.key)  # the best one can still be opened
+    assert button.label.startswith(f"Layer {heads_passing(scores['induction'])[1][0]}, ")
+
+
+def test_head_summaries_draw_the_maps_full_width_in_lecture_mode():
+    at = open_page("pages/heads.py")
+    assert in_columns(at.main)  # side by side with the explanation normally
+    at = open_page("pages/heads.py", query=LECTURE)
+    assert len(figures(at)) == 4 and not in_columns(at.main)
+    assert figure_titled(at, "induction score")["data"][0]["texttemplate"] == "%{z:.2f}"
+
+
+# --- 1. greedy output ---------------------------------------------------------------------------------------------
+
+def test_greedy_entropy_is_a_plain_zero_and_zero_bars_are_left_out():
+    logits = np.array([1.0, 3.0, 2.0, -1.0])
+    view = next_token_view(logits, 0.0, 0, 1.0)
+    assert view.entropy == 0.0 and math.copysign(1.0, view.entropy) == 1.0 and f"{view.entropy:.2f}" == "0.00"
+    assert shown_bars(view.probs, 10).tolist() == [1]
+    topk = next_token_view(logits, 1.0, 2, 1.0).probs
+    assert shown_bars(topk, 10).tolist() == [1, 2]
+    assert shown_bars(next_token_view(logits, 1.0, 0, 1.0).probs, 3).tolist() == [1, 2, 0]
+
+
+def test_output_at_temperature_zero_says_greedy_and_shows_no_zero_bars():
+    at = open_page("pages/output.py")
+    at.slider(key="temperature").set_value(0.0).run()
+    bars = figures(at)[0]
+    assert plotly_x(bars).tolist() == [1.0]  # the greedy pick only, no bars at 0 %
+    assert "greedy: the highest-scoring token is taken" in " ".join(m.value for m in at.markdown)
+    assert any(m.value == "0 bits (greedy)" for m in at.metric) and not any("-0.00" in m.value for m in at.metric)
+    compare = figure_titled(at, "For comparison: the 5 highest logits")
+    probs = plotly_x(compare)
+    assert len(probs) == 5 and np.all(np.diff(probs) <= 0) and 0 < probs[0] < 1
+    assert compare["layout"]["yaxis"]["ticktext"][0] == bars["layout"]["yaxis"]["ticktext"][0]
+
+
+def plotly_x(fig: dict) -> np.ndarray:
+    from conftest import plotly_array
+    return plotly_array(fig["data"][0]["x"])
+
+
+# --- 4. defaults --------------------------------------------------------------------------------------------------
+
+def test_salience_prefers_a_head_that_looks_at_one_token_other_than_the_first():
+    n = 5
+    sink = np.zeros((n, n))
+    sink[:, 0] = 1
+    prev = np.eye(n, k=-1)
+    prev[0, 0] = 1
+    uniform = np.tril(np.ones((n, n)))
+    uniform /= uniform.sum(-1, keepdims=True)
+    pattern = np.stack([sink, uniform, prev])
+    s = salience(pattern)
+    assert s[0] == 0 and s[2] == pytest.approx(0.75) and s[1] < s[2]  # query 1 can only see key 0 and itself
+    arrays = {"blocks.0.attn.hook_pattern": np.stack([sink, uniform, uniform]),
+              "blocks.1.attn.hook_pattern": pattern}
+    assert most_salient(arrays, 2) == (1, 2) and most_salient(arrays, 2, layer=0) == (0, 1)
+
+
+def test_generation_attention_starts_on_the_most_salient_head():
+    rows = np.zeros((2, 3, 4))
+    rows[:, :, 0] = 1  # every head parks on the first token ...
+    rows[1, 2] = [0.1, 0.0, 0.9, 0.0]  # ... except layer 1, head 2
+    records = [StepRecord(0, 1.0, 1.0, rows, 4, 0), StepRecord(0, 1.0, 1.0, rows, 1, 4)]
+    assert salient_head(records) == (1, 2)
