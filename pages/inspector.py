@@ -13,11 +13,12 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 from viz_model import CheckpointError, load_upload
 from viz_model.sources import MAX_UPLOAD_MB, MODEL_SUFFIXES
 from viz_model.tokenizer import IdTokenizer
-from viz_ui.cost import attention_cost, quadratic_fit
+from viz_ui.cost import attention_cost, cost_lengths, quadratic_fit
 from viz_ui.figures import cost_curve, layer_table_heatmap, value_bar
 from viz_ui.inspect import architecture_table, parameter_table
 from viz_ui.layout import set_shared, setup_page, show_figure, show_link
 from viz_ui.state import MAX_SESSION_MODELS, add_session_model, get_weight_stats, session_models, upload_hash
+from viz_ui.text import error_line, plain, recoverable
 
 state = setup_page("Model inspector & upload",
                    "What the chosen model is made of, and a place to load your own checkpoint: a nanoGPT ckpt.pt, a "
@@ -36,12 +37,16 @@ with st.container(border=True):
         st.session_state["_last_upload"] = upload.file_id  # each new file is read and hashed once
         data = upload.getvalue()
         digest = upload_hash(PurePosixPath(upload.name).suffix.lower().encode(), data)
-        bar = st.progress(0.0, text=f"Loading {upload.name}…")
-        try:
-            model, tokenizer = load_upload(upload.name, data, lambda f, msg: bar.progress(f, text=msg), cap_mb)
-        except CheckpointError as exc:
+        bar = st.progress(0.0, text=f"Loading {plain(upload.name)}…")
+        try:  # any failure (a Rust panic too: a BaseException) is one line; Streamlit's rerun/stop signals pass
+            model, tokenizer = load_upload(upload.name, data, lambda f, msg: bar.progress(f, text=plain(msg)), cap_mb)
+        except BaseException as exc:
+            if not recoverable(exc):
+                raise
             bar.empty()
-            st.session_state["_upload_message"] = ("error", f"{exc}. The previous model is still selected.")
+            reason = str(exc) if isinstance(exc, CheckpointError) else f"{upload.name} cannot be loaded ({error_line(exc)})"
+            st.session_state["_upload_message"] = ("error", f"{plain(error_line(reason, 300))}. The previous model is "
+                                                   "still selected.")
         else:
             bar.progress(1.0, text="Done")
             names = {m.name for m in session_models().values()}
@@ -49,8 +54,9 @@ with st.container(border=True):
             name = name if name not in names else f"{upload.name} (upload {digest[:6]})"
             add_session_model(digest, name, model, tokenizer, upload.name)
             set_shared("model", name)
-            st.session_state["_upload_message"] = ("success", f"Loaded **{upload.name}**: {model.cfg.family}, "
-                                                   f"{model.n_params():,} parameters. It is now the selected model.")
+            st.session_state["_upload_message"] = ("success", f"Loaded **{plain(upload.name)}**: "
+                                                   f"{plain(model.cfg.family)}, {model.n_params():,} parameters. "
+                                                   "It is now the selected model.")
             st.rerun()
     kind, message = st.session_state.pop("_upload_message", (None, None))
     if kind == "error":
@@ -68,8 +74,10 @@ with st.container(border=True):
                 tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
                 if tokenizer.get_vocab_size() > state.model.cfg.d_vocab:
                     raise ValueError(f"it has {tokenizer.get_vocab_size()} tokens, the model only {state.model.cfg.d_vocab}")
-            except Exception as exc:  # tokenizers raises its own exception type for malformed JSON
-                st.error(f"{tok_file.name} cannot be used: {str(exc).splitlines()[0][:200]}")
+            except BaseException as exc:  # tokenizers raises its own exception type for malformed JSON, or panics
+                if not recoverable(exc):
+                    raise
+                st.error(f"{plain(tok_file.name)} cannot be used: {plain(error_line(exc))}")
             else:
                 tokenizer.no_padding()
                 tokenizer.no_truncation()
@@ -79,7 +87,7 @@ with st.container(border=True):
                 st.rerun()
 
 model, cfg = state.model, state.model.cfg
-st.subheader(f"Architecture: {state.model_name}")
+st.subheader(f"Architecture: {plain(state.model_name)}")
 left, right = st.columns([1, 1])
 with left:
     st.dataframe(architecture_table(model), hide_index=True, width="stretch")
@@ -109,8 +117,9 @@ st.markdown(f"Self-attention compares every token with every other: for n tokens
             f"score matrix, so time grows like n² · d and the scores take n_heads · n² numbers. The button times one "
             f"layer of **this model** ({cfg.n_heads} heads, d_head {cfg.d_head}) on this machine, with random q, k, v, "
             "and draws the O(n² · d) curve fitted through the measurements.")
-top = min(2048, max(256, cfg.n_ctx))
-lengths = [n for n in (64, 128, 256, 512, 1024, 2048) if n <= top]
+lengths, budget_note = cost_lengths(cfg)  # n bounded by the attention memory budget (many heads: fewer points)
+if budget_note:
+    st.caption(budget_note)
 if st.button("Measure on this machine", icon=":material/timer:"):
     with st.spinner("Timing attention…"):
         st.session_state["_cost"] = (state.model_path, attention_cost(model, lengths))

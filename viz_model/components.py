@@ -8,6 +8,7 @@ so that each matrix of "Attention Is All You Need" is one tensor that a view can
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -211,11 +212,96 @@ class Attention(nn.Module):
             k, v = kv.extend(k, v)
         if cfg.n_rep > 1:  # every query head reads its group's value head (transformers' repeat_kv)
             v = v.repeat_interleave(cfg.n_rep, dim=2)
-        scores = self.hook_attn_scores(self.masked_scores(q, k))
-        pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
-        z = self.hook_z((pattern @ v.transpose(1, 2)).transpose(1, 2))  # [batch, pos, head, d_head]
+        # Scores and pattern are two [batch, n_heads, query_pos, key_pos] tensors alive at once; above the
+        # memory budget (VIZ_ATTN_BUDGET_MB) they are computed a block of heads and query rows at a time, with
+        # the same operations, unless a hook listens to them (a listener needs the whole tensor).
+        listened = self.hook_attn_scores.active or self.hook_pattern.active
+        if not listened and attention_bytes(q.shape[0] * cfg.n_heads, q.shape[1], k.shape[1], q.element_size()) \
+                > attn_budget_bytes():
+            z = self.hook_z(chunked_attention(q, k, v, self.cfg, self.cross))
+        else:
+            scores = self.hook_attn_scores(self.masked_scores(q, k))
+            pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
+            z = self.hook_z((pattern @ v.transpose(1, 2)).transpose(1, 2))  # [batch, pos, head, d_head]
         out = z.reshape(*z.shape[:2], -1) @ self.W_O.reshape(-1, cfg.d_model)  # concat(z) W_O
         return out if self.b_O is None else out + self.b_O
+
+
+ATTN_BUDGET_MB = 512  # default of VIZ_ATTN_BUDGET_MB: attention working set per layer (see attn_budget_bytes)
+ATTN_COPIES = 2  # [head, query, key] tensors alive at once: the scores and their softmax (the pattern)
+
+
+def attn_budget_bytes() -> int:
+    """The memory one attention layer may use for its ``[batch, head, query_pos, key_pos]`` tensors, in bytes:
+    the environment variable ``VIZ_ATTN_BUDGET_MB`` (megabytes, read on every call) or 512 MB. Above it the
+    forward pass works in blocks (:func:`chunked_attention`), and the app cuts a text to
+    :func:`max_tokens_for_budget` tokens, since the views read whole patterns."""
+    try:
+        mb = float(os.environ.get("VIZ_ATTN_BUDGET_MB", ATTN_BUDGET_MB))
+    except ValueError:
+        mb = ATTN_BUDGET_MB
+    if not math.isfinite(mb):  # "nan", "inf": the default
+        mb = ATTN_BUDGET_MB
+    return max(1, int(mb * 2**20))
+
+
+def attention_bytes(n_heads: int, n_q: int, n_k: int, element_size: int = 4, copies: int = ATTN_COPIES) -> int:
+    """Bytes of the attention working set: ``copies`` tensors of ``n_heads × n_q × n_k`` values (scores and
+    pattern: 2 × n_heads · n_q · n_k · 4 bytes in float32)."""
+    return copies * n_heads * n_q * n_k * element_size
+
+
+def max_tokens_for_budget(n_heads: int, budget: int | None = None, element_size: int = 4) -> int:
+    """The longest sequence whose whole attention (scores and pattern of every head, ``[n_heads, n, n]`` each)
+    fits the budget: the largest ``n`` with ``2 · n_heads · n² · element_size <= budget`` (at least 1).
+    512 MB in float32: 12 heads -> 2,364 tokens, 32 heads -> 1,448, 512 heads -> 362."""
+    budget = attn_budget_bytes() if budget is None else budget
+    n = max(1, math.isqrt(budget // max(1, ATTN_COPIES * n_heads * element_size)))
+    while n > 1 and attention_bytes(n_heads, n, n, element_size) > budget:
+        n -= 1
+    return n
+
+
+def chunked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Config, cross: bool = False,
+                      budget: int | None = None) -> torch.Tensor:
+    """``softmax(masked_scores(q, k)) v`` computed a block of (batch·head, query rows) at a time so that the
+    block's scores and pattern stay within ``budget`` bytes (default :func:`attn_budget_bytes`) whatever the
+    number of heads or tokens: the same operations as ``Attention.forward`` on each block (every query row's
+    softmax sees all its keys), so the result equals the unblocked one (the matrix products may differ in the
+    last bit of float32 rounding).
+
+    Args:
+        q: ``[batch, query_pos, n_heads, d_head]`` (after rotation); the queries are the last ``query_pos`` keys.
+        k: ``[batch, key_pos, n_kv_heads, d_head]`` (after rotation).
+        v: ``[batch, key_pos, n_heads, d_head]`` (already repeated per query head under grouped-query attention).
+
+    Returns:
+        z ``[batch, query_pos, n_heads, d_head]``.
+    """
+    budget = attn_budget_bytes() if budget is None else budget
+    b, n_q, h, d = q.shape
+    n_k = k.shape[1]
+    if cfg.n_rep > 1:
+        k = k.repeat_interleave(cfg.n_rep, dim=2)
+    qh, kh, vh = (t.transpose(1, 2).reshape(b * h, t.shape[1], d) for t in (q, k, v))  # [batch·head, pos, d]
+    per_row = attention_bytes(1, 1, n_k, q.element_size())  # one query row of one head
+    rows = max(1, min(n_q, budget // max(1, per_row * b * h)))
+    heads = b * h if rows > 1 or per_row * b * h <= budget else max(1, budget // per_row)
+    z = torch.empty(b * h, n_q, d, dtype=torch.result_type(q, v), device=q.device)
+    scale, first = math.sqrt(cfg.d_head), n_k - n_q
+    for r0 in range(0, n_q, rows):
+        r1 = min(n_q, r0 + rows)
+        hidden = None if cross else attention_mask(r1 - r0, n_k, cfg.causal, cfg.attn_window, q.device, first + r0)
+        for h0 in range(0, b * h, heads):
+            h1 = min(b * h, h0 + heads)
+            scores = (qh[h0:h1, r0:r1] @ kh[h0:h1].transpose(1, 2)).div_(scale)
+            if hidden is not None:
+                scores.masked_fill_(hidden, float("-inf"))
+            pattern = torch.softmax(scores, dim=-1)
+            del scores
+            z[h0:h1, r0:r1] = pattern @ vh[h0:h1]
+            del pattern
+    return z.view(b, h, n_q, d).transpose(1, 2)
 
 
 def masked_scores(q: torch.Tensor, k: torch.Tensor, cfg: Config, cross: bool = False) -> torch.Tensor:
@@ -233,16 +319,19 @@ def masked_scores(q: torch.Tensor, k: torch.Tensor, cfg: Config, cross: bool = F
     return scores
 
 
-def attention_mask(n_q: int, n_k: int, causal: bool, window: int | None, device=None) -> torch.Tensor | None:
+def attention_mask(n_q: int, n_k: int, causal: bool, window: int | None, device=None,
+                   first: int | None = None) -> torch.Tensor | None:
     """Which (query, key) pairs are hidden: ``[n_q, n_k]`` bool (True = score set to -inf), or None.
 
     The queries are the last ``n_q`` of ``n_k`` positions (query i sits at absolute position
-    ``n_k - n_q + i``). Causal: keys after the query are hidden. ``window`` (sliding-window attention):
-    keys ``window`` or more positions before the query are hidden too.
+    ``n_k - n_q + i``), or, with ``first``, the ``n_q`` positions from ``first`` on (a block of query rows).
+    Causal: keys after the query are hidden. ``window`` (sliding-window attention): keys ``window`` or more
+    positions before the query are hidden too.
     """
     if not causal:
         return None
-    q_pos = torch.arange(n_k - n_q, n_k, device=device)[:, None]
+    first = n_k - n_q if first is None else first
+    q_pos = torch.arange(first, first + n_q, device=device)[:, None]
     k_pos = torch.arange(n_k, device=device)[None, :]
     hidden = k_pos > q_pos
     if window is not None:

@@ -25,6 +25,7 @@ from .block import logit_lens
 from .heads import head_scores
 from .inspect import weight_stats
 from .numeric import PCA, fit_pca
+from .text import error_line, recoverable
 from .trace import Trace, run_trace, token_label
 
 
@@ -159,7 +160,13 @@ def resolve(key: str) -> tuple[VizTransformer, Tokenizer | IdTokenizer]:
 @st.cache_resource(max_entries=32, ttl=3600, show_spinner="Running the model…")
 def get_trace(path: str, text: str) -> Trace:
     """Every hook of one forward pass of the model at ``path`` over ``text`` (see :func:`run_trace`), shared by
-    every session that asks for the same model and text: its arrays are read-only."""
+    every session that asks for the same model and text: its arrays are read-only.
+
+    Raises:
+        ValueError: for a text that cannot be run, with a one-line reason, including any failure of the tokenizer
+            (see :func:`viz_ui.trace.encode_text`): Streamlit does not cache a call that raises, and the page shows
+            the message while the session carries on.
+    """
     model, tokenizer = resolve(path)
     return run_trace(model, tokenizer, text)
 
@@ -207,9 +214,20 @@ def get_logit_lens(path: str, text: str) -> tuple[np.ndarray, np.ndarray, list[s
 @st.cache_data(max_entries=16, show_spinner=False)
 def get_sampled_output(path: str, text: str, temperature: float, seed: int) -> str:
     """The encoder-decoder's output for ``text`` sampled at ``temperature`` with ``seed`` (see
-    :func:`viz_model.seq2seq.translate`)."""
+    :func:`viz_model.seq2seq.translate`).
+
+    Raises:
+        ValueError: with one line, for any failure of the tokenizer (an uploaded one may raise anything or panic).
+    """
     model, tokenizer = resolve(path)
-    return translate(model, tokenizer, text, temperature, seed)[0]
+    try:
+        return translate(model, tokenizer, text, temperature, seed)[0]
+    except ValueError:
+        raise
+    except BaseException as exc:
+        if not recoverable(exc):
+            raise
+        raise ValueError(f"the model's output cannot be computed ({error_line(exc)})") from None
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -227,3 +245,13 @@ def model_card(path: str) -> str | None:
     p = Path(path)
     card = p / "README.md" if p.is_dir() else p.with_suffix(".md")
     return card.read_text(encoding="utf-8", errors="replace") if card.is_file() else None
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def get_salient_head(path: str, text: str) -> tuple[int, int]:
+    """The head the attention views open on for this model and text (:func:`viz_ui.overview.salient_head`)."""
+    from .heads import overview_patterns
+    from .overview import salient_head
+
+    model, _ = resolve(path)
+    return salient_head(overview_patterns(get_trace(path, text).arrays, model.cfg.n_layers)[0])

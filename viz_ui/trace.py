@@ -9,9 +9,11 @@ import torch
 from tokenizers import Tokenizer
 
 from viz_model import Config, VizTransformer, generate
-from viz_model.components import masked_scores
+from viz_model.components import attention_bytes, attn_budget_bytes, masked_scores, max_tokens_for_budget
 from viz_model.model import score_kind
 from viz_model.tokenizer import token_bytes, tokenizer_kind  # noqa: F401  (re-exported for pages)
+
+from .text import error_line, recoverable
 
 LONG_INPUT = 256  # tokens beyond which a trace stores float16 (see run_trace)
 
@@ -76,7 +78,11 @@ class Trace:
 
     ``arrays`` maps hook names to arrays with the batch axis removed: ``[pos, d_model]`` for the
     residual stream, ``[head_index, query_pos, key_pos]`` for patterns and scores, ``[pos, d_vocab]``
-    for logits. ``n_tokens_total`` counts the tokens before truncation to the context.
+    for logits. ``n_tokens_total`` counts the tokens before truncation.
+
+    A text is cut to ``token_limit`` tokens: the model's context ``n_ctx``, or fewer when the attention of that many
+    tokens would not fit the memory budget (``memory_limit``, see :func:`token_limit`); :attr:`cut_message` says
+    which, in one line.
     """
 
     text: str
@@ -90,6 +96,9 @@ class Trace:
     # token, is predicted and never read), so that ``blocks.*`` hooks and the logits line up with them.
     src_ids: np.ndarray | None = None  # [src_pos] int64
     src_labels: list[str] | None = None
+    token_limit: int | None = None  # the most tokens this trace could keep: min(n_ctx, memory_limit)
+    memory_limit: int | None = None  # the memory budget's cap when it is below n_ctx (else None)
+    n_ctx: int | None = None  # the model's context
 
     def __post_init__(self) -> None:
         for ids in (self.ids, self.src_ids):
@@ -111,8 +120,31 @@ class Trace:
 
     @property
     def truncated(self) -> bool:
-        """Whether the text (the source, for encoder-decoder models) was cut to the context."""
-        return self.n_tokens_total > (self.n_tokens if self.src_ids is None else len(self.src_ids))
+        """Whether the text (the source, for encoder-decoder models) was cut (to the context or the memory budget)."""
+        return self.n_tokens_total > self.n_used
+
+    @property
+    def n_used(self) -> int:
+        """Tokens of the text that were run (the source's, for encoder-decoder models)."""
+        return self.n_tokens if self.src_ids is None else len(self.src_ids)
+
+    @property
+    def cut_by_memory(self) -> bool:
+        """Whether the text was cut below the model's context because of the attention memory budget."""
+        return self.truncated and self.memory_limit is not None and self.n_tokens_total > self.memory_limit
+
+    @property
+    def cut_message(self) -> str | None:
+        """One line for the page when the text was cut (None otherwise): how many tokens were used and why.
+        Plain text (numbers only), safe for Markdown."""
+        if not self.truncated:
+            return None
+        head = f"The text has {self.n_tokens_total:,} tokens; only the first {self.n_used:,} are used"
+        if self.cut_by_memory:
+            return (f"{head}: cut to {self.memory_limit:,} tokens because of the memory budget (the attention of every "
+                    f"head over n tokens takes n² numbers; VIZ_ATTN_BUDGET_MB). Use a shorter text to see more.")
+        context = f" (this model's context is {self.n_ctx:,} tokens)" if self.n_ctx else " (the model's context)"
+        return f"{head}{context}."
 
 
 def token_label(tokenizer: Tokenizer, token_id: int) -> str:
@@ -129,21 +161,69 @@ def token_label(tokenizer: Tokenizer, token_id: int) -> str:
     return text.replace(" ", "·").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
+def token_limit(cfg: Config, budget: int | None = None) -> tuple[int, int | None]:
+    """``(limit, memory_limit)``: the most tokens a trace runs, ``min(n_ctx, memory_limit)``, where
+    ``memory_limit`` (None when it is not below ``n_ctx``) is the longest text whose attention working set, the
+    scores and pattern of every head ``2 · n_heads · n² · 4`` bytes, fits the budget (``VIZ_ATTN_BUDGET_MB``,
+    default 512 MB; :func:`viz_model.components.max_tokens_for_budget`): the views read whole ``[n_heads, n, n]``
+    patterns of a layer, whatever the forward pass does in blocks."""
+    cap = max_tokens_for_budget(cfg.n_heads, budget)
+    return min(cfg.n_ctx, cap), (cap if cap < cfg.n_ctx else None)
+
+
+def encode_text(tokenizer, text: str):
+    """``tokenizer.encode(text)``, with any failure as a one-line ``ValueError``: an uploaded tokenizer may raise
+    anything, or panic (a Rust ``PanicException``, which is no ``Exception``, e.g. a pre-tokenizer regex that
+    backtracks past Oniguruma's limit), and the session must carry on.
+
+    Raises:
+        ValueError: the tokenizer's own ``ValueError`` (e.g. words typed for a model without tokenizer), or
+            "the tokenizer failed on this text (...)".
+    """
+    try:
+        return tokenizer.encode(text)
+    except ValueError:
+        raise
+    except BaseException as exc:
+        if not recoverable(exc):
+            raise
+        raise ValueError(f"the tokenizer failed on this text ({error_line(exc)})") from None
+
+
+def _labels(tokenizer, ids) -> list[str]:
+    try:
+        return [token_label(tokenizer, i) for i in ids]
+    except BaseException as exc:
+        if not recoverable(exc):
+            raise
+        raise ValueError(f"the tokenizer cannot spell its tokens ({error_line(exc)})") from None
+
+
+def _derive(model: VizTransformer, n_q: int, n_k: int, budget: int) -> bool:
+    """Whether storing every attention layer's scores and pattern (float32) would exceed the budget."""
+    n_attn = sum(1 for name in model.hook_dict if name.endswith("hook_attn_scores"))
+    return attention_bytes(model.cfg.n_heads, n_q, n_k) * n_attn > budget
+
+
 def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
-    """Tokenize ``text`` (keeping the first ``n_ctx`` tokens), run the model with every hook recorded
-    except ``hook_probs`` (an exact function of ``hook_logits``).
+    """Tokenize ``text`` (keeping the first :func:`token_limit` tokens: the context, or fewer under the attention
+    memory budget), run the model with every hook recorded except ``hook_probs`` (an exact function of
+    ``hook_logits``). Scores and patterns are derived on reading (see :class:`Arrays`) for long texts and whenever
+    storing them for every layer would exceed the budget (many heads).
 
     Encoder-decoder models: ``text`` is the source; the decoder's output is generated greedily (until the
     end token or the context is full) and the model is then run once over [start] + output, so every hook
     of the encoder, the decoder and the cross-attention is recorded for the model's own answer.
 
     Raises:
-        ValueError: when ``text`` encodes to no tokens.
+        ValueError: when ``text`` encodes to no tokens, or the tokenizer fails on it (see :func:`encode_text`).
     """
-    enc = tokenizer.encode(text)
+    enc = encode_text(tokenizer, text)
     if not enc.ids:
         raise ValueError("the text has no tokens")
-    n_ctx = model.cfg.n_ctx
+    budget = attn_budget_bytes()
+    n_ctx, memory_limit = token_limit(model.cfg, budget)
+    limits = {"token_limit": n_ctx, "memory_limit": memory_limit, "n_ctx": model.cfg.n_ctx}
     ids = enc.ids[:n_ctx]
     keep = lambda name: name != "hook_probs"  # noqa: E731  (softmax(hook_logits): halves what Streamlit copies)
     # long inputs: every value is kept in float16 but the logits and the q and k the attention is derived from
@@ -154,16 +234,19 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
         qk = {n for name in model.hook_dict if name.endswith("hook_attn_scores") for n in model.score_inputs(name)[1:]}
         small = {"store_dtype": torch.float16, "keep_float32": ("hook_logits", *sorted(qk))}
     if not model.cfg.is_encoder_decoder:
+        labels = _labels(tokenizer, ids)
         _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=keep, **small)
-        return Trace(text=text, ids=np.array(ids, dtype=np.int64), labels=[token_label(tokenizer, i) for i in ids],
+        return Trace(text=text, ids=np.array(ids, dtype=np.int64), labels=labels,
                      offsets=list(enc.offsets[:n_ctx]), n_tokens_total=len(enc.ids),
-                     arrays=_arrays(cache, model, derive=bool(small)))
+                     arrays=_arrays(cache, model, derive=bool(small) or _derive(model, len(ids), len(ids), budget)),
+                     **limits)
     cfg = model.cfg
     steps = generate(model, [cfg.decoder_start_id], n_ctx - 1, 0.0, src_ids=ids)
     out = [s.token_id for s in steps]
     dec = [cfg.decoder_start_id] + (out[:-1] if out and out[-1] == cfg.decoder_end_id else out)
+    labels, src_labels = _labels(tokenizer, dec), _labels(tokenizer, ids)
     _, cache = model.run_with_cache(torch.tensor([dec]), names_filter=keep, src_tokens=torch.tensor([ids]))
-    labels = [token_label(tokenizer, i) for i in dec]
+    n = max(len(dec), len(ids))
     return Trace(text=text, ids=np.array(dec, dtype=np.int64), labels=labels, offsets=[(0, 0)] * len(dec),
-                 n_tokens_total=len(enc.ids), arrays=_arrays(cache, model, derive=False),
-                 src_ids=np.array(ids, dtype=np.int64), src_labels=[token_label(tokenizer, i) for i in ids])
+                 n_tokens_total=len(enc.ids), arrays=_arrays(cache, model, derive=_derive(model, n, n, budget)),
+                 src_ids=np.array(ids, dtype=np.int64), src_labels=src_labels, **limits)
