@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 
 from .config import Config, ConfigError
 from .model import VizTransformer
-from .weights import CheckpointError, build_model
+from .weights import CheckpointError, build_model, check_config
 
 FORMAT = "viz-transformer"
 FORMAT_VERSION = "1"
@@ -53,16 +53,49 @@ def read_metadata(path: str | Path) -> dict[str, str]:
     try:
         with safe_open(str(path), framework="pt") as f:
             return dict(f.metadata() or {})
-    except Exception as exc:  # safetensors raises its own error types for corrupt headers
-        raise CheckpointError(f"{path.name} is not a readable safetensors file ({exc})") from None
+    except BaseException as exc:  # safetensors raises its own error types (and pyo3 panics) for corrupt headers
+        reraise_interrupts(exc)
+        raise CheckpointError(f"{path.name} is not a readable safetensors file ({first_line(exc)})") from None
+
+
+def first_line(exc: BaseException, limit: int = 160) -> str:
+    """The first non-empty line of an exception's text (or its type's name), at most ``limit`` characters."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:limit]
+
+
+def reraise_interrupts(exc: BaseException) -> None:
+    """Let Ctrl-C and interpreter exit through; every other error (including the Rust libraries'
+    ``pyo3_runtime.PanicException``, a ``BaseException``) is the file's fault and becomes a one-line message."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+        raise exc
+
+
+def read_tokenizer(text: object, label: str, where: str) -> Tokenizer:
+    """A tokenizer from its JSON text.
+
+    Raises:
+        CheckpointError: ``"<label>: <where> cannot be read (...)"`` for anything the tokenizers library refuses,
+            including its Rust panics.
+    """
+    if not isinstance(text, str) or not text:
+        raise CheckpointError(f"{label}: {where} is missing or empty")
+    try:
+        return Tokenizer.from_str(text)
+    except BaseException as exc:
+        reraise_interrupts(exc)
+        raise CheckpointError(f"{label}: {where} cannot be read ({first_line(exc)})") from None
 
 
 def load_checkpoint(path: str | Path) -> tuple[VizTransformer, Tokenizer]:
     """Load a native checkpoint written by :func:`save_checkpoint`; the model is in eval mode.
 
+    The config is checked (types, ranges, memory estimate) before the tokenizer or any weight is read.
+
     Raises:
-        CheckpointError: missing/corrupt file, foreign format, bad config or tokenizer, missing,
-            unexpected or mis-shaped weights, or non-finite weights.
+        CheckpointError: missing/corrupt file, foreign format, bad config or tokenizer, a model above the
+            memory cap (``VIZ_MAX_MODEL_MB``), missing, unexpected or mis-shaped weights, non-finite weights
+            or activations.
     """
     path = Path(path)
     meta = read_metadata(path)
@@ -72,15 +105,14 @@ def load_checkpoint(path: str | Path) -> tuple[VizTransformer, Tokenizer]:
         cfg = Config.from_json(meta.get("config", ""))
     except ConfigError as exc:
         raise CheckpointError(f"{path.name}: {exc}") from None
-    try:
-        tokenizer = Tokenizer.from_str(meta["tokenizer"])
-    except Exception as exc:
-        raise CheckpointError(f"{path.name}: the tokenizer in the metadata cannot be read ({exc})") from None
+    check_config(cfg, path.name, path.stat().st_size)
+    tokenizer = read_tokenizer(meta.get("tokenizer"), path.name, "the tokenizer in the metadata")
     if tokenizer.get_vocab_size() > cfg.d_vocab:
         raise CheckpointError(f"{path.name}: tokenizer has {tokenizer.get_vocab_size()} tokens, model only {cfg.d_vocab}")
     try:
         with safe_open(str(path), framework="pt") as f:
             state = {name: f.get_tensor(name) for name in f.keys()}
-    except Exception as exc:
-        raise CheckpointError(f"{path.name}: the weights cannot be read ({exc})") from None
-    return build_model(cfg, state, path.name), tokenizer
+    except BaseException as exc:
+        reraise_interrupts(exc)
+        raise CheckpointError(f"{path.name}: the weights cannot be read ({first_line(exc)})") from None
+    return build_model(cfg, state, path.name, path.stat().st_size), tokenizer

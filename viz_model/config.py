@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 from dataclasses import dataclass, field
+
+from .limits import BOOL_FIELDS, FAMILY_PATTERN, MAX_CONFIG_CHARS, FLOAT_RANGES, INT_RANGES, MAX_EXTRA_CHARS, MAX_EXTRA_DEPTH
 
 POSITIONAL_KINDS = ("sinusoidal", "learned", "rotary", "none")
 NORM_KINDS = ("layernorm", "rmsnorm")
@@ -19,6 +23,45 @@ LM_HEADS = ("unembed", "mlm", "none")
 
 class ConfigError(ValueError):
     """A configuration that is inconsistent or asks for something the model cannot build."""
+
+
+def _is_int(value) -> bool:
+    """A JSON integer: ``int`` but not ``bool`` (``True`` is an ``int`` in Python)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    """A JSON number: ``int`` (not ``bool``) or ``float``."""
+    return isinstance(value, float) or _is_int(value)
+
+
+def _show(value) -> str:
+    """A short, one-line rendering of a config value for a message (a 5,000-digit integer or a long string is cut)."""
+    if _is_int(value) and abs(value) >= 10**15:
+        return f"an integer of about {len(str(abs(value))) if abs(value) < 10**4000 else 'over 4,000'} digits"
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _depth(value, limit: int) -> int:
+    """Nesting depth of JSON-like ``value``, stopping once it exceeds ``limit``."""
+    if limit < 0 or not isinstance(value, (dict, list)):
+        return 0
+    items = value.values() if isinstance(value, dict) else value
+    return 1 + max((_depth(v, limit - 1) for v in items), default=0)
+
+
+def _check_extra(extra) -> None:
+    if not isinstance(extra, dict):
+        raise ConfigError(f"config field extra must be a JSON object, got {_show(extra)}")
+    if _depth(extra, MAX_EXTRA_DEPTH) > MAX_EXTRA_DEPTH:
+        raise ConfigError(f"config field extra is nested deeper than {MAX_EXTRA_DEPTH} levels")
+    try:
+        size = len(json.dumps(extra, separators=(",", ":"), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"config field extra must hold plain JSON values ({_show(str(exc))})") from None
+    if size > MAX_EXTRA_CHARS:
+        raise ConfigError(f"config field extra is {size:,} characters of JSON, above the {MAX_EXTRA_CHARS:,} allowed")
 
 
 @dataclass
@@ -80,42 +123,53 @@ class Config:
         return head // self.n_rep
 
     def validate(self) -> "Config":
-        """Check ranges and consistency; return ``self``.
+        """Check every field's exact type and range (:mod:`viz_model.limits`) and their consistency; return ``self``.
+
+        Integers must be JSON integers (``true`` is not 1), booleans JSON booleans (``"no"`` is not false),
+        floats finite numbers, strings one of their allowed values. The ranges (``n_layers`` <= 512,
+        ``d_model`` <= 65,536, ``n_ctx`` <= 1,048,576, ``layer_norm_eps`` in (0, 1), ...) are listed in
+        ``limits.INT_RANGES`` / ``limits.FLOAT_RANGES`` and in the README. The memory estimate is a separate
+        check (:func:`viz_model.limits.check_budget`).
 
         Raises:
-            ConfigError: naming the first offending field.
+            ConfigError: one line naming the first offending field.
         """
-        for name in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx", "n_kv_heads"):
+        for name, (low, high) in INT_RANGES.items():
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"config field {name} must be a positive integer, got {value!r}")
-        for name in ("n_encoder_layers", "decoder_start_id", "decoder_end_id"):
+            if name == "attn_window" and value is None:
+                continue
+            if not _is_int(value) or not low <= value <= high:
+                kind = "an integer" if name != "attn_window" else "null or an integer"
+                raise ConfigError(f"config field {name} must be {kind} in [{low:,}, {high:,}], got {_show(value)}")
+        for name, (low, high, low_in, high_in) in FLOAT_RANGES.items():
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"config field {name} must be a non-negative integer, got {value!r}")
+            ok = _is_number(value) and math.isfinite(value)
+            ok = ok and (low <= value if low_in else low < value) and (value <= high if high_in else value < high)
+            if not ok:
+                bounds = f"{'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
+                raise ConfigError(f"config field {name} must be a finite number in {bounds}, got {_show(value)}")
+        for name in BOOL_FIELDS:
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"config field {name} must be true or false, got {_show(getattr(self, name))}")
+        checks = (("positional", POSITIONAL_KINDS), ("norm", NORM_KINDS),
+                  ("norm_placement", NORM_PLACEMENTS), ("mlp", MLP_KINDS), ("lm_head", LM_HEADS))
+        for name, allowed in checks:
+            value = getattr(self, name)
+            if not isinstance(value, str) or value not in allowed:
+                raise ConfigError(f"config field {name} must be one of {', '.join(allowed)}, got {_show(value)}")
+        if not isinstance(self.family, str) or not re.fullmatch(FAMILY_PATTERN, self.family, re.ASCII):
+            raise ConfigError(f"config field family must be a short plain name ({FAMILY_PATTERN}), got {_show(self.family)}")
+        _check_extra(self.extra)
         if self.n_encoder_layers and not self.causal:
             raise ConfigError("an encoder-decoder model needs a causal decoder (causal = true)")
         if self.n_encoder_layers and max(self.decoder_start_id, self.decoder_end_id) >= self.d_vocab:
             raise ConfigError("decoder_start_id and decoder_end_id must be token ids of the vocabulary")
-        if not isinstance(self.n_token_types, int) or self.n_token_types < 0:
-            raise ConfigError(f"config field n_token_types must be a non-negative integer, got {self.n_token_types!r}")
-        if self.attn_window is not None and (not isinstance(self.attn_window, int) or self.attn_window <= 0):
-            raise ConfigError(f"config field attn_window must be a positive integer or null, got {self.attn_window!r}")
-        checks = (("positional", POSITIONAL_KINDS), ("norm", NORM_KINDS),
-                  ("norm_placement", NORM_PLACEMENTS), ("mlp", MLP_KINDS), ("lm_head", LM_HEADS))
-        for name, allowed in checks:
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"config field {name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.n_kv_heads > self.n_heads or self.n_heads % self.n_kv_heads:
             raise ConfigError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ConfigError("sinusoidal positions need an even d_model")
         if self.positional == "rotary" and self.d_head % 2:
             raise ConfigError("rotary positions need an even d_head")
-        if not (isinstance(self.rotary_base, (int, float)) and self.rotary_base > 1):
-            raise ConfigError(f"rotary_base must be a number above 1, got {self.rotary_base!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         return self
 
     def to_json(self) -> str:
@@ -124,23 +178,35 @@ class Config:
 
     @classmethod
     def from_json(cls, text: str) -> "Config":
-        """Parse a config written by :meth:`to_json`.
+        """Parse a config written by :meth:`to_json` and :meth:`validate` it.
 
         Raises:
-            ConfigError: on invalid JSON, unknown or missing fields, or invalid values.
+            ConfigError: one line, on invalid JSON (also: nested too deep, a number with too many digits),
+                a value that is not an object, unknown or missing fields, or invalid values.
         """
+        if not isinstance(text, str):
+            raise ConfigError("the config is not valid JSON: it is not text")
+        if len(text) > MAX_CONFIG_CHARS:
+            raise ConfigError(f"the config is {len(text):,} characters long, above the {MAX_CONFIG_CHARS:,} allowed")
         try:
             data = json.loads(text)
-        except (json.JSONDecodeError, TypeError) as exc:
-            raise ConfigError(f"the config is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise ConfigError("the config is not valid JSON: it is nested too deeply") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"the config is not valid JSON: {exc.msg} at character {exc.pos}") from None
+        except ValueError as exc:  # e.g. an integer of more than 4,300 digits (sys.get_int_max_str_digits)
+            why = "a number has too many digits" if "digits" in str(exc) else _show(str(exc))
+            raise ConfigError(f"the config is not valid JSON: {why}") from None
         if not isinstance(data, dict):
             raise ConfigError("the config must be a JSON object")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(f"unknown config fields: {', '.join(unknown)}")
-        try:
-            cfg = cls(**data)
-        except TypeError as exc:
-            raise ConfigError(f"incomplete config: {exc}") from None
-        return cfg.validate()
+            shown = ", ".join(_show(n) if not re.fullmatch(r"\w{1,40}", n) else n for n in unknown[:5])
+            raise ConfigError(f"unknown config fields: {shown}{' ...' if len(unknown) > 5 else ''}")
+        required = sorted(f.name for f in dataclasses.fields(cls)
+                          if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise ConfigError(f"incomplete config: missing {', '.join(missing)}")
+        return cls(**data).validate()

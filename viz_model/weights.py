@@ -1,47 +1,144 @@
 """Assemble a :class:`VizTransformer` from a config and a state dict in this project's names, checking
-every weight first, so that a bad file gives one clear line instead of a crash or silent garbage."""
+every weight first, so that a bad file gives one clear line instead of a crash or silent garbage.
+
+Order of work, so that a hostile file costs nothing: the config's types and ranges, then its memory estimate
+(:func:`viz_model.limits.check_budget`), then the model's skeleton on the ``meta`` device (no memory), then
+every weight's name, shape, dtype and values, then the weights are moved into the model one by one
+(``load_state_dict(assign=True)``: no second copy), and last a short probe run whose every activation must
+be finite.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import MutableMapping
 
 import torch
 
+from .components import PosEmbed, sinusoidal_table
 from .config import Config, ConfigError
+from .limits import BudgetError, check_budget
 from .model import VizTransformer
+
+MAX_MESSAGE = 300  # characters of a CheckpointError's message
+PROBE_TOKENS = 8
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded; the message names the problem in one line."""
+    """A checkpoint that cannot be loaded; the message names the problem in one line (newlines and runs of
+    spaces collapsed, at most 300 characters)."""
+
+    def __init__(self, message: object = "") -> None:
+        text = " ".join(str(message).split())
+        if len(text) > MAX_MESSAGE:
+            text = text[: MAX_MESSAGE - 3] + "..."
+        super().__init__(text)
 
 
-def build_model(cfg: Config, state: Mapping[str, torch.Tensor], label: str) -> VizTransformer:
-    """A model in eval mode (dropout 0) with ``state`` loaded, as float32.
+def check_config(cfg: Config, label: str, file_bytes: int = 0) -> Config:
+    """``cfg`` validated (types, ranges, consistency) and within the memory cap; returns ``cfg``.
 
-    ``label`` names the file in messages.
+    ``file_bytes``: the size of the weights file, when known (a file larger than a float32 copy of the
+    weights, e.g. float64, adds the difference to the estimate).
 
     Raises:
-        CheckpointError: invalid config; missing, unexpected or mis-shaped weights; NaN or infinite values.
+        CheckpointError: ``"<label>: <the config problem>"`` or the estimate above ``VIZ_MAX_MODEL_MB``.
     """
+    try:
+        cfg.validate()
+        check_budget(cfg, file_bytes)
+    except (ConfigError, BudgetError) as exc:
+        raise CheckpointError(f"{label}: {exc}") from None
+    return cfg
+
+
+def _materialize_buffers(model: VizTransformer) -> None:
+    """Non-persistent buffers (the sinusoidal position tables) are not in a checkpoint: compute them for real
+    after a build on the meta device."""
+    for module in model.modules():
+        if isinstance(module, PosEmbed) and isinstance(module.W_pos, torch.Tensor) and module.W_pos.is_meta:
+            n_ctx, d_model = module.W_pos.shape
+            module.W_pos = sinusoidal_table(n_ctx, d_model)
+    left = [name for name, b in model.named_buffers() if b.is_meta]
+    if left:
+        raise RuntimeError(f"buffers left unmaterialized: {left[:3]}")
+
+
+def _non_finite(x: torch.Tensor, name: str) -> bool:
+    if not x.is_floating_point():
+        return False
+    if name.endswith("hook_attn_scores"):  # masked scores are -inf by design
+        return bool(torch.isnan(x).any() or torch.isposinf(x).any())
+    return not bool(torch.isfinite(x).all())
+
+
+@torch.no_grad()
+def probe(model: VizTransformer, label: str) -> None:
+    """Run ``model`` on a few token ids (``min(8, n_ctx)``; the encoder reads the same ids) and refuse it when
+    any hook records NaN or an infinity (scores may hold the mask's -inf): finite weights can still overflow
+    (an embedding of 1e30 squared in a norm).
+
+    Raises:
+        CheckpointError: naming the first hook, in the order of the forward pass, that went non-finite.
+    """
+    cfg = model.cfg
+    n = min(PROBE_TOKENS, cfg.n_ctx)
+    ids = (torch.arange(n) * 7919 % cfg.d_vocab).unsqueeze(0)
+    bad: list[str] = []
+
+    def check(x: torch.Tensor, hook) -> None:
+        if not bad and _non_finite(x, hook.name):
+            bad.append(hook.name)
+
+    kwargs = {"src_tokens": ids} if cfg.is_encoder_decoder else {}
+    with model.hooks((name, check) for name in model.hook_dict):
+        out = model(ids, **kwargs)
+    if not bad and _non_finite(out, "output"):
+        bad.append("the output")
+    if bad:
+        raise CheckpointError(f"{label}: the model's activations are not finite (NaN or infinite values from "
+                              f"{bad[0]} on, on a {n}-token probe): the weights or the config (layer_norm_eps, "
+                              "embed_scale) are not usable")
+
+
+def build_model(cfg: Config, state: MutableMapping[str, torch.Tensor], label: str,
+                file_bytes: int = 0) -> VizTransformer:
+    """A model in eval mode (dropout 0) with ``state`` loaded, as float32, after :func:`check_config`.
+
+    ``state`` is consumed: its entries are moved into the model one by one (a float32 tensor already laid out
+    as the model needs is used as it is), so the file's tensors and the model's do not all coexist twice.
+    ``label`` names the file in messages; ``file_bytes`` as in :func:`check_config`.
+
+    Raises:
+        CheckpointError: invalid config or over the memory cap; missing, unexpected or mis-shaped weights;
+            NaN or infinite weights; non-finite activations on a short probe (:func:`probe`).
+    """
+    check_config(cfg, label, file_bytes)
     cfg.dropout = 0.0
     try:
-        model = VizTransformer(cfg)
+        with torch.device("meta"):  # the skeleton only: names and shapes, no memory
+            model = VizTransformer(cfg)
     except ConfigError as exc:
         raise CheckpointError(f"{label}: {exc}") from None
-    expected = model.state_dict()
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
     if missing or unexpected:
         raise CheckpointError(f"{label}: weights do not match the config (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    checked = {}
-    for name, want in expected.items():
+    for name, shape in expected.items():
         tensor = state[name]
-        if tuple(tensor.shape) != tuple(want.shape):
-            raise CheckpointError(f"{label}: {name} has shape {tuple(tensor.shape)}, the config needs {tuple(want.shape)}")
+        if not isinstance(tensor, torch.Tensor):
+            raise CheckpointError(f"{label}: {name} is not a tensor")
+        if tuple(tensor.shape) != shape:
+            raise CheckpointError(f"{label}: {name} has shape {tuple(tensor.shape)}, the config needs {shape}")
         if not tensor.is_floating_point():
             raise CheckpointError(f"{label}: {name} is not a floating-point tensor ({tensor.dtype})")
         if not bool(torch.isfinite(tensor).all()):
             raise CheckpointError(f"{label}: {name} holds NaN or infinite values")
-        checked[name] = tensor.float()
-    model.load_state_dict(checked)
+    checked = {}
+    for name in expected:
+        checked[name] = state.pop(name).to(torch.float32).contiguous()
+    model.load_state_dict(checked, assign=True)
+    del checked
+    _materialize_buffers(model)
     model.eval()
+    probe(model, label)
     return model

@@ -12,26 +12,53 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config
-from ..weights import CheckpointError
+from ..config import Config, _show
+from ..weights import CheckpointError, check_config
 from . import bart, bert, gpt2, llama
 
 HF_FAMILIES = {"gpt2": gpt2.from_hf, "bert": bert.from_hf, "llama": llama.from_hf, "mistral": llama.from_hf,
                "qwen2": llama.from_hf, "bart": bart.from_hf}
+HF_CONFIGS = {"gpt2": gpt2.config_from_hf, "bert": bert.config_from_hf, "llama": llama.config_from_hf,
+              "mistral": llama.config_from_hf, "qwen2": llama.config_from_hf, "bart": bart.config_from_hf}
+
+
+def _model_type(hf_config: Mapping, label: str) -> str:
+    model_type = hf_config.get("model_type")
+    if not model_type:
+        raise CheckpointError(f"{label}: config.json has no model_type (supported: {', '.join(HF_FAMILIES)})")
+    if not isinstance(model_type, str) or model_type not in HF_FAMILIES:
+        raise CheckpointError(f"{label}: model_type {_show(model_type)} is not supported (supported: {', '.join(HF_FAMILIES)})")
+    return model_type
+
+
+def hf_config(hf_config: Mapping, label: str, file_bytes: int = 0) -> Config:
+    """The validated :class:`Config` of a Hugging Face ``config.json``, within the memory cap, from the config
+    alone: call it before reading any weight. ``file_bytes``: the weights' size on disk, when known.
+
+    Raises:
+        CheckpointError: missing or unknown ``model_type``, a field of the wrong type or out of range,
+            unsupported options, an estimate above ``VIZ_MAX_MODEL_MB``.
+    """
+    model_type = _model_type(hf_config, label)
+    return check_config(HF_CONFIGS[model_type](dict(hf_config), label), label, file_bytes)
 
 
 def from_hf(hf_config: Mapping, state: Mapping[str, torch.Tensor], label: str) -> tuple[Config, dict[str, torch.Tensor]]:
     """Config and converted state dict for a Hugging Face checkpoint.
 
     Raises:
-        CheckpointError: missing or unknown ``model_type``, unsupported options, missing or mis-shaped weights.
+        CheckpointError: as :func:`hf_config`; missing or mis-shaped weights.
     """
-    model_type = hf_config.get("model_type")
-    if not model_type:
-        raise CheckpointError(f"{label}: config.json has no model_type (supported: {', '.join(HF_FAMILIES)})")
-    if model_type not in HF_FAMILIES:
-        raise CheckpointError(f"{label}: model_type {model_type!r} is not supported (supported: {', '.join(HF_FAMILIES)})")
-    return HF_FAMILIES[model_type](dict(hf_config), state, label)
+    return HF_FAMILIES[_model_type(hf_config, label)](dict(hf_config), state, label)
+
+
+def nanogpt_config(model_args: Mapping, label: str) -> Config:
+    """The validated :class:`Config` of nanoGPT's ``model_args``, within the memory cap.
+
+    Raises:
+        CheckpointError: missing or mistyped fields, an estimate above ``VIZ_MAX_MODEL_MB``.
+    """
+    return check_config(gpt2.config_from_nanogpt(dict(model_args), label), label)
 
 
 def from_nanogpt(model_args: Mapping, state: Mapping[str, torch.Tensor], label: str) -> tuple[Config, dict[str, torch.Tensor]]:

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 import torch
 
 from ..config import Config
-from ..weights import CheckpointError
-from .common import Weights, activation, heads_in, heads_out, require_int
+from ..weights import CheckpointError, check_config
+from .common import Weights, activation, heads_in, heads_out, opt_bool, opt_int, require_int
 
 POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding keeps two extra rows before position 0
 
@@ -46,30 +46,41 @@ def _layer(w: Weights, theirs: str, ours: str, cfg: Config, cross: bool, out: di
     _norm(w, theirs + "final_layer_norm", ours + "ln2", d, out)
 
 
+def config_from_hf(hf: dict, label: str) -> Config:
+    """The :class:`Config` of a BART ``config.json`` (not yet validated).
+
+    Raises:
+        CheckpointError: a field of the wrong type, encoder and decoder of different widths or head counts,
+            pre-LN variants (``normalize_before``, mBART).
+    """
+    d = require_int(hf, "d_model", label)
+    h = require_int(hf, "encoder_attention_heads", label)
+    ffn = require_int(hf, "encoder_ffn_dim", label)
+    if opt_int(hf, "decoder_attention_heads", h, label) != h or opt_int(hf, "decoder_ffn_dim", ffn, label) != ffn:
+        raise CheckpointError(f"{label}: encoder and decoder must have the same head count and feed-forward width")
+    if opt_bool(hf, "normalize_before", False, label) or opt_bool(hf, "add_final_layer_norm", False, label):
+        raise CheckpointError(f"{label}: pre-LN BART variants (normalize_before, mBART) are not supported")
+    if d % h:
+        raise CheckpointError(f"{label}: d_model ({d}) is not a multiple of encoder_attention_heads ({h})")
+    return Config(n_layers=require_int(hf, "decoder_layers", label), n_encoder_layers=require_int(hf, "encoder_layers", label),
+                  d_model=d, n_heads=h, d_head=d // h, d_mlp=ffn, d_vocab=require_int(hf, "vocab_size", label),
+                  n_ctx=require_int(hf, "max_position_embeddings", label), positional="learned", norm="layernorm",
+                  norm_placement="post", mlp=activation(hf.get("activation_function", "gelu"), label), causal=True,
+                  tied_embeddings=True, final_norm=False, layer_norm_eps=1e-5, embed_norm=True, unembed_bias=True,
+                  embed_scale=math.sqrt(d) if opt_bool(hf, "scale_embedding", False, label) else 1.0,
+                  decoder_start_id=opt_int(hf, "decoder_start_token_id", 2, label),
+                  decoder_end_id=opt_int(hf, "eos_token_id", 2, label), family="bart")
+
+
 def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Config, dict[str, torch.Tensor]]:
     """``BartForConditionalGeneration`` (or ``BartModel``) weights.
 
     Raises:
-        CheckpointError: encoder and decoder of different widths or head counts, pre-LN variants
-            (``normalize_before``, mBART), missing or mis-shaped weights.
+        CheckpointError: as :func:`config_from_hf`; an invalid config or one above the memory cap; missing or
+            mis-shaped weights.
     """
-    d = require_int(hf, "d_model", label)
-    h = require_int(hf, "encoder_attention_heads", label)
-    if hf.get("decoder_attention_heads", h) != h or hf.get("decoder_ffn_dim") != hf.get("encoder_ffn_dim"):
-        raise CheckpointError(f"{label}: encoder and decoder must have the same head count and feed-forward width")
-    if hf.get("normalize_before") or hf.get("add_final_layer_norm"):
-        raise CheckpointError(f"{label}: pre-LN BART variants (normalize_before, mBART) are not supported")
-    if d % h:
-        raise CheckpointError(f"{label}: d_model ({d}) is not a multiple of encoder_attention_heads ({h})")
-    vocab = require_int(hf, "vocab_size", label)
-    cfg = Config(n_layers=require_int(hf, "decoder_layers", label), n_encoder_layers=require_int(hf, "encoder_layers", label),
-                 d_model=d, n_heads=h, d_head=d // h, d_mlp=require_int(hf, "encoder_ffn_dim", label), d_vocab=vocab,
-                 n_ctx=require_int(hf, "max_position_embeddings", label), positional="learned", norm="layernorm",
-                 norm_placement="post", mlp=activation(hf.get("activation_function", "gelu"), label), causal=True,
-                 tied_embeddings=True, final_norm=False, layer_norm_eps=1e-5, embed_norm=True, unembed_bias=True,
-                 embed_scale=math.sqrt(d) if hf.get("scale_embedding") else 1.0,
-                 decoder_start_id=int(hf.get("decoder_start_token_id", 2)), decoder_end_id=int(hf.get("eos_token_id", 2)),
-                 family="bart")
+    cfg = check_config(config_from_hf(hf, label), label)
+    d, vocab = cfg.d_model, cfg.d_vocab
     w = Weights(state, label, ("model.",))
     n = cfg.n_ctx + POSITION_OFFSET
     out = {"embed.W_E": w.get("shared.weight", (vocab, d)) if w.has("shared.weight")

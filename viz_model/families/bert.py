@@ -13,9 +13,9 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config
-from ..weights import CheckpointError
-from .common import Weights, activation, heads_in, heads_out, require_int
+from ..config import Config, _show
+from ..weights import CheckpointError, check_config
+from .common import Weights, activation, heads_in, heads_out, opt_bool, opt_float, opt_int, opt_str, require_int
 
 
 def _linear(w: Weights, name: str, n_in: int, n_out: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -23,27 +23,42 @@ def _linear(w: Weights, name: str, n_in: int, n_out: int) -> tuple[torch.Tensor,
     return w.get(name + ".weight", (n_out, n_in)).T, w.get(name + ".bias", (n_out,))
 
 
+def config_from_hf(hf: dict, label: str, mlm: bool = True) -> Config:
+    """The :class:`Config` of a Hugging Face BERT ``config.json`` (not yet validated); ``mlm``: the weights hold
+    the masked-LM head (with only the config, it is assumed, the larger of the two models).
+
+    Raises:
+        CheckpointError: a field of the wrong type, relative position embeddings.
+    """
+    kind = opt_str(hf, "position_embedding_type", "absolute", label)
+    if kind != "absolute":
+        raise CheckpointError(f"{label}: BERT position_embedding_type {_show(kind)} is not supported")
+    d, h = require_int(hf, "hidden_size", label), require_int(hf, "num_attention_heads", label)
+    if d % h:
+        raise CheckpointError(f"{label}: hidden_size ({d}) is not a multiple of num_attention_heads ({h})")
+    tied = opt_bool(hf, "tie_word_embeddings", True, label)
+    return Config(n_layers=require_int(hf, "num_hidden_layers", label), d_model=d, n_heads=h, d_head=d // h,
+                  d_mlp=require_int(hf, "intermediate_size", label), d_vocab=require_int(hf, "vocab_size", label),
+                  n_ctx=require_int(hf, "max_position_embeddings", label), positional="learned", norm="layernorm",
+                  norm_placement="post", mlp=activation(hf.get("hidden_act", "gelu"), label), causal=False,
+                  tied_embeddings=tied or not mlm, final_norm=False,
+                  layer_norm_eps=opt_float(hf, "layer_norm_eps", 1e-12, label),
+                  n_token_types=opt_int(hf, "type_vocab_size", 2, label), embed_norm=True,
+                  lm_head="mlm" if mlm else "none", unembed_bias=mlm, family="bert")
+
+
 def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Config, dict[str, torch.Tensor]]:
     """``BertModel`` or ``BertForMaskedLM`` weights.
 
     Raises:
-        CheckpointError: relative position embeddings, missing or mis-shaped weights.
+        CheckpointError: as :func:`config_from_hf`; an invalid config or one above the memory cap; missing or
+            mis-shaped weights.
     """
-    if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise CheckpointError(f"{label}: BERT position_embedding_type {hf['position_embedding_type']!r} is not supported")
-    d, h = require_int(hf, "hidden_size", label), require_int(hf, "num_attention_heads", label)
-    if d % h:
-        raise CheckpointError(f"{label}: hidden_size ({d}) is not a multiple of num_attention_heads ({h})")
     w = Weights(state, label, ("bert.",))
     mlm = w.has("cls.predictions.transform.dense.weight")
-    tied = bool(hf.get("tie_word_embeddings", True))
-    cfg = Config(n_layers=require_int(hf, "num_hidden_layers", label), d_model=d, n_heads=h, d_head=d // h,
-                 d_mlp=require_int(hf, "intermediate_size", label), d_vocab=require_int(hf, "vocab_size", label),
-                 n_ctx=require_int(hf, "max_position_embeddings", label), positional="learned", norm="layernorm",
-                 norm_placement="post", mlp=activation(hf.get("hidden_act", "gelu"), label), causal=False,
-                 tied_embeddings=tied or not mlm, final_norm=False, layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
-                 n_token_types=int(hf.get("type_vocab_size", 2)), embed_norm=True,
-                 lm_head="mlm" if mlm else "none", unembed_bias=mlm, family="bert")
+    cfg = check_config(config_from_hf(hf, label, mlm), label)
+    d, h = cfg.d_model, cfg.n_heads
+    tied = cfg.tied_embeddings
     k, m = cfg.d_head, cfg.d_mlp
     e = "embeddings."
     out = {"embed.W_E": w.get(e + "word_embeddings.weight", (cfg.d_vocab, d)),

@@ -3,10 +3,12 @@ Hugging Face ``nn.Linear`` matrices into per-head tensors."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import torch
 
+from ..config import _is_int, _is_number, _show
 from ..weights import CheckpointError
 
 FLOAT8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
@@ -24,6 +26,8 @@ class Weights:
         self.label = label
         self.state = {}
         for key, value in state.items():
+            if not isinstance(key, str):  # a hostile pickle's keys; such an entry is simply not a weight
+                continue
             for prefix in prefixes:
                 if key.startswith(prefix):
                     key = key[len(prefix):]
@@ -47,9 +51,13 @@ class Weights:
 
 
 def activation(name, label: str) -> str:
-    """This project's MLP kind for a transformers activation name."""
-    if name not in ACTIVATIONS:
-        raise CheckpointError(f"{label}: activation {name!r} is not supported (supported: {', '.join(ACTIVATIONS)})")
+    """This project's MLP kind for a transformers activation name.
+
+    Raises:
+        CheckpointError: for a name that is not one of :data:`ACTIVATIONS` (or not a string).
+    """
+    if not isinstance(name, str) or name not in ACTIVATIONS:
+        raise CheckpointError(f"{label}: activation {_show(name)} is not supported (supported: {', '.join(ACTIVATIONS)})")
     return ACTIVATIONS[name]
 
 
@@ -65,8 +73,79 @@ def heads_out(w_in_out: torch.Tensor, n_heads: int, d_head: int) -> torch.Tensor
 
 
 def require_int(cfg: Mapping, key: str, label: str) -> int:
-    """``cfg[key]`` as a positive int, or a one-line error naming the key."""
+    """``cfg[key]`` as a positive int (a JSON integer, not ``true``), or a one-line error naming the key."""
     value = cfg.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise CheckpointError(f"{label}: config field {key} must be a positive integer, got {value!r}")
+    if not _is_int(value) or value <= 0:
+        raise CheckpointError(f"{label}: config field {key} must be a positive integer, got {_show(value)}")
+    return value
+
+
+def opt_int(cfg: Mapping, key: str, default, label: str):
+    """``cfg[key]`` as an int (a JSON integer, not ``true``), ``default`` when absent or null.
+
+    Raises:
+        CheckpointError: for any other value (``"12"``, ``1.5``, ``true``), naming the key.
+    """
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not _is_int(value):
+        raise CheckpointError(f"{label}: config field {key} has an unexpected value (it must be an integer), got {_show(value)}")
+    return value
+
+
+def opt_float(cfg: Mapping, key: str, default: float, label: str) -> float:
+    """``cfg[key]`` as a finite float (a JSON number), ``default`` when absent.
+
+    Raises:
+        CheckpointError: for null, a string, a boolean, NaN or an infinity, naming the key.
+    """
+    if key not in cfg:
+        return default
+    value = cfg[key]
+    if not _is_number(value) or not math.isfinite(value):
+        raise CheckpointError(f"{label}: config field {key} has an unexpected value (it must be a finite number), got {_show(value)}")
+    return float(value)
+
+
+def opt_bool(cfg: Mapping, key: str, default: bool, label: str) -> bool:
+    """``cfg[key]`` as a JSON boolean, ``default`` when absent or null (``"no"`` and ``0`` are refused, not
+    read as false or true).
+
+    Raises:
+        CheckpointError: for any other value, naming the key.
+    """
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise CheckpointError(f"{label}: config field {key} has an unexpected value (it must be true or false), got {_show(value)}")
+    return value
+
+
+def opt_str(cfg: Mapping, key: str, default: str, label: str) -> str:
+    """``cfg[key]`` as a string, ``default`` when absent or null.
+
+    Raises:
+        CheckpointError: for any other value, naming the key.
+    """
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise CheckpointError(f"{label}: config field {key} has an unexpected value (it must be a string), got {_show(value)}")
+    return value
+
+
+def opt_dict(cfg: Mapping, key: str, label: str) -> dict:
+    """``cfg[key]`` as a JSON object, ``{}`` when absent or null.
+
+    Raises:
+        CheckpointError: for any other value, naming the key.
+    """
+    value = cfg.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{label}: config field {key} has an unexpected value (it must be a JSON object), got {_show(value)}")
     return value

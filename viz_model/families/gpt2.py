@@ -13,8 +13,8 @@ from collections.abc import Mapping
 import torch
 
 from ..config import Config
-from ..weights import CheckpointError
-from .common import Weights, activation, heads_in, heads_out, require_int
+from ..weights import CheckpointError, check_config
+from .common import Weights, activation, heads_in, heads_out, opt_bool, opt_float, opt_int, require_int
 
 
 def _convert(w: Weights, cfg: Config, linear: bool, bias: bool) -> dict[str, torch.Tensor]:
@@ -53,30 +53,55 @@ def _convert(w: Weights, cfg: Config, linear: bool, bias: bool) -> dict[str, tor
     return out
 
 
-def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Config, dict[str, torch.Tensor]]:
-    """Hugging Face GPT-2 (``GPT2Model`` or ``GPT2LMHeadModel`` weights).
+def config_from_hf(hf: dict, label: str) -> Config:
+    """The :class:`Config` of a Hugging Face GPT-2 ``config.json`` (not yet validated).
 
     Raises:
-        CheckpointError: options this project does not reproduce (unscaled attention, scaling by layer index,
-            untied output layer missing), missing or mis-shaped weights.
+        CheckpointError: a field of the wrong type, options this project does not reproduce (unscaled
+            attention, scaling by layer index).
     """
-    if not hf.get("scale_attn_weights", True) or hf.get("scale_attn_by_inverse_layer_idx", False):
+    if not opt_bool(hf, "scale_attn_weights", True, label) or opt_bool(hf, "scale_attn_by_inverse_layer_idx", False, label):
         raise CheckpointError(f"{label}: GPT-2 attention scaling options other than 1/sqrt(d_head) are not supported")
     d, h = require_int(hf, "n_embd", label), require_int(hf, "n_head", label)
     if d % h:
         raise CheckpointError(f"{label}: n_embd ({d}) is not a multiple of n_head ({h})")
-    tied = hf.get("tie_word_embeddings", True)
-    cfg = Config(n_layers=require_int(hf, "n_layer", label), d_model=d, n_heads=h, d_head=d // h,
-                 d_mlp=hf.get("n_inner") or 4 * d, d_vocab=require_int(hf, "vocab_size", label),
-                 n_ctx=require_int(hf, "n_positions", label), positional="learned", norm="layernorm",
-                 norm_placement="pre", mlp=activation(hf.get("activation_function", "gelu_new"), label), causal=True,
-                 tied_embeddings=tied, final_norm=True, layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
-                 family="gpt2")
+    return Config(n_layers=require_int(hf, "n_layer", label), d_model=d, n_heads=h, d_head=d // h,
+                  d_mlp=opt_int(hf, "n_inner", None, label) or 4 * d, d_vocab=require_int(hf, "vocab_size", label),
+                  n_ctx=require_int(hf, "n_positions", label), positional="learned", norm="layernorm",
+                  norm_placement="pre", mlp=activation(hf.get("activation_function", "gelu_new"), label), causal=True,
+                  tied_embeddings=opt_bool(hf, "tie_word_embeddings", True, label), final_norm=True,
+                  layer_norm_eps=opt_float(hf, "layer_norm_epsilon", 1e-5, label), family="gpt2")
+
+
+def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Config, dict[str, torch.Tensor]]:
+    """Hugging Face GPT-2 (``GPT2Model`` or ``GPT2LMHeadModel`` weights).
+
+    Raises:
+        CheckpointError: as :func:`config_from_hf`; an invalid config or one above the memory cap; missing or
+            mis-shaped weights.
+    """
+    cfg = check_config(config_from_hf(hf, label), label)
     w = Weights(state, label, ("transformer.",))
     out = _convert(w, cfg, linear=False, bias=True)
-    if not tied:
-        out["W_U"] = w.get("lm_head.weight", (cfg.d_vocab, d)).T.contiguous()
+    if not cfg.tied_embeddings:
+        out["W_U"] = w.get("lm_head.weight", (cfg.d_vocab, cfg.d_model)).T.contiguous()
     return cfg, out
+
+
+def config_from_nanogpt(args: dict, label: str) -> Config:
+    """The :class:`Config` of nanoGPT's ``model_args`` (not yet validated).
+
+    Raises:
+        CheckpointError: missing or mistyped fields (``bias`` must be true or false).
+    """
+    d, h = require_int(args, "n_embd", label), require_int(args, "n_head", label)
+    if d % h:
+        raise CheckpointError(f"{label}: n_embd ({d}) is not a multiple of n_head ({h})")
+    bias = opt_bool(args, "bias", True, label)
+    return Config(n_layers=require_int(args, "n_layer", label), d_model=d, n_heads=h, d_head=d // h, d_mlp=4 * d,
+                  d_vocab=require_int(args, "vocab_size", label), n_ctx=require_int(args, "block_size", label),
+                  positional="learned", norm_placement="pre", mlp="gelu", causal=True, tied_embeddings=True,
+                  final_norm=True, layer_norm_eps=1e-5, attn_bias=bias, mlp_bias=bias, family="nanogpt")
 
 
 def from_nanogpt(args: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Config, dict[str, torch.Tensor]]:
@@ -84,15 +109,10 @@ def from_nanogpt(args: dict, state: Mapping[str, torch.Tensor], label: str) -> t
     ``model`` (its state dict, possibly with the ``_orig_mod.`` prefix that ``torch.compile`` adds).
 
     Raises:
-        CheckpointError: missing model_args fields, missing or mis-shaped weights.
+        CheckpointError: missing or mistyped model_args fields, a config above the memory cap, missing or
+            mis-shaped weights.
     """
-    d, h = require_int(args, "n_embd", label), require_int(args, "n_head", label)
-    if d % h:
-        raise CheckpointError(f"{label}: n_embd ({d}) is not a multiple of n_head ({h})")
-    bias = bool(args.get("bias", True))
-    cfg = Config(n_layers=require_int(args, "n_layer", label), d_model=d, n_heads=h, d_head=d // h, d_mlp=4 * d,
-                 d_vocab=require_int(args, "vocab_size", label), n_ctx=require_int(args, "block_size", label),
-                 positional="learned", norm_placement="pre", mlp="gelu", causal=True, tied_embeddings=True,
-                 final_norm=True, layer_norm_eps=1e-5, attn_bias=bias, mlp_bias=bias, family="nanogpt")
-    w = Weights({k.removeprefix("_orig_mod."): v for k, v in state.items()}, label, ("transformer.",))
-    return cfg, _convert(w, cfg, linear=True, bias=bias)
+    cfg = check_config(config_from_nanogpt(args, label), label)
+    w = Weights({k.removeprefix("_orig_mod.") if isinstance(k, str) else k: v for k, v in state.items()}, label,
+                ("transformer.",))
+    return cfg, _convert(w, cfg, linear=True, bias=cfg.attn_bias)

@@ -9,44 +9,59 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config
-from ..weights import CheckpointError
-from .common import Weights, heads_in, heads_out, require_int
+from ..config import Config, _show
+from ..weights import CheckpointError, check_config
+from .common import Weights, heads_in, heads_out, opt_bool, opt_dict, opt_float, opt_int, opt_str, require_int
 
 
 def _rope_theta(hf: dict, label: str) -> float:
-    params = hf.get("rope_parameters") or {}
-    scaling = hf.get("rope_scaling") or {}
+    params = opt_dict(hf, "rope_parameters", label)
+    scaling = opt_dict(hf, "rope_scaling", label)
     kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
     if kind != "default":
-        raise CheckpointError(f"{label}: rotary scaling {kind!r} is not supported (only the default rotary embedding)")
-    return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+        raise CheckpointError(f"{label}: rotary scaling {_show(kind)} is not supported (only the default rotary embedding)")
+    if "rope_theta" in params:
+        return opt_float(params, "rope_theta", 10000.0, label)
+    return opt_float(hf, "rope_theta", 10000.0, label)
+
+
+def config_from_hf(hf: dict, label: str) -> Config:
+    """The :class:`Config` of a Llama, Mistral or Qwen2 ``config.json`` (not yet validated).
+
+    Raises:
+        CheckpointError: a field of the wrong type, an activation other than SiLU, rotary scaling, Qwen2's
+            per-layer sliding windows.
+    """
+    family = hf["model_type"]
+    act = opt_str(hf, "hidden_act", "silu", label)
+    if act != "silu":
+        raise CheckpointError(f"{label}: hidden_act {_show(act)} is not supported for {family} (SwiGLU uses silu)")
+    d, h = require_int(hf, "hidden_size", label), require_int(hf, "num_attention_heads", label)
+    g = opt_int(hf, "num_key_value_heads", None, label) or h
+    k = opt_int(hf, "head_dim", None, label) or d // h
+    qkv_bias = family == "qwen2" or opt_bool(hf, "attention_bias", False, label)
+    window = opt_int(hf, "sliding_window", None, label) if family == "mistral" else None
+    if family == "qwen2" and opt_bool(hf, "use_sliding_window", False, label):  # transformers windows only some layers
+        raise CheckpointError(f"{label}: Qwen2 with use_sliding_window is not supported (per-layer windows)")
+    return Config(n_layers=require_int(hf, "num_hidden_layers", label), d_model=d, n_heads=h, n_kv_heads=g, d_head=k,
+                  d_mlp=require_int(hf, "intermediate_size", label), d_vocab=require_int(hf, "vocab_size", label),
+                  n_ctx=require_int(hf, "max_position_embeddings", label), positional="rotary",
+                  rotary_base=_rope_theta(hf, label), attn_window=window, norm="rmsnorm", norm_placement="pre",
+                  mlp="swiglu", causal=True, tied_embeddings=opt_bool(hf, "tie_word_embeddings", False, label),
+                  final_norm=True, layer_norm_eps=opt_float(hf, "rms_norm_eps", 1e-6, label), attn_bias=qkv_bias,
+                  mlp_bias=opt_bool(hf, "mlp_bias", False, label), family=family)
 
 
 def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Config, dict[str, torch.Tensor]]:
     """``LlamaForCausalLM`` / ``MistralForCausalLM`` / ``Qwen2ForCausalLM`` weights (or their bare models).
 
     Raises:
-        CheckpointError: an activation other than SiLU, rotary scaling, missing or mis-shaped weights.
+        CheckpointError: as :func:`config_from_hf`; an invalid config or one above the memory cap; missing or
+            mis-shaped weights.
     """
-    family = hf["model_type"]
-    if hf.get("hidden_act", "silu") != "silu":
-        raise CheckpointError(f"{label}: hidden_act {hf.get('hidden_act')!r} is not supported for {family} (SwiGLU uses silu)")
-    d, h = require_int(hf, "hidden_size", label), require_int(hf, "num_attention_heads", label)
-    g = hf.get("num_key_value_heads") or h
-    k = hf.get("head_dim") or d // h
-    qkv_bias = family == "qwen2" or bool(hf.get("attention_bias", False))
-    window = hf.get("sliding_window") if family == "mistral" else None
-    if family == "qwen2" and hf.get("use_sliding_window"):  # transformers windows only some layers (layer_types)
-        raise CheckpointError(f"{label}: Qwen2 with use_sliding_window is not supported (per-layer windows)")
-    tied = bool(hf.get("tie_word_embeddings", False))
-    cfg = Config(n_layers=require_int(hf, "num_hidden_layers", label), d_model=d, n_heads=h, n_kv_heads=g, d_head=k,
-                 d_mlp=require_int(hf, "intermediate_size", label), d_vocab=require_int(hf, "vocab_size", label),
-                 n_ctx=require_int(hf, "max_position_embeddings", label), positional="rotary",
-                 rotary_base=_rope_theta(hf, label), attn_window=window, norm="rmsnorm", norm_placement="pre",
-                 mlp="swiglu", causal=True, tied_embeddings=tied, final_norm=True,
-                 layer_norm_eps=float(hf.get("rms_norm_eps", 1e-6)), attn_bias=qkv_bias,
-                 mlp_bias=bool(hf.get("mlp_bias", False)), family=family)
+    cfg = check_config(config_from_hf(hf, label), label)
+    d, h, g, k = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_head
+    qkv_bias, tied = cfg.attn_bias, cfg.tied_embeddings
     w = Weights(state, label, ("model.",))
     m = cfg.d_mlp
     out = {"embed.W_E": w.get("embed_tokens.weight", (cfg.d_vocab, d)), "ln_final.w": w.get("norm.weight", (d,))}

@@ -1,0 +1,183 @@
+"""What an untrusted config may ask for: the range of every field, and the memory a model costs, computed
+from the config alone so that a hostile file is refused before any tensor is allocated.
+
+The app is one shared server for a class; an upload is a stranger's file. A 30 KB config that claims a
+million layers or a context of 10^9 positions must give one line, not an out-of-memory kill. Ranges
+(:data:`INT_RANGES`, :data:`FLOAT_RANGES`) bound each field; :func:`estimate_bytes` bounds the whole, and
+:func:`check_budget` refuses a model whose estimate is above ``VIZ_MAX_MODEL_MB`` (default 4,096 MB).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # config.py imports this module; a run-time import would be circular
+    from .config import Config
+
+# Integer fields: (smallest, largest). Real models sit far inside: GPT-2 XL 48 layers / d_model 1,600,
+# Llama-3-70B 80 layers / d_model 8,192 / 64 heads / vocab 128,256, Qwen2 vocab 151,936, Llama 3.1 context 131,072.
+INT_RANGES = {
+    "n_layers": (1, 512),
+    "d_model": (1, 65_536),
+    "n_heads": (1, 1_024),
+    "n_kv_heads": (1, 1_024),
+    "d_head": (1, 16_384),
+    "d_mlp": (1, 262_144),
+    "d_vocab": (1, 1_048_576),
+    "n_ctx": (1, 1_048_576),
+    "n_token_types": (0, 1_024),
+    "n_encoder_layers": (0, 512),
+    "decoder_start_id": (0, 1_048_575),
+    "decoder_end_id": (0, 1_048_575),
+    "attn_window": (1, 1_048_576),  # or null (no window)
+}
+# Float fields (an int is accepted; bool, strings, NaN and infinities are not): (low, high, low inclusive?, high inclusive?)
+FLOAT_RANGES = {
+    "layer_norm_eps": (0.0, 1.0, False, False),  # BERT 1e-12, GPT-2 1e-5, Llama 1e-6 / 1e-5
+    "dropout": (0.0, 1.0, True, False),
+    "rotary_base": (1.0, 1e12, False, True),  # 10,000 (Llama 2), 500,000 (Llama 3), 1,000,000 (Qwen2)
+    "embed_scale": (0.0, 1e4, False, True),  # 1, or sqrt(d_model) <= 256
+}
+BOOL_FIELDS = ("causal", "tied_embeddings", "final_norm", "attn_bias", "mlp_bias", "embed_norm", "unembed_bias")
+FAMILY_PATTERN = r"[A-Za-z0-9_.-]{1,40}"  # a short plain identifier: shown as text in the UI, never markup
+MAX_EXTRA_CHARS = 4_096  # ``extra`` (free-form notes) as compact JSON
+MAX_EXTRA_DEPTH = 8
+MAX_CONFIG_CHARS = 2**20  # a config's JSON text (real ones are under 2 KB)
+
+BYTES = 4  # the model is built in float32
+ESTIMATE_TOKENS = 1_024  # the longest text the estimate budgets the forward pass for (GPT-2's context)
+ATTN_BUDGET_FALLBACK = 512 * 2**20
+DEFAULT_MAX_MODEL_MB = 4_096  # see max_model_bytes
+
+
+def max_model_bytes() -> int:
+    """The cap on :func:`estimate_bytes`, in bytes: the environment variable ``VIZ_MAX_MODEL_MB`` (megabytes,
+    read on every call; an unreadable or non-positive value falls back to the default) or 4,096 MB.
+
+    Why 4,096: a class server (24 GiB) gives each load about 6 GiB; Python, torch and tokenizers take about
+    0.5 GiB before a model exists, so an estimate of 4 GiB leaves 1.5 GiB of headroom, and the largest model
+    the README promises (Qwen2-0.5B: 3,867 MB estimated) still loads.
+    """
+    try:
+        mb = float(os.environ.get("VIZ_MAX_MODEL_MB", DEFAULT_MAX_MODEL_MB))
+    except ValueError:
+        mb = DEFAULT_MAX_MODEL_MB
+    if not math.isfinite(mb) or mb <= 0:
+        mb = DEFAULT_MAX_MODEL_MB
+    return int(mb * 2**20)
+
+
+def _attn_budget() -> int:
+    try:  # the forward pass computes attention in blocks above this budget (components.attn_budget_bytes)
+        from .components import attn_budget_bytes
+        return int(attn_budget_bytes())
+    except Exception:  # noqa: BLE001  (an older components.py without the budget)
+        return ATTN_BUDGET_FALLBACK
+
+
+def _norm_params(cfg: "Config") -> int:
+    return 2 * cfg.d_model if cfg.norm == "layernorm" else cfg.d_model
+
+
+def _attention_params(cfg: "Config") -> int:
+    d, h, g, k = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_head
+    weights = 2 * h * d * k + 2 * g * d * k  # W_Q, W_O [h, d, k]; W_K, W_V [g, d, k]
+    return weights + ((h + 2 * g) * k + d if cfg.attn_bias else 0)
+
+
+def _block_params(cfg: "Config", cross: bool) -> int:
+    d, m = cfg.d_model, cfg.d_mlp
+    gated = cfg.mlp == "swiglu"
+    mlp = (3 if gated else 2) * d * m + (((2 if gated else 1) * m + d) if cfg.mlp_bias else 0)
+    attn = _attention_params(cfg) + _norm_params(cfg)
+    return attn * (2 if cross else 1) + _norm_params(cfg) + mlp
+
+
+def count_params(cfg: "Config") -> int:
+    """The exact number of parameters :class:`viz_model.VizTransformer` allocates for ``cfg`` (equal to
+    ``VizTransformer(cfg).n_params()``), computed without allocating anything."""
+    d, v = cfg.d_model, cfg.d_vocab
+    pos = cfg.n_ctx * d if cfg.positional == "learned" else 0
+    total = v * d + pos + cfg.n_token_types * d + (2 * d if cfg.embed_norm else 0)
+    total += cfg.n_layers * _block_params(cfg, cross=cfg.n_encoder_layers > 0)
+    final = _norm_params(cfg) if cfg.final_norm else 0
+    total += final
+    if cfg.n_encoder_layers:
+        total += pos + (2 * d if cfg.embed_norm else 0) + cfg.n_encoder_layers * _block_params(cfg, False) + final
+    if cfg.lm_head != "none":
+        if cfg.lm_head == "mlm":
+            total += d * d + d + 2 * d
+        if not cfg.tied_embeddings:
+            total += d * v
+        if cfg.unembed_bias:
+            total += v
+    return total
+
+
+def estimate_parts(cfg: "Config") -> dict[str, int]:
+    """The terms of :func:`estimate_bytes`, in bytes (see there for the formula)."""
+    d, h, g, k, m, v = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_mlp, cfg.d_vocab
+    n_layers = cfg.n_layers + cfg.n_encoder_layers
+    params = BYTES * count_params(cfg)
+    fused = BYTES * n_layers * (h + 2 * g) * k * (d + 1)  # inference keeps [W_Q | W_K | W_V] fused per layer
+    tables = 2 if cfg.n_encoder_layers else 1
+    sinusoid = cfg.positional == "sinusoidal"
+    pos_kept = BYTES * tables * cfg.n_ctx * d if sinusoid else 0
+    pos_build = 16 * cfg.n_ctx * d if sinusoid else 0  # float64 table + sin/cos temporaries while it is built
+    load = params + BYTES * h * d * k + pos_build  # the file's weights, one reshaped matrix in flight, the sinusoid
+    t = min(cfg.n_ctx, ESTIMATE_TOKENS)
+    attention = min(2 * BYTES * h * t * t, _attn_budget()) + t * t  # scores + pattern of one layer, and the mask
+    stream = BYTES * t * (4 * d + 2 * (h + 2 * g) * k + 3 * m)  # residual stream and one block's intermediates
+    logits = 2 * BYTES * t * v  # logits and their softmax
+    return {"params": params, "fused_qkv": fused, "positions": pos_kept, "load": load,
+            "run": attention + stream + logits}
+
+
+def estimate_bytes(cfg: "Config") -> int:
+    """Peak memory, in bytes, of loading ``cfg``'s model and running it on :data:`ESTIMATE_TOKENS` tokens
+    (at most ``n_ctx``), computed from the config alone (nothing is allocated). Float32 (4 bytes) throughout::
+
+        resident = 4 P                       parameters (P = count_params(cfg), exactly what the model allocates)
+                 + 4 L (h + 2 g) k (d + 1)   fused [W_Q|W_K|W_V] kept for inference, L = decoder + encoder layers
+                 + 4 n_ctx d  (x2 with an encoder)   sinusoidal tables (0 for learned, rotary, none)
+        load     = 4 P + 4 h d k + 16 n_ctx d
+                   the file's weights while the model's are made from them (counted at float32, the widest dtype a
+                   file may use without a surcharge: the loader moves tensors into the model one by one, and a
+                   float32 tensor already laid out as the model needs is used as it is, not copied), one attention
+                   matrix being reshaped, and the float64 sinusoid being built
+        run      = min(2 · 4 h T², attention budget) + T²   scores and pattern of one layer (blocked above
+                                                             VIZ_ATTN_BUDGET_MB), and the mask
+                 + 4 T (4 d + 2 (h + 2 g) k + 3 m)         residual stream and one block's intermediates
+                 + 2 · 4 T V                               logits and probabilities
+        estimate = resident + max(load, run),   T = min(n_ctx, 1024)
+
+    with d = d_model, h = n_heads, g = n_kv_heads, k = d_head, m = d_mlp, V = d_vocab. Examples: GPT-2 small
+    about 1.1 GB, BERT-base 0.9 GB, Qwen2-0.5B 3.8 GB (3,867 MB), the shipped model 50 MB. Assumes ``cfg`` passed
+    :meth:`Config.validate` (types and ranges).
+    """
+    parts = estimate_parts(cfg)
+    resident = parts["params"] + parts["fused_qkv"] + parts["positions"]
+    return resident + max(parts["load"], parts["run"])
+
+
+class BudgetError(ValueError):
+    """A model whose estimated memory is above the cap (a :class:`viz_model.ConfigError` subclass is not used
+    here to keep this module free of imports; callers turn it into their own one-line error)."""
+
+
+def check_budget(cfg: "Config", file_bytes: int = 0) -> int:
+    """Return :func:`estimate_bytes` (plus any part of ``file_bytes`` beyond a float32 copy of the weights,
+    e.g. a float64 file) when it is within :func:`max_model_bytes`.
+
+    Raises:
+        BudgetError: one line with the estimate, the cap in MB and the setting that raises it.
+    """
+    estimate = estimate_bytes(cfg) + max(0, int(file_bytes) - BYTES * count_params(cfg))
+    cap = max_model_bytes()
+    if estimate > cap:
+        raise BudgetError(f"the model would need about {estimate / 2**20:,.0f} MB of memory "
+                          f"({count_params(cfg):,} parameters), above this server's {cap / 2**20:,.0f} MB cap "
+                          "(VIZ_MAX_MODEL_MB)")
+    return estimate
