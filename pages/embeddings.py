@@ -13,7 +13,7 @@ from viz_ui.explain import input_name, positional_sentence
 from viz_ui.figures import (angle_heatmap, matrix_heatmap, pca_scatter, position_curves, relative_score_curve,
                             similarity_heatmap)
 from viz_ui.layout import (needs_window, pick_layer_head, pick_position, position_window, require_trace, setup_page,
-                           show_figure)
+                           show_figure, show_table)
 from viz_ui.rotary_view import angle_table, relative_scores
 from viz_ui.numeric import cosine_similarity
 from viz_ui.state import get_embedding_pca, get_positional_table
@@ -35,6 +35,26 @@ if trace.is_encoder_decoder:
 E, P = trace.arrays[prefix + "hook_embed"], trace.arrays[prefix + "hook_pos_embed"]
 X = trace.arrays[prefix + "blocks.0.hook_resid_pre"]  # what the first block receives, as the model added it
 
+MAX_PCA_LABELS = 24  # labels on the PCA scatter (half in lecture mode): more overlap
+
+
+def label_pca(fig, ids, labels: list[str], coords, max_labels: int) -> int:
+    """Thin the typed tokens' labels on :func:`pca_scatter`'s figure (its second trace): a token repeated in the
+    text sits on one point in E, so only its first position is labelled; at most ``max_labels`` tokens, spread over
+    the text; labels alternate above and below their points from left to right. Every point keeps its full label
+    on hover. Returns how many tokens are labelled."""
+    full = [f"{i} {lab}" for i, lab in enumerate(labels)]
+    firsts = sorted({int(t): i for i, t in reversed(list(enumerate(ids)))}.values())
+    keep = [firsts[round(j * len(firsts) / max_labels)] for j in range(max_labels)] if len(firsts) > max_labels else firsts
+    keep = sorted(set(keep))
+    side = {pos: ("top center" if rank % 2 == 0 else "bottom center")
+            for rank, pos in enumerate(sorted(keep, key=lambda p: float(coords[p, 0])))}
+    fig.data[1].update(text=[full[i] if i in side else "" for i in range(len(full))],
+                       textposition=[side.get(i, "top center") for i in range(len(full))],
+                       hovertext=full, hovertemplate="%{hovertext}<extra></extra>")
+    return len(keep)
+
+
 POSITIONAL_TEXT = {
     "sinusoidal": "This model uses the fixed sinusoidal encoding of *Attention Is All You Need*: "
                   "P[pos, 2i] = sin(pos / 10000^(2i/d_model)), P[pos, 2i+1] = cos(pos / 10000^(2i/d_model)). "
@@ -43,9 +63,14 @@ POSITIONAL_TEXT = {
 }
 st.markdown(POSITIONAL_TEXT.get(cfg.positional, positional_sentence(cfg)))
 x_name = input_name(cfg)
-# one position chooser for every windowed view of the page (drawn only when a view needs it)
-centre = pick_position(st, trace, "Window around position") if (needs_window(trace)
-          or needs_window(trace, cfg.d_model)) else trace.n_tokens - 1
+# one position chooser for every windowed view of the page (drawn only when a view needs it), saying which views
+windowed = (["the E, P and x heatmaps"] if needs_window(trace, cfg.d_model) else []) + (
+    ["the cosine-similarity matrix"] if needs_window(trace) else [])
+centre = trace.n_tokens - 1
+if windowed:
+    centre = pick_position(st, trace, "Window around position (for " + " and ".join(windowed) + ")")
+    st.caption(f":material/crop: {trace.n_tokens} tokens are too many for some views: this position chooses the window "
+               f"of {' and of '.join(windowed)}. The PCA and the positional curves show every typed token.")
 ra, rb = position_window(st, trace, cfg.d_model, centre)
 rows = trace.labels[ra:rb]
 tab_e, tab_p, tab_x = st.tabs(["E: token embeddings",
@@ -104,8 +129,14 @@ st.markdown("The embedding matrix has one row per vocabulary token. Principal co
 dims = st.radio("Projection", ["2-D", "3-D"], horizontal=True, key="pca_dims")
 pca, vocab_coords = get_embedding_pca(state.model_path)
 k = 3 if dims == "3-D" else 2
-show_figure(pca_scatter(vocab_coords[:, :k], pca.project(E / cfg.embed_scale)[:, :k], trace.labels, pca.explained,
-                        f"Token embeddings in PCA coordinates ({dims})"), state, f"embedding_pca_{k}d")
+typed = pca.project(E / cfg.embed_scale)[:, :k]
+pca_fig = pca_scatter(vocab_coords[:, :k], typed, trace.labels, pca.explained,
+                      f"Token embeddings in PCA coordinates ({dims})")
+n_named = label_pca(pca_fig, trace.ids, trace.labels, typed, MAX_PCA_LABELS // (2 if state.display.lecture else 1))
+show_figure(pca_fig, state, f"embedding_pca_{k}d")
+if n_named < len(set(trace.ids.tolist())):
+    st.caption(f"{n_named} of the {len(set(trace.ids.tolist()))} different tokens are labelled, so the labels stay "
+               "readable; hover a red dot for any token.")
 
 st.subheader("How similar are the typed tokens?")
 which = st.radio("Vectors", ["E (token only)", "x = E + P (token and position)"], horizontal=True, key="sim_vectors")
@@ -116,4 +147,4 @@ sa, sb = position_window(st, trace, None, centre)
 show_figure(similarity_heatmap(sim[sa:sb, sa:sb], trace.labels[sa:sb], "Cosine similarity between the typed tokens",
                                offset=sa), state, "cosine_similarity")
 with st.expander("As a table"):
-    st.dataframe(similarity_table(sim[sa:sb, sa:sb], trace.labels[sa:sb]).round(3))
+    show_table(similarity_table(sim[sa:sb, sa:sb], trace.labels[sa:sb]).round(3), state)

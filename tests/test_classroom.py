@@ -125,3 +125,43 @@ def test_generation_attention_starts_on_the_most_salient_head():
     rows[1, 2] = [0.1, 0.0, 0.9, 0.0]  # ... except layer 1, head 2
     records = [StepRecord(0, 1.0, 1.0, rows, 4, 0), StepRecord(0, 1.0, 1.0, rows, 1, 4)]
     assert salient_head(records) == (1, 2)
+
+
+# --- 2. long texts ------------------------------------------------------------------------------------------------
+
+LONG = "The cat sat on the mat. " * 30  # 211 tokens of the shipped model (d_model 256: E, P and x fit whole)
+
+
+def test_the_logit_lens_of_a_long_text_writes_a_window_of_cells():
+    from conftest import plotly_array
+    at = open_page("pages/logit_lens.py", text=LONG)
+    fig = figure_titled(at, "Top prediction after each layer")
+    z = plotly_array(fig["data"][0]["z"])
+    assert z.shape[1] == 40 and fig["data"][0]["texttemplate"] == "%{text}"
+    assert plotly_array(fig["data"][0]["x"]).tolist() == list(range(211 - 40, 211))
+    assert fig["layout"]["xaxis"]["tickvals"][0] == 211 - 40
+    at.slider(key="lens_first").set_value(0).run()
+    fig = figure_titled(at, "Top prediction after each layer")
+    assert fig["layout"]["xaxis"]["tickvals"][0] == 0 and fig["data"][0]["text"][0][0]
+    at = open_page("pages/logit_lens.py", text=LONG, query=LECTURE)  # larger font: fewer, still readable columns
+    assert plotly_array(figure_titled(at, "Top prediction")["data"][0]["z"]).shape[1] == int(40 / 1.5)
+
+
+def test_the_embeddings_window_says_which_views_it_moves():
+    at = open_page("pages/embeddings.py", text=LONG)
+    label = at.selectbox(key="query").label
+    assert "cosine-similarity" in label and "E, P and x" not in label  # d_model 256: 211 rows of E fit whole
+    from conftest import plotly_array
+    assert plotly_array(figure_titled(at, "Token embeddings E")["data"][0]["z"]).shape[0] == 211
+    assert plotly_array(figure_titled(at, "Cosine similarity")["data"][0]["z"]).shape == (128, 128)
+
+
+def test_pca_labels_name_each_token_once_and_not_too_many():
+    at = open_page("pages/embeddings.py", text="the cat and the dog and the bird and the fish")
+    points = figure_titled(at, "Token embeddings in PCA")["data"][1]
+    named = [t for t in points["text"] if t]
+    assert len(named) == len({t.split(" ", 1)[1] for t in named})  # a repeated token is labelled once
+    assert named[0].startswith("0 ") and len(points["hovertext"]) == len(points["text"])
+    assert set(points["textposition"]) == {"top center", "bottom center"}
+    at = open_page("pages/embeddings.py", text=LONG)
+    assert sum(bool(t) for t in figure_titled(at, "Token embeddings in PCA")["data"][1]["text"]) <= 24
