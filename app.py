@@ -1,4 +1,6 @@
-"""Landing page: what the tool is, the pipeline at a glance, and where to start."""
+"""Landing page: the whole model on one screen, live: the text's tokens, the input vectors, every layer's heads
+and feed-forward network as thumbnails of what the model computed, and the output probabilities. Clicking a
+part opens its page."""
 
 import streamlit as st
 
@@ -7,49 +9,109 @@ from viz_ui.preload import preload_plotly
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
 from viz_ui.explain import positional_sentence
-from viz_ui.layout import PAGES, setup_page
-from viz_ui.state import model_card
+from viz_ui.figures import topk_bar
+from viz_ui.generation import mask_positions
+from viz_ui.heads import overview_patterns
+from viz_ui.layout import set_shared, setup_page, show_figure, side_by_side
+from viz_ui.overview import map_targets, model_map, output_distribution
+from viz_ui.state import get_vocab_labels, model_card
+from viz_ui.tables import token_chips_html
+from viz_ui.text import plain
 from viz_ui.trace import tokenizer_kind
 
+TARGET_PAGES = {"input": "pages/embeddings.py", "head": "pages/attention.py", "mlp": "pages/block.py"}
+
 state = setup_page("Inside a Transformer",
-                   "Type a sentence in the sidebar and watch what a real trained transformer computes for it.")
-cfg = state.model.cfg
+                   "Type in the sidebar: every picture below is what the model computes for your text, redrawn as "
+                   "you type. Click a part to open it.")
+cfg, model, trace = state.model.cfg, state.model, state.trace
 
-st.markdown(
-    "Every number in this app is computed by the model you choose in the sidebar, on the text you type: "
-    "nothing is a drawing. The pages follow the path of the text through the model.")
 
-st.subheader("The pipeline at a glance")
-steps = [
-    ("Text → tokens", f"A {tokenizer_kind(state.tokenizer)} tokenizer cuts the text into tokens, each with an integer id."),
-    ("Tokens → vectors", f"Each id selects a row of the embedding matrix W_E (d_model = {cfg.d_model}). "
-                         + positional_sentence(cfg)),
-    ("Attention", f"In each of {cfg.n_layers} layers, {cfg.n_heads} heads compute softmax(QKᵀ/√d_k)·V "
-                  f"(d_k = {cfg.d_head}); " + ("a causal mask stops a token from looking ahead." if cfg.causal else
-                                               "every token sees every other token (an encoder, no mask).")),
-    ("Feed-forward", f"A two-layer network (d_mlp = {cfg.d_mlp}) transforms each position; add & norm "
-                     f"({cfg.norm_placement}-LN) wraps every sub-layer."),
-    ("Output", f"The last vector is multiplied by the unembedding and a softmax over {cfg.d_vocab} tokens "
-               "gives the next-token probabilities; temperature reshapes them." if cfg.causal and state.model.has_lm_head
-     else f"A masked-LM head predicts, at each position, which of {cfg.d_vocab} tokens belongs there (write [MASK])."
-     if state.model.has_lm_head else "This model has no output head: it ends in hidden states (embeddings)."),
-]
-cols = st.columns(len(steps))
-for col, (head, body) in zip(cols, steps):
-    with col.container(border=True):
-        st.markdown(f"**{head}**")
-        st.caption(body)
+def _open_clicked() -> None:
+    """on_select of the model map: remember the clicked head (shared layer/head) and the page to open."""
+    points = st.session_state["model_map"].selection.points
+    if not points or points[0].get("curve_number") != 2 + cfg.n_layers:  # only the clickable overlay
+        return
+    kind, layer, head = map_targets(cfg.n_layers, cfg.n_heads)[points[0]["point_index"]]
+    if kind != "input":
+        set_shared("layer", layer)
+    if kind == "head":
+        set_shared("head", head)
+    st.session_state["_open_page"] = TARGET_PAGES[kind]
 
-st.subheader("Where to start")
-for path, label, icon in PAGES[1:]:
-    st.page_link(path, label=label, icon=icon)
 
-st.subheader(f"The model: {state.model_name}")
-st.markdown(f"{state.model.n_params():,} parameters · {cfg.n_layers} layers · {cfg.n_heads} heads · "
-            f"d_model {cfg.d_model} · d_head {cfg.d_head} · d_mlp {cfg.d_mlp} · vocabulary {cfg.d_vocab} · "
-            f"context {cfg.n_ctx} tokens · {cfg.positional} positions · {cfg.norm_placement}-LN · "
-            f"{cfg.n_kv_heads} key/value heads · more on the Model inspector page")
-card = model_card(state.model_path)
-if card:
-    with st.expander("Model card"):
+if page := st.session_state.pop("_open_page", None):
+    st.switch_page(page)
+
+if trace is not None:
+    encoder = trace.is_encoder_decoder
+    st.markdown(f"**Tokens** ({tokenizer_kind(state.tokenizer)}): "
+                + (f"the source has {len(trace.src_ids)}; the decoder below reads its own output, {trace.n_tokens}."
+                   if encoder else f"{trace.n_tokens}, each an id in a vocabulary of {cfg.d_vocab:,}."))
+    st.html(token_chips_html(trace.labels, trace.ids))
+    left, right = side_by_side(state, [3, 2])
+    with left:
+        patterns, _ = overview_patterns(trace.arrays, cfg.n_layers)
+        mlp = [trace.arrays[f"blocks.{i}.mlp.hook_post"] for i in range(cfg.n_layers)]
+        fig = model_map(trace.arrays["blocks.0.hook_resid_pre"], patterns, mlp, cfg.mlp,
+                        title=f"{'The decoder: ' if encoder else ''}input, then {cfg.n_layers} layers × "
+                              f"({cfg.n_heads} heads + MLP)")
+        show_figure(fig, state, "model_map", select_key="model_map", on_select=_open_clicked)
+        st.caption("Top row: the vectors that enter the first layer, one row per token "
+                   f"({'x = E + P' if cfg.positional in ('learned', 'sinusoidal') else 'x = E'}). Each later row is a "
+                   "layer: its heads' attention maps (query × key, darker = more weight) and, last, its feed-forward "
+                   "activations (token × unit, red +, blue −). Thumbnails keep the strongest value of each block of "
+                   "cells. Click one to open it.")
+    with right:
+        if model.has_lm_head:
+            if cfg.causal:
+                pos = 0 if encoder else trace.n_tokens - 1
+                what = ("The first output token" if encoder else f"After “{plain(trace.labels[pos])}”: the next token")
+            else:
+                masks = mask_positions(state.tokenizer, trace.ids)
+                pos = masks[0] if masks else trace.n_tokens - 1
+                what = f"At position {pos} ({'[MASK]' if masks else plain(trace.labels[pos])}): the token that belongs there"
+            ids, probs = output_distribution(trace.arrays["hook_logits"][pos])
+            vocab = get_vocab_labels(state.model_path)
+            show_figure(topk_bar([vocab[i] for i in ids], probs, "Output probabilities (T = 1)"), state, "model_output")
+            st.caption(f"{what}: softmax of the logits over all {cfg.d_vocab:,} tokens. Temperature, top-k and "
+                       "generation are on the output page.")
+        else:
+            st.info("This checkpoint has no output head: it ends in hidden states (vectors per token), so there are "
+                    "no output probabilities.", icon=":material/block:")
+    links = st.columns(5)
+    for col, (page, label, icon) in zip(links, [
+            ("pages/tokens.py", "Tokens", ":material/text_fields:"),
+            ("pages/embeddings.py", "Embeddings", ":material/scatter_plot:"),
+            ("pages/attention.py", "Attention", ":material/visibility:"),
+            ("pages/block.py", "Feed-forward", ":material/stacks:"),
+            ("pages/output.py", "Output", ":material/bar_chart:")]):
+        col.page_link(page, label=label, icon=icon)
+
+with st.expander("What each part computes", icon=":material/info:"):
+    steps = [
+        ("Text → tokens", f"A {tokenizer_kind(state.tokenizer)} tokenizer cuts the text into tokens, each with an "
+                          "integer id."),
+        ("Tokens → vectors", f"Each id selects a row of the embedding matrix W_E (d_model = {cfg.d_model}). "
+                             + positional_sentence(cfg)),
+        ("Attention", f"In each of {cfg.n_layers} layers, {cfg.n_heads} heads compute softmax(QKᵀ/√d_k)·V "
+                      f"(d_k = {cfg.d_head}); " + ("a causal mask stops a token from looking ahead." if cfg.causal else
+                                                   "every token sees every other token (an encoder: no mask).")),
+        ("Feed-forward", f"A two-layer network (d_mlp = {cfg.d_mlp}) transforms each position; add & norm "
+                         f"({cfg.norm_placement}-LN) wraps every sub-layer."),
+        ("Output", f"The last vector is multiplied by the unembedding and a softmax over {cfg.d_vocab:,} tokens gives "
+                   "the next-token probabilities; temperature reshapes them." if cfg.causal and model.has_lm_head
+         else f"A masked-LM head predicts, at each position, which of {cfg.d_vocab:,} tokens belongs there (write "
+              "[MASK])." if model.has_lm_head else "This model has no output head: it ends in hidden states."),
+    ]
+    for head, body in steps:
+        st.markdown(f"**{head}.** {body}")
+
+with st.expander(f"The model: {plain(state.model_name)}", icon=":material/memory:"):
+    st.markdown(f"{model.n_params():,} parameters · {cfg.n_layers} layers · {cfg.n_heads} heads · "
+                f"d_model {cfg.d_model} · d_head {cfg.d_head} · d_mlp {cfg.d_mlp} · vocabulary {cfg.d_vocab:,} · "
+                f"context {cfg.n_ctx:,} tokens · {cfg.positional} positions · {cfg.norm_placement}-LN · "
+                f"{cfg.n_kv_heads} key/value heads · more on the Model inspector page")
+    card = model_card(state.model_path)
+    if card:
         st.markdown(card)

@@ -8,22 +8,36 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 
 from viz_ui.export import pattern_table, pooled_pattern_table
 from viz_ui.figures import attention_grid, attention_heatmap
-from viz_ui.layout import pick_layer_head, position_window, require_trace, setup_page, show_figure
+from viz_ui.layout import (pick_layer_head, position_window, require_trace, set_shared, setup_page, show_figure,
+                           side_by_side)
 from viz_ui.heads import overview_patterns
 from viz_ui.steps import future_share, unmasked_view
 
 state = setup_page("Attention",
-                   "In every layer, each head lets every token gather information from earlier tokens. "
+                   "In every layer, each head lets every token gather information from the tokens it may see. "
                    "Row = the token that asks (query), column = the token it looks at (key); each row sums to 1.")
 trace = require_trace(state)
 cfg = state.model.cfg
 patterns, block = overview_patterns(trace.arrays, cfg.n_layers)
+st.markdown("This model is a **decoder**: a token sees itself and the tokens before it (causal mask)."
+            if cfg.causal else "This model is an **encoder**: every token sees every token of the text (no mask).")
 
-grid, pooled = attention_grid(patterns, pooled_by=block)
+
+def _open_head() -> None:
+    """on_select of the all-heads grid: the clicked tile becomes the layer and head shown below."""
+    points = st.session_state["attn_grid"].selection.points
+    if points and points[0].get("curve_number") == 1:  # the clickable tile points, not the heatmap
+        layer, head = divmod(points[0]["point_index"], cfg.n_heads)
+        set_shared("layer", layer)
+        set_shared("head", head)
+
+
+grid, pooled = attention_grid(patterns, pooled_by=block, labels=trace.labels)
 n = trace.n_tokens
 show_figure(grid, state, "attention_all_heads",
             data=lambda: (pattern_table(patterns, trace.labels, cfg.causal) if block == 1 else
-                          pooled_pattern_table(patterns, block, n, n)))
+                          pooled_pattern_table(patterns, block, n, n)), select_key="attn_grid", on_select=_open_head)
+st.caption("Click a head to show it below; hover a head for its strongest query → key pair.")
 if pooled:
     st.caption(f"{trace.n_tokens} tokens are too many to draw per cell in {cfg.n_layers * cfg.n_heads} small "
                "maps: each cell of the overview is the largest weight in a block of cells. "
@@ -37,15 +51,21 @@ kind = c3.radio("Show", ["weights (after softmax)", "scores (scaled, masked, bef
 if kind.startswith("weights"):
     matrix = trace.arrays[f"blocks.{layer}.attn.hook_pattern"][head]
     title = f"Layer {layer}, head {head}: attention weights softmax(QKᵀ/√d_k)"
-    st.markdown("Each row is a probability distribution: how much of each earlier token's value vector "
-                "the query token takes.")
+    st.markdown("Each row is a probability distribution: how much of each "
+                + ("earlier token's" if cfg.causal else "token's") + " value vector the query token takes.")
 else:
     matrix = trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head]
     title = f"Layer {layer}, head {head}: scores q·k/√d_k (d_k = {cfg.d_head})"
-    st.markdown("Scores are the dot products of queries and keys divided by √d_k. Blank cells above the "
-                "diagonal are masked with −∞: a token may not look at tokens after it, and softmax turns −∞ into 0.")
+    st.markdown("Scores are the dot products of queries and keys divided by √d_k."
+                + (" Blank cells above the diagonal are masked with −∞: a token may not look at tokens after it, and "
+                   "softmax turns −∞ into 0." if cfg.causal else " This encoder masks nothing: every cell is a score."))
 a, b = position_window(st, trace)
 labels = trace.labels[a:b]
+if (a, b) != (0, n) and kind.startswith("weights"):
+    inside = float(matrix[a:b, a:b].sum() / max(1e-9, matrix[a:b].sum()))
+    st.caption(f"In this window, {inside:.0%} of these rows' attention falls on keys inside it; the other "
+               f"{1 - inside:.0%} goes to keys outside positions {a}–{b - 1}" + (" (often position 0)" if a > 0 else "")
+               + ", so the map can look pale. Move the window, or see whole rows on page 3a.")
 show_figure(attention_heatmap(matrix[a:b, a:b], labels, title, "weights" if kind.startswith("weights") else "scores",
                               offset=a), state, f"attention_L{layer}_H{head}")
 
@@ -58,7 +78,7 @@ if cfg.causal:
                 + (f" This model also has a sliding window of {cfg.attn_window}: the middle panel hides keys that far "
                    "back too." if cfg.attn_window else ""))
     raw, free = unmasked_view(trace, cfg, layer, head)
-    m1, m2, m3 = st.columns(3)
+    m1, m2, m3 = side_by_side(state, 3)
     with m1:
         show_figure(attention_heatmap(raw[a:b, a:b], labels, "Scores without mask", "scores", offset=a), state,
                     f"scores_unmasked_L{layer}_H{head}")

@@ -130,7 +130,8 @@ def pool_blocks(matrices: np.ndarray, block: int) -> np.ndarray:
 
 
 def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 250_000,
-                   pooled_by: int = 1) -> tuple[go.Figure, bool]:
+                   pooled_by: int = 1, labels: list[str] | None = None,
+                   key_labels: list[str] | None = None) -> tuple[go.Figure, bool]:
     """Every layer and head at once: ``patterns`` ``[n_layers, n_heads, query_pos, key_pos]`` (key_pos may
     differ from query_pos: cross-attention's target × source).
 
@@ -138,6 +139,10 @@ def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 25
     Sequences longer than the tile size are pooled by block maximum (:func:`grid_block`, :func:`pool_blocks`;
     12 x 12 heads at 256 tokens: about 1.3 MB sent to the browser). ``pooled_by``: the caller already pooled
     the patterns by that block size (one layer at a time, so a long text's float32 stack never exists).
+
+    ``labels`` / ``key_labels``: token labels of the query / key positions, for the hover of each tile, which
+    names its layer, head and strongest query → key pair. The last trace is an invisible scatter with one
+    clickable point per tile: ``point_index = layer * n_heads + head``.
 
     Returns:
         ``(figure, pooled)``: pooled is True when tiles were pooled.
@@ -158,13 +163,38 @@ def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 25
                                colorbar=dict(title="weight"), hovertemplate="weight %{z:.3f}<extra></extra>"))
     rows = [i * (tq + gap) + (tq - 1) / 2 for i in range(n_layers)]
     cols = [i * (tk + gap) + (tk - 1) / 2 for i in range(n_heads)]
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=rows,
+    # square tiles; both axes shrink their domain (not extend their range) to keep them square, so the head
+    # labels on top stay next to the first row of tiles
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=rows, constrain="domain",
                      ticktext=[f"L{i}" for i in range(n_layers)], title="layer", showgrid=False, zeroline=False)
-    fig.update_xaxes(tickmode="array", tickvals=cols, ticktext=[f"H{i}" for i in range(n_heads)],
+    fig.update_xaxes(tickmode="array", tickvals=cols, ticktext=[f"H{i}" for i in range(n_heads)], constrain="domain",
                      side="top", showgrid=False, zeroline=False, scaleanchor="y")  # tick labels H0.. name the heads
+    fig.add_trace(_tile_points(patterns, rows, cols, block, labels, key_labels if key_labels is not None else labels))
     height = max(300, min(1100, 90 + 110 * n_layers))
     title = "All heads: attention weights" + (f" (max-pooled over {block}×{block} blocks)" if pooled else "")
     return _layout(fig, title, height=height), pooled
+
+
+def _tile_points(patterns: np.ndarray, rows: list[float], cols: list[float], block: int,
+                 labels: list[str] | None, key_labels: list[str] | None) -> go.Scatter:
+    """One invisible, clickable point per tile of :func:`attention_grid`, whose hover names the head and its
+    strongest query → key pair (positions are block starts when the tiles are pooled)."""
+    n_layers, n_heads = patterns.shape[:2]
+    flat = patterns.reshape(n_layers, n_heads, -1)
+    best = flat.argmax(-1)
+    xs, ys, text = [], [], []
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            q, k = divmod(int(best[layer, head]), patterns.shape[-1])
+            q, k = q * block, k * block
+            pair = (f"{q} {_plain(labels[q])} → {k} {_plain(key_labels[k])}" if labels is not None and block == 1
+                    else f"query {q} → key {k}" + (f" (blocks of {block})" if block > 1 else ""))
+            xs.append(cols[head])
+            ys.append(rows[layer])
+            text.append(f"Layer {layer}, head {head}<br>strongest: {pair}, {float(flat[layer, head].max()):.2f}"
+                        "<br>click: show this head below")
+    return go.Scatter(x=xs, y=ys, mode="markers", text=text, hovertemplate="%{text}<extra></extra>", showlegend=False,
+                      marker=dict(size=24, color="rgba(0,0,0,0)", line=dict(width=0)))
 
 
 def similarity_heatmap(sim: np.ndarray, labels: list[str], title: str, offset: int = 0) -> go.Figure:
@@ -216,10 +246,12 @@ def topk_bar(labels: list[str], probs: np.ndarray, title: str, highlight: int | 
     k = len(labels)
     colours = ["#d62728" if i == highlight else "#1f77b4" for i in range(k)]
     fig = go.Figure(go.Bar(x=probs, y=list(range(k)), orientation="h", marker_color=colours,
-                           text=[f"{p:.1%}" for p in probs], textposition="outside", customdata=labels,
-                           hovertemplate="%{customdata}<br>p = %{x:.4f}<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(k)), ticktext=labels)
+                           text=[f"{p:.1%}" for p in probs], textposition="outside", customdata=[_plain(s) for s in labels],
+                           cliponaxis=False, hovertemplate="%{customdata}<br>p = %{x:.4f}<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(k)), ticktext=[_plain(s) for s in labels])
+    # room on the right for the largest bar's percentage (drawn outside the axis: cliponaxis=False)
     fig.update_xaxes(title=x_title, range=[0, min(1.0, float(probs.max(initial=0)) * 1.25 + 0.02)])
+    fig.update_layout(margin=dict(r=70))
     return _layout(fig, title, height=max(300, 80 + 34 * k))
 
 

@@ -15,7 +15,7 @@ from viz_model.tokenizer import IdTokenizer
 
 from .export import figure_csv, trace_npz
 from .figures import style_for_display
-from .state import available_models, get_trace, resolve
+from .state import available_models, get_salient_head, get_trace, resolve
 from .trace import Trace
 
 APP_NAME = "Inside a Transformer"
@@ -68,7 +68,8 @@ DARK_CSS = (
     "[data-testid=stExpander] details,[data-testid=stCode] pre,[data-testid=stCode] code,"
     "[data-testid=stBaseButton-secondary],[data-testid=stBaseButton-tertiary],[data-testid=stPageLink-NavLink],"
     "[data-testid=stBaseLinkButton-secondary],[data-testid=stBaseButton-pills],[data-testid=stBaseButton-segmented_control],"
-    "[data-testid=stDownloadButton] button,[data-testid=stPopover] button,[data-testid=stNumberInputContainer] button)"
+    "[data-testid=stDownloadButton] button,[data-testid=stPopover] button,[data-testid=stNumberInputContainer] button,"
+    "[data-testid=stFileUploaderDropzone],[data-testid=stFileUploaderDropzone] button)"
     f"{{background:{DARK_BG2} !important;color:{DARK_INK} !important;-webkit-text-fill-color:{DARK_INK};"
     f"border-color:{DARK_LINE} !important}}"
     "[data-testid=stApp] :is([data-testid=stBaseButton-pillsActive],[data-testid=stBaseButton-segmented_controlActive])"
@@ -86,6 +87,12 @@ DARK_CSS = (
     # menus and tooltips open in a layer outside the app
     f"[data-baseweb=popover] :is(ul,li,div),[data-baseweb=tooltip] *{{background:{DARK_BG2};color:{DARK_INK}}}"
     f"[data-testid=stTooltipContent] *{{color:{DARK_INK}}}"
+    f"[data-testid=stMarkdownContainer] code{{background:{DARK_BG2} !important;color:{DARK_INK} !important}}"
+    # alerts: Streamlit's light theme tints them faintly, too light under light text; darker tints of each kind
+    "[data-testid=stAlertContainer]{background:#1d2a3a !important}"
+    "[data-testid=stAlertContainer]:has([data-testid=stAlertContentSuccess]){background:#173a26 !important}"
+    "[data-testid=stAlertContainer]:has([data-testid=stAlertContentWarning]){background:#3d3212 !important}"
+    "[data-testid=stAlertContainer]:has([data-testid=stAlertContentError]){background:#451a1a !important}"
     "[data-testid=stApp] .tok,[data-testid=stApp] .tok sub{color:#111 !important}")
 
 
@@ -120,18 +127,22 @@ def _display_controls() -> Display:
 
 
 def _apply_display(display: Display) -> None:
-    css = DARK_CSS if display.css_theme else ""
+    # less empty space above the title (Streamlit leaves 6rem): the landing page's model fits one screen
+    # Streamlit fades captions with opacity 0.6 (3.9:1 on white): full opacity and a grey that keeps 4.5:1 or more
+    ink = DARK_MUTED if display.theme == "dark" else "#4a4d57"
+    css = (".block-container{padding-top:3rem}"
+           f"[data-testid=stCaptionContainer]{{opacity:1 !important;color:{ink} !important}}"
+           + (DARK_CSS if display.css_theme else ""))
     if display.lecture:
         # Streamlit sizes its text in rem: scaling the root font scales the page's text and widgets. The sidebar
         # starts folded (setup_page) and is wider only while open, so that folding moves it wholly off screen.
         css += (f"html{{font-size:{16 * display.scale:.0f}px}}"
                 ".block-container{max-width:100%;padding-left:1.5rem;padding-right:1.5rem}"
-                f"[data-testid=stSidebar][aria-expanded=true]{{min-width:min({300 * display.scale:.0f}px,45vw)}}"
+                f"[data-testid=stSidebar][data-collapsed=false]{{min-width:min({300 * display.scale:.0f}px,45vw)}}"
                 # Streamlit's own CSV toolbar over tables and the figures' mode bar: not in a lecture
                 "[data-testid=stElementToolbar]{display:none}"
                 "[data-testid=stApp]{overflow-x:hidden}")
-    if css:
-        st.html(f"<style>{css}</style>")
+    st.html(f"<style>{css}</style>")
 
 
 @dataclass
@@ -322,9 +333,14 @@ def shared_number(widget, label: str, key: str, lo, hi, default, cast, **kwargs)
 
 
 def pick_layer_head(state: AppState, layer_col, head_col) -> tuple[int, int]:
-    """Layer and head selectors (kept in the link as ``layer`` and ``head``)."""
+    """Layer and head selectors (kept in the link as ``layer`` and ``head``). Until the user picks one they open
+    on the most salient head for the text (:func:`viz_ui.overview.salient_head`), not on layer 0 head 0."""
     cfg = state.model.cfg
-    return pick_index(layer_col, "Layer", "layer", cfg.n_layers), pick_index(head_col, "Head", "head", cfg.n_heads)
+    layer, head = 0, 0
+    if state.trace is not None and not {"_layer", "_head"} <= set(st.session_state):
+        layer, head = get_salient_head(state.model_path, state.text)
+    return (pick_index(layer_col, "Layer", "layer", cfg.n_layers, layer),
+            pick_index(head_col, "Head", "head", cfg.n_heads, head))
 
 
 def pick_position(container, trace: Trace, label: str) -> int:
@@ -383,24 +399,31 @@ def show_table(data, state: AppState, height: int | None = None, **kwargs) -> No
         st.dataframe(data, height=height or "auto", **kwargs)
 
 
-def side_by_side(state: AppState, n: int) -> list:
-    """``n`` columns for figures shown next to each other, or ``n`` stacked containers in lecture mode, where
-    side-by-side figures would be narrower than readable on a projector."""
+def side_by_side(state: AppState, spec) -> list:
+    """Columns for figures shown next to each other (``spec``: a count, or relative widths as ``st.columns``
+    takes them), or as many stacked containers in lecture mode, where side-by-side figures would be narrower
+    than readable on a projector."""
     if state.display.lecture:
-        return [st.container() for _ in range(n)]
-    return st.columns(n)
+        return [st.container() for _ in range(spec if isinstance(spec, int) else len(spec))]
+    return st.columns(spec)
 
 
-def show_figure(fig: go.Figure, state: AppState, view: str, data=None) -> None:
+def show_figure(fig: go.Figure, state: AppState, view: str, data=None, select_key: str | None = None,
+                on_select=None) -> None:
     """Render a figure with a PNG/SVG export in its toolbar and a CSV of its data, named after the model
     and view. ``data``: a callable returning the DataFrame to export, when the figure's own cells are not
-    the best table (e.g. tiled or pooled figures); by default :func:`figure_frame` of the figure."""
+    the best table (e.g. tiled or pooled figures); by default :func:`figure_frame` of the figure.
+    ``select_key`` and ``on_select``: a clickable figure (Streamlit point selection under that widget key; the
+    callback reads ``st.session_state[select_key].selection``)."""
     d = state.display
     filename = f"{_file_stem(state.model_name)}_{view}"
     style_for_display(fig, d.scale, d.theme)
-    st.plotly_chart(fig, theme=None, config={
-        "displaylogo": False, "displayModeBar": not d.lecture,
-        "toImageButtonOptions": {"format": d.export, "scale": 3 if d.export == "png" else 1, "filename": filename}})
+    config = {"displaylogo": False, "displayModeBar": not d.lecture,
+              "toImageButtonOptions": {"format": d.export, "scale": 3 if d.export == "png" else 1, "filename": filename}}
+    if select_key:
+        st.plotly_chart(fig, theme=None, config=config, key=select_key, on_select=on_select, selection_mode="points")
+    else:
+        st.plotly_chart(fig, theme=None, config=config)
     if not d.lecture:
         csv = (lambda: figure_csv(fig)) if data is None else (lambda: data().to_csv(index=False))
         st.download_button("Data (CSV)", data=csv, file_name=f"{filename}.csv", mime="text/csv",

@@ -1,0 +1,87 @@
+"""In-browser audits of a rendered page, for the browser tests and bench/: text contrast (WCAG 2.1), widths,
+horizontal scrolling, the sidebar's position, downloads and mode bars. Each function takes a Playwright page."""
+
+from __future__ import annotations
+
+# For every visible element that holds text of its own: its colour and the colour behind it (the first ancestor
+# with an opaque enough background, blended over white/black page as needed), and the WCAG contrast ratio.
+CONTRAST_JS = r"""
+() => {
+  const parse = c => { const m = c.match(/rgba?\(([^)]+)\)/); if (!m) return null;
+    const p = m[1].split(',').map(Number); return {r: p[0], g: p[1], b: p[2], a: p.length > 3 ? p[3] : 1}; };
+  const lum = c => { const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(c.r) + 0.7152 * f(c.g) + 0.0722 * f(c.b); };
+  const blend = (top, under) => ({r: top.r * top.a + under.r * (1 - top.a), g: top.g * top.a + under.g * (1 - top.a),
+    b: top.b * top.a + under.b * (1 - top.a), a: 1});
+  const background = el => {
+    const layers = [];
+    for (let e = el; e; e = e.parentElement) {
+      const c = parse(getComputedStyle(e).backgroundColor);
+      if (c && c.a > 0) { layers.push(c); if (c.a >= 0.99) break; }
+    }
+    let bg = {r: 255, g: 255, b: 255, a: 1};
+    for (let i = layers.length - 1; i >= 0; i--) bg = blend(layers[i], bg);
+    return bg;
+  };
+  const out = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const seen = new Set();
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const el = n.parentElement;
+    if (!el || seen.has(el) || !n.textContent.trim()) continue;
+    seen.add(el);
+    if (el.closest('.js-plotly-plot, svg, [aria-hidden=true], script, style, noscript, iframe')) continue;
+    const st = getComputedStyle(el);
+    const r = el.getBoundingClientRect();
+    if (st.visibility === 'hidden' || st.display === 'none' || r.width < 1 || r.height < 1) continue;
+    if (r.right < 0 || r.left > innerWidth || r.bottom < 0 || r.top > innerHeight) continue;  // on screen only
+    let opacity = 1;  // the element's and its ancestors' opacity fade its text towards the background
+    for (let e = el; e; e = e.parentElement) opacity *= parseFloat(getComputedStyle(e).opacity);
+    if (opacity < 0.05) continue;
+    const fg = parse(st.color); if (!fg) continue;
+    fg.a *= opacity;
+    const bg = background(el);
+    const col = fg.a < 1 ? blend(fg, bg) : fg;
+    const l1 = lum(col), l2 = lum(bg);
+    const ratio = (Math.max(l1, l2) + 0.05) / (Math.min(l1, l2) + 0.05);
+    const tid = el.closest('[data-testid]');
+    out.push({text: n.textContent.trim().slice(0, 40), ratio: Math.round(ratio * 100) / 100,
+              color: st.color, testid: tid ? tid.getAttribute('data-testid') : '', tag: el.tagName,
+              disabled: !!el.closest('[disabled], [aria-disabled=true]')});
+  }
+  return out;
+}
+"""
+
+LAYOUT_JS = r"""
+() => {
+  const sb = document.querySelector('[data-testid=stSidebar]');
+  const main = document.querySelector('[data-testid=stMainBlockContainer]') || document.querySelector('.block-container');
+  const figs = [...document.querySelectorAll('.js-plotly-plot')].map(f => f.getBoundingClientRect().width);
+  const sr = sb ? sb.getBoundingClientRect() : null;
+  const toggle = document.querySelector('[data-testid=stExpandSidebarButton], [data-testid=stSidebarCollapsedControl] button');
+  const tr = toggle ? toggle.getBoundingClientRect() : null;
+  return {
+    width: innerWidth, scrollWidth: document.documentElement.scrollWidth,
+    sidebar: sr ? {left: sr.left, right: sr.right, width: sr.width, expanded: sb.getAttribute('aria-expanded')} : null,
+    toggle: tr ? {width: tr.width, height: tr.height, visible: tr.width > 4 && tr.height > 4} : null,
+    main: main ? main.getBoundingClientRect().width : 0,
+    figures: figs,
+    downloads: document.querySelectorAll('[data-testid=stDownloadButton]').length,
+    modebars: [...document.querySelectorAll('.modebar-container')].filter(m => getComputedStyle(m).display !== 'none'
+               && m.querySelector('.modebar')).length,
+    toolbars: [...document.querySelectorAll('[data-testid=stElementToolbar]')].filter(t => getComputedStyle(t).display !== 'none').length,
+  };
+}
+"""
+
+
+def low_contrast(page, minimum: float = 4.5) -> list[dict]:
+    """Texts on screen whose contrast against what is behind them is below ``minimum`` (disabled widgets excepted,
+    as WCAG 1.4.3 does)."""
+    return [t for t in page.evaluate(CONTRAST_JS) if t["ratio"] < minimum and not t["disabled"]]
+
+
+def layout(page) -> dict:
+    """Window and element widths, the sidebar's box, its open control, downloads, mode bars, toolbars."""
+    return page.evaluate(LAYOUT_JS)
