@@ -11,7 +11,8 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 from viz_ui.block import layernorm_stats, residual_norms, sublayer_norms, top_neurons
 from viz_ui.figures import matrix_heatmap, stage_heatmap, value_bar
 from viz_ui.explain import ACT_NAMES, ffn_formula, ffn_sentence, norm_formula, norm_sentence
-from viz_ui.layout import pick_index, pick_position, position_window, require_trace, setup_page, show_figure
+from viz_ui.layout import (pick_index, pick_position, position_window, require_trace, setup_page, show_figure,
+                           show_table)
 
 state = setup_page("Residual stream, add & norm, feed-forward",
                    "Each token's vector travels up the residual stream; every attention and feed-forward "
@@ -34,7 +35,9 @@ placement = cfg.norm_placement
 st.markdown(
     f"This model is **{placement}-LN**. "
     + ("Pre-LN (GPT-2, Llama): each sub-layer reads Norm(x) and adds its output to the un-normalised stream, "
-       "x + Sublayer(Norm(x)); a final norm comes before the unembedding."
+       "x + Sublayer(Norm(x))"
+       + ("; a final norm comes before the output head." if state.model.has_lm_head and cfg.final_norm else
+          "; a final norm ends the stack." if cfg.final_norm else ".")
        if placement == "pre" else
        "Post-LN (the original transformer, BERT): LayerNorm is applied after each addition, LN(x + Sublayer(x))."))
 st.markdown(norm_sentence(cfg) + ".")
@@ -43,14 +46,17 @@ c1, c2, _ = st.columns(3)
 layer = pick_index(c1, "Layer", "layer", cfg.n_layers)
 pos = pick_position(c2, trace, "Token")
 stats = layernorm_stats(trace, layer, pos, placement)
-st.dataframe(pd.DataFrame({s.name: s.summary for s in stats}).T.style.format("{:.4f}"))
+show_table(pd.DataFrame({f"{s.name} ({s.role}: {s.before_name} → {s.after_name})": s.summary for s in stats})
+           .T.style.format("{:.4f}"), state)
 st.caption("Before normalising, mean and variance vary from token to token; the (x − μ)/σ step makes them 0 and 1, "
            "and the learned scale w and shift b then change them to the values shown under 'after'."
            if cfg.norm == "layernorm" else
            "RMSNorm does not subtract the mean: it divides by the root mean square, so the mean of the output "
            "is not forced to 0; the learned scale w then changes each dimension.")
-both = np.stack([stats[0].before, stats[0].after])
-show_figure(matrix_heatmap(both, ["ln1 input", "ln1 output"], f"ln1 of layer {layer}, token {pos} {trace.labels[pos]}"),
+ln1 = stats[0]
+both = np.stack([ln1.before, ln1.after])
+show_figure(matrix_heatmap(both, [f"ln1 input: {ln1.before_name}", f"ln1 output: {ln1.after_name}"],
+                           f"ln1 ({ln1.role}) of layer {layer}, token {pos} {trace.labels[pos]}"),
             state, f"layernorm_L{layer}_pos{pos}")
 
 st.header("The feed-forward network")

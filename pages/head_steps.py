@@ -8,9 +8,11 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 
 from viz_ui.explain import mask_sentence
 from viz_ui.figures import matrix_heatmap, topk_bar
-from viz_ui.layout import pick_layer_head, pick_position, position_window, require_trace, setup_page, show_figure
+from viz_ui.layout import (pick_layer_head, pick_position, position_window, require_trace, setup_page, show_figure,
+                           show_table)
 from viz_ui.steps import head_steps, largest_weights, value_contributions
 from viz_ui.tables import score_table, vector_table
+from viz_ui.text import plain
 
 state = setup_page("One head, step by step",
                    "Follow one attention head from its input to what it adds to the residual stream, "
@@ -26,8 +28,9 @@ SHOW_DIMS = 8
 fmt = "{:.4f}"
 
 st.header("1 · The input x")
+norm_name = "RMSNorm" if cfg.norm == "rmsnorm" else "LayerNorm"
 st.markdown(f"The attention sub-layer reads the residual stream"
-            f"{' after LayerNorm (this model is pre-LN)' if cfg.norm_placement == 'pre' else ' directly (post-LN)'}: "
+            f"{f' after {norm_name} ln1 (this model is pre-LN)' if cfg.norm_placement == 'pre' else ' directly (post-LN)'}: "
             f"one row of d_model = {cfg.d_model} numbers per token.")
 xa, xb = position_window(st, trace, cfg.d_model, query)
 show_figure(matrix_heatmap(s.x[xa:xb], trace.labels[xa:xb], f"x  [{n} × {cfg.d_model}]", offset=xa), state,
@@ -54,19 +57,20 @@ for tab, name, mat in zip(tabs, "qkv", (s.q, s.k, s.v)):
         qa, qb = position_window(st, trace, cfg.d_head, query)
         show_figure(matrix_heatmap(mat[qa:qb], trace.labels[qa:qb], f"{name} for every token, layer {layer} head {head}",
                                    x_title="d_head dimension", offset=qa), state, f"steps_{name}_L{layer}_H{head}")
-st.markdown(f"The query of **{query} {trace.labels[query]}** (first {SHOW_DIMS} of {cfg.d_head} numbers):")
-st.dataframe(vector_table({f"q[{query}]": s.q[query]}, SHOW_DIMS).style.format(fmt))
+st.markdown(f"The query of token {query}, **{plain(trace.labels[query])}** (first {SHOW_DIMS} of {cfg.d_head} numbers):")
+show_table(vector_table({f"q[{query}]": s.q[query]}, SHOW_DIMS).style.format(fmt), state)
 
-st.header("3 · Scores, mask and softmax")
-st.latex(r"\text{score}_j = \frac{q \cdot k_j}{\sqrt{d_k}}\;(+\,{-\infty}\ \text{if}\ j > i),\qquad "
-         r"w_j = \frac{e^{\text{score}_j}}{\sum_{j'} e^{\text{score}_{j'}}}")
+st.header("3 · Scores, mask and softmax" if cfg.causal else "3 · Scores and softmax (no mask)")
+st.latex(r"\text{score}_j = \frac{q \cdot k_j}{\sqrt{d_k}}"
+         + (r"\;(+\,{-\infty}\ \text{if}\ j > i)" if cfg.causal else "")
+         + r",\qquad w_j = \frac{e^{\text{score}_j}}{\sum_{j'} e^{\text{score}_{j'}}}")
 st.markdown(f"√d_k = √{cfg.d_head} = {cfg.d_head ** 0.5:.4f}. Dividing by it keeps the scores in a range where "
             "softmax is not saturated. "
             + mask_sentence(cfg) + " "
             + "Check the softmax by hand: each weight is its exp(score − max) divided by the sum of that column.")
 table = score_table(trace.labels, s.dots, s.scaled, s.scores, s.weights)
-st.dataframe(table.style.format({c: fmt for c in ("q·k", "q·k / √d_k", "exp(score − max)", "weight")}),
-             hide_index=True)
+show_table(table.style.format({c: fmt for c in ("q·k", "q·k / √d_k", "exp(score − max)", "weight")}), state,
+           hide_index=True)
 total = table["exp(score − max)"].sum()
 st.markdown(f"Sum of exp(score − max) = **{total:.4f}**; the weights sum to **{s.weights.sum():.4f}**.")
 order = largest_weights(s)
@@ -81,7 +85,7 @@ rows = {f"w{j}·v{j}": contrib[j] for j in order[:5]}
 rows["z = Σ"] = s.z
 st.markdown(f"Each value vector v_j is scaled by its weight; their sum is z (d_head = {cfg.d_head}). "
             f"The largest contributions and z, first {SHOW_DIMS} numbers:")
-st.dataframe(vector_table(rows, SHOW_DIMS).style.format(fmt))
+show_table(vector_table(rows, SHOW_DIMS).style.format(fmt), state)
 
 st.header("5 · All heads together: concatenate, multiply by W_O, add to the residual stream")
 st.latex(r"\text{attn\_out} = \mathrm{Concat}(z_1, \dots, z_h)\,W_O + b_O,\qquad "
@@ -90,6 +94,6 @@ st.markdown(f"The {cfg.n_heads} heads' z vectors are concatenated into {cfg.n_he
             f"{cfg.n_heads * cfg.d_head} numbers and multiplied by W_O [{cfg.n_heads * cfg.d_head} × {cfg.d_model}]. "
             f"This head's share is z·W_O[rows of head {head}]."
             + (" In this post-LN model, LayerNorm then normalises the sum." if cfg.norm_placement == "post" else ""))
-st.dataframe(vector_table({"this head's part z·W_O[h]": s.head_out, "attn_out (all heads + b_O)": s.attn_out,
-                           "resid_pre": s.resid_pre, "resid_pre + attn_out": s.resid_mid}, SHOW_DIMS).style.format(fmt))
+show_table(vector_table({"this head's part z·W_O[h]": s.head_out, "attn_out (all heads + b_O)": s.attn_out,
+                         "resid_pre": s.resid_pre, "resid_pre + attn_out": s.resid_mid}, SHOW_DIMS).style.format(fmt), state)
 st.caption("Norms: " + ", ".join(f"{name} {value:.3f}" for name, value in s.norms.items()) + ".")

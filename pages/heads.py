@@ -36,7 +36,7 @@ EXPLAIN = {
     "induction": "On the same repeated sequence: weight from a token of the second copy to the token that came "
                  "*after* it in the first copy (A B … A → look at B). "
                  + ("Induction heads let a model continue a pattern it has seen earlier in the context."
-                    if cfg.causal else "In a model that predicts the next token, such heads continue a pattern seen "
+                    if cfg.causal else "In a decoder (GPT-style) such heads continue a pattern seen "
                     "before; this encoder sees the whole text, so a high score means it matches repeated stretches."),
 }
 WHERE = {"previous-token": f"on {own_text}", "first-token": f"on {own_text}",

@@ -6,8 +6,10 @@ from viz_ui.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.layout import require_trace, setup_page
+from viz_ui.explain import tokenizer_sentence
+from viz_ui.layout import require_trace, setup_page, show_table
 from viz_ui.tables import token_chips_html, token_table
+from viz_ui.text import plain
 from viz_ui.trace import tokenizer_kind
 
 state = setup_page("Tokens", "The model never sees letters: the tokenizer cuts the text into pieces (tokens) "
@@ -18,9 +20,8 @@ c1, c2, c3 = st.columns(3)
 c1.metric("Tokens", len(trace.src_ids) if trace.is_encoder_decoder else trace.n_tokens)
 c2.metric("Vocabulary size", f"{state.tokenizer.get_vocab_size():,}")
 c3.metric("Characters per token", f"{len(trace.text) / max(1, trace.n_tokens_total):.2f}")
-st.markdown(f"Tokenizer: **{tokenizer_kind(state.tokenizer)}**. A space is drawn as `·` and belongs to the "
-            "token that follows it; a piece such as `<F0 9F>` is part of a character (an emoji or another "
-            "script) that the tokenizer splits into several byte tokens. Hover a chip for its position and id.")
+kind = tokenizer_kind(state.tokenizer)
+st.markdown(f"Tokenizer: **{plain(kind)}**. {tokenizer_sentence(kind)} Hover a chip for its position and id.")
 if trace.is_encoder_decoder:
     st.markdown(f"**Encoder (source)**: the text, {len(trace.src_ids)} tokens.")
     st.html(token_chips_html(trace.src_labels, trace.src_ids))
@@ -29,4 +30,4 @@ if trace.is_encoder_decoder:
     st.html(token_chips_html(trace.labels, trace.ids))
 else:
     st.html(token_chips_html(trace.labels, trace.ids))
-    st.dataframe(token_table(trace.ids, trace.labels, trace.offsets, trace.text), hide_index=True)
+    show_table(token_table(trace.ids, trace.labels, trace.offsets, trace.text), state, hide_index=True)

@@ -1,5 +1,6 @@
 """Guided walkthrough: the whole pipeline in order, with the live model and the current text."""
 
+import numpy as np
 import streamlit as st
 
 from viz_ui.preload import preload_plotly
@@ -9,17 +10,19 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 from viz_ui.block import layernorm_stats, residual_norms, top_neurons
 from viz_ui.figures import (attention_grid, attention_heatmap, matrix_heatmap, position_curves, stage_heatmap, topk_bar,
                             value_bar)
-from viz_ui.generation import next_token_view
+from viz_ui.generation import next_token_view, shown_bars
 from viz_ui.explain import (ffn_formula, ffn_sentence, input_name, logits_formula, norm_formula, norm_sentence,
-                            positional_sentence)
-from viz_ui.layout import (position_window, require_trace, set_shared, setup_page, shared_number, shared_widget, show_figure,
-                           show_link)
+                            output_sentence, positional_sentence, tokenizer_sentence)
+from viz_ui.layout import (PAGES, position_window, require_trace, set_shared, setup_page, shared_number, shared_widget,
+                           show_figure, show_link, show_table)
 from viz_ui.state import get_head_scores, get_logit_lens, get_positional_table, get_vocab_labels
 from viz_ui.steps import head_steps, largest_weights
 from viz_ui.tables import score_table, token_chips_html, token_table, topk_table, vector_table
+from viz_ui.text import plain
+from viz_ui.trace import tokenizer_kind
 
 state = setup_page("Guided walkthrough",
-                   "From your text to the next token, one step at a time, with the numbers this model computes now.")
+                   "From your text to the model's output, one step at a time, with the numbers this model computes now.")
 trace = require_trace(state)
 model, cfg, n = state.model, state.model.cfg, trace.n_tokens
 vocab = get_vocab_labels(state.model_path)
@@ -35,7 +38,7 @@ def tokens() -> None:
         st.html(token_chips_html(trace.labels, trace.ids))
         return
     st.html(token_chips_html(trace.labels, trace.ids))
-    st.dataframe(token_table(trace.ids, trace.labels, trace.offsets, trace.text), hide_index=True, height=250)
+    show_table(token_table(trace.ids, trace.labels, trace.offsets, trace.text), state, height=250, hide_index=True)
 
 
 def embeddings() -> None:
@@ -61,12 +64,13 @@ def embeddings() -> None:
 
 def one_head() -> None:
     s = head_steps(model, trace, 0, 0, last)
-    st.markdown(f"Layer 0, head 0, for the last token **{trace.labels[last]}**. √d_k = √{cfg.d_head}: without this "
+    st.markdown(f"Layer 0, head 0, with the last token as the query (position {last}, **{plain(trace.labels[last])}**). "
+                f"√d_k = √{cfg.d_head}: without this "
                 "division the dot products grow with d_k and softmax would put almost all weight on one token. "
                 + ("The causal mask (−∞) hides later tokens; here the query is the last token, so it sees everything."
                    if cfg.causal else "This model has no causal mask: every token sees every other token."))
-    st.dataframe(score_table(trace.labels, s.dots, s.scaled, s.scores, s.weights).style.format(
-        {c: fmt for c in ("q·k", "q·k / √d_k", "exp(score − max)", "weight")}), hide_index=True, height=260)
+    show_table(score_table(trace.labels, s.dots, s.scaled, s.scores, s.weights).style.format(
+        {c: fmt for c in ("q·k", "q·k / √d_k", "exp(score − max)", "weight")}), state, height=260, hide_index=True)
     order = largest_weights(s, 10)
     show_figure(topk_bar([f"{j} {trace.labels[j]}" for j in order], s.weights[order], "Where the last token looks",
                          x_title="weight"), state, "walk_head")
@@ -76,15 +80,18 @@ def multi_head() -> None:
     grid, _ = attention_grid(trace.arrays["blocks.0.attn.hook_pattern"][None])
     show_figure(grid, state, "walk_heads_L0")
     s = head_steps(model, trace, 0, 0, last)
-    st.dataframe(vector_table({"head 0's part z·W_O[0]": s.head_out, "attn_out (all heads + b_O)": s.attn_out}, 8)
-                 .style.format(fmt))
+    show_table(vector_table({"head 0's part z·W_O[0]": s.head_out, "attn_out (all heads + b_O)": s.attn_out}, 8)
+               .style.format(fmt), state)
 
 
 def add_norm() -> None:
     stats = layernorm_stats(trace, 0, last, cfg.norm_placement)
-    st.dataframe(vector_table({f"{x.name} {k}": x.before if k == "input" else x.after for x in stats
-                               for k in ("input", "output")}, 8).style.format(fmt))
-    st.table({x.name: {k: f"{v:.3f}" for k, v in x.summary.items()} for x in stats})
+    st.markdown("Layer 0, last token. " + " ".join(f"**{x.name}** is {x.role}: it reads {x.before_name}, and its output "
+                                                   f"is {x.after_name}." for x in stats))
+    show_table(vector_table({f"{x.name} input: {x.before_name}" if k == "input" else f"{x.name} output: {x.after_name}":
+                             x.before if k == "input" else x.after for x in stats for k in ("input", "output")}, 8)
+               .style.format(fmt), state)
+    show_table({f"{x.name} ({x.role})": {k: f"{v:.3f}" for k, v in x.summary.items()} for x in stats}, state)
 
 
 def feed_forward() -> None:
@@ -113,7 +120,7 @@ def no_head() -> bool:
     """Say so and return True when the model has no language-model head (no logits to show)."""
     if not model.has_lm_head:
         st.info("This checkpoint has no language-model head: it ends in hidden states, so there are no logits or "
-                "probabilities to show. The earlier steps are the whole computation.", icon=":material/block:")
+                "probabilities to show. The steps before this one are the whole computation.", icon=":material/block:")
     return not model.has_lm_head
 
 
@@ -132,70 +139,78 @@ def softmax() -> None:
     temperature = shared_number(st.slider, "Temperature T", "temperature", 0.0, 3.0, 1.0, float, step=0.05)
     row = trace.arrays["hook_logits"][last]
     view = next_token_view(row, temperature, 0, 1.0)
-    table = topk_table(view.probs, row, vocab, 10)
-    st.markdown(f"Entropy: **{view.entropy:.2f} bits**. "
-                "Lower T sharpens the distribution (T → 0 is greedy: all mass on the largest logit); higher T "
+    table = topk_table(view.probs, row, vocab, len(shown_bars(view.probs, 10)))  # no bars at exactly 0 (T = 0)
+    st.markdown(("T = 0 is greedy: the highest-scoring token is taken (probability 1, entropy 0 bits). " if temperature == 0
+                 else f"Entropy: **{view.entropy:.2f} bits**. ")
+                + "Lower T sharpens the distribution (T → 0 is greedy: all mass on the largest logit); higher T "
                 "flattens it toward uniform, so sampling becomes more surprising.")
     show_figure(topk_bar(table["token"].tolist(), table["probability"].to_numpy(), f"softmax(logits / {temperature:g})"),
                 state, "walk_softmax")
 
 
 def next_token() -> None:
-    if no_head():
-        return
-    if not cfg.causal:
-        st.markdown(f"This is an encoder: it predicts the token *at* each position (here **{trace.labels[last]}**, "
-                    f"position {last}), all at once, instead of generating the next token left to right. Write "
-                    "[MASK] in the text to see it fill in a hidden word (Output page).")
-        return
-    if trace.is_encoder_decoder:
-        st.markdown("The decoder picks its next token the same way, reading the encoder's output through "
-                    "cross-attention at every step; page 5 shows each step with its cross-attention.")
-        return
-    row = trace.arrays["hook_logits"][last]
-    greedy = next_token_view(row, 0.0, 0, 1.0)
-    choice = int(greedy.probs.argmax())
-    plain = next_token_view(row, 1.0, 0, 1.0).probs
-    st.markdown(f"Greedy decoding picks **{vocab[choice]}** (p = {plain[choice]:.1%} at T = 1). Sampling draws from "
-                "the distribution of the previous step instead. Either way the chosen token is appended to the text "
-                "and the whole pipeline runs again for the next one: the Output page does this step by step.")
-    seen = state.tokenizer.decode(trace.ids.tolist()) if trace.truncated else trace.text  # what the model read
-    st.code(seen + "⟨" + state.tokenizer.decode([choice]) + "⟩", language=None, wrap_lines=True)
+    if not no_head():
+        if not cfg.causal:
+            st.markdown(f"This is an encoder: it predicts the token *at* each position (here position {last}, "
+                        f"**{plain(trace.labels[last])}**), all positions at once, instead of writing text one token "
+                        "after another. Write [MASK] in the text to see it fill in a hidden word (Output page).")
+        elif trace.is_encoder_decoder:
+            st.markdown("The decoder picks its next token the same way, reading the encoder's output through "
+                        "cross-attention at every step; page 5 shows each step with its cross-attention.")
+        else:
+            row = trace.arrays["hook_logits"][last]
+            choice = int(np.argmax(row))
+            at_one = next_token_view(row, 1.0, 0, 1.0).probs
+            st.markdown(f"Greedy decoding (T = 0) takes the highest-scoring token, **{plain(vocab[choice])}** (p = "
+                        f"{at_one[choice]:.1%} at T = 1). Sampling draws from the distribution of the previous step "
+                        "instead. Either way the chosen token is appended to the text and the whole pipeline runs again "
+                        "for the next one: the Output page does this step by step.")
+            seen = state.tokenizer.decode(trace.ids.tolist()) if trace.truncated else trace.text  # what the model read
+            st.code(seen + "⟨" + state.tokenizer.decode([choice]) + "⟩", language=None, wrap_lines=True)
+    st.markdown("**Where to go from here:** every step has a page of its own, with every layer and head.")
+    for path, label, icon in ONWARD:
+        st.page_link(path, label=label, icon=icon)
 
 
+ONWARD = [(path, label, icon) for path, label, icon in PAGES if path.startswith("pages/") and path not in (
+    "pages/walkthrough.py", "pages/inspector.py") and (cfg.is_encoder_decoder or path != "pages/encoder_decoder.py")]
 first_token = get_head_scores(state.model_path, trace.text)["first-token"]
 sink_note = ("" if n < 2 else f" (here up to {float(first_token.max()):.0%} in one head)")
+lm = model.has_lm_head
 STEPS = [
-    ("Text → tokens", "The tokenizer cuts the text into pieces from a fixed vocabulary (byte-level BPE: frequent "
-     "words are one token, rare ones several). Spaces belong to the token after them (·).", None, tokens),
+    ("Text → tokens", "The tokenizer cuts the text into pieces from a fixed vocabulary. "
+     + tokenizer_sentence(tokenizer_kind(state.tokenizer)), None, tokens),
     ("Tokens → ids", "Each token is replaced by its integer id, its row number in the vocabulary. From here on the "
      "model only sees these numbers.", None, tokens),
     ("Embeddings + positional encodings", "Each id selects a row of the embedding matrix W_E (d_model numbers). "
      + positional_sentence(cfg),
      r"x_i = W_E[\text{id}_i] + P_i" if cfg.positional in ("learned", "sinusoidal") else r"x_i = W_E[\text{id}_i]",
      embeddings),
-    ("One attention head", "Each token makes a query q, a key k and a value v. The query is compared with every key; "
-     "softmax turns the scores into weights that sum to 1; the output is the weighted sum of the values.",
-     r"\mathrm{Attention}(Q,K,V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}} + M\right)V", one_head),
+    ("One attention head", "Each token makes a query q, a key k and a value v. The query is compared with every key"
+     + (" it may see (itself and the tokens before it)" if cfg.causal else " (before and after it: an encoder has no mask)")
+     + "; softmax turns the scores into weights that sum to 1; the output is the weighted sum of the values.",
+     r"\mathrm{Attention}(Q,K,V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}"
+     + (r" + M\right)V" if cfg.causal else r"\right)V"), one_head),
     ("Multi-head attention and W_O", f"{cfg.n_heads} heads do this in parallel, each looking for something else. "
      "Their outputs are concatenated and multiplied by W_O. Heads that put most weight on the first token are "
      f"'attention sinks'{sink_note}: softmax must put its weight somewhere, "
      "and a head with nothing to read parks it there.", r"\mathrm{MultiHead} = \mathrm{Concat}(z_1,\dots,z_h)\,W_O", multi_head),
     ("Add & norm", "The attention output is added to the token's vector (the residual stream), so nothing is lost. "
      f"{norm_sentence(cfg)} ({cfg.norm_placement}-LN: "
-     + ("before each sub-layer)." if cfg.norm_placement == "pre" else "after each addition)."),
+     + ("before each sub-layer, so ln1 normalised the stream *before* attention read it, and the stream itself stays "
+        "un-normalised)." if cfg.norm_placement == "pre" else "after each addition: ln1 normalises resid_pre + attn_out)."),
      norm_formula(cfg), add_norm),
     ("Feed-forward network", f"Every position then passes through the same two-layer network: {ffn_sentence(cfg)}; "
      "its output is added to the residual stream too.", ffn_formula(cfg), feed_forward),
-    ("The stack of layers", f"Attention + feed-forward is one block; this model stacks {cfg.n_layers}. The logit "
-     "lens shows what the model would predict if it stopped after each block.", None, stack),
-    ("Logits", "The final vector of the last token is multiplied by the unembedding matrix: one score (logit) per "
-     f"vocabulary token, {cfg.d_vocab} in all." + (" (BERT first applies its masked-LM transform: dense, GELU, "
-                                                  "LayerNorm.)" if cfg.lm_head == "mlm" else ""),
-     logits_formula(cfg), logits),
+    ("The stack of layers", f"Attention + feed-forward is one block; this model stacks {cfg.n_layers}."
+     + (" The logit lens shows what the model would predict if it stopped after each block." if lm else ""),
+     None, stack),
+    ("Logits" if lm else "The output", output_sentence(cfg, lm), logits_formula(cfg) if lm else None, logits),
     ("Softmax with temperature", "Softmax turns logits into probabilities. Dividing the logits by a temperature T "
      "before softmax changes how peaked the distribution is.", r"p_i = \frac{e^{z_i/T}}{\sum_j e^{z_j/T}}", softmax),
-    ("The next token", "One token is chosen from the distribution and appended; then everything runs again.",
+    ("The next token" if cfg.causal else "The prediction at each position",
+     ("One token is chosen from the distribution and appended; then everything runs again." if cfg.causal else
+      "Each position gets its own distribution over the vocabulary: the token that fits *there*."),
      None, next_token),
 ]
 
@@ -204,7 +219,7 @@ step = shared_widget(st.selectbox, "Step", range(1, total + 1), key="step", defa
                      valid=lambda v: 1 <= v <= total, cast=int,
                      format_func=lambda i: f"{i} / {total} · {STEPS[i - 1][0]}")
 title, text, formula, render = STEPS[step - 1]
-st.header(f"{step} · {title}")
+st.header(f"{step} · {title}", anchor="walk-step")
 st.markdown(text)
 if formula:
     st.latex(formula)
@@ -213,4 +228,10 @@ back, forward, _ = st.columns([1, 1, 4])
 back.button("Previous", icon=":material/arrow_back:", disabled=step == 1, on_click=set_shared, args=("step", step - 1))
 forward.button("Next", icon=":material/arrow_forward:", type="primary", disabled=step == total,
                on_click=set_shared, args=("step", step + 1))
+# Streamlit keeps the scroll position across reruns, so "Next" would leave the new step scrolled to the bottom.
+# This script is a new element whenever the step changes (its text names the step) and then scrolls the page's main
+# area to the top; reruns within a step (e.g. the temperature slider) keep the element and the scroll position.
+st.html(f"<script>/* step {step} */ for (const w of [window, window.parent]) {{ w.scrollTo(0, 0); "
+        "w.document.querySelector('[data-testid=stMain]')?.scrollTo(0, 0); }</script>",
+        unsafe_allow_javascript=True)
 show_link(state)  # steps without a figure still refresh the link (with the step number)

@@ -168,3 +168,65 @@ def test_a_long_texts_attention_is_the_models_own(family_models):
     np.testing.assert_array_equal(shown, cache["blocks.0.attn.hook_pattern"][0, 0, a:, a:].numpy())
     overview = figure_titled(at, "All heads: attention weights (max-pooled")
     assert plotly_array(overview["data"][0]["z"]).size <= 250_000
+
+
+OWN_PAGES = ["pages/tokens.py", "pages/embeddings.py", "pages/head_steps.py", "pages/head_view.py", "pages/heads.py",
+             "pages/block.py", "pages/logit_lens.py", "pages/output.py"]
+
+
+def page_words(at: AppTest) -> str:
+    """Every sentence the page shows in the main area: markdown, captions, messages, headers."""
+    kinds = (at.markdown, at.caption, at.info, at.success, at.warning, at.header, at.subheader)
+    return " ".join(e.value for kind in kinds for e in kind).lower()
+
+
+def walkthrough_words(models, name: str) -> str:
+    at = open_with(models, name, "pages/walkthrough.py")
+    words = [page_words(at)]
+    for _ in range(10):
+        next(b for b in at.button if b.label == "Next").click().run()
+        words.append(page_words(at))
+    return " ".join(words)
+
+
+@pytest.mark.parametrize("name", ["bert-mlm", "bert-bare"])
+def test_an_encoder_is_never_described_as_a_next_token_predictor(family_models, name):
+    words = walkthrough_words(family_models, name) + " ".join(
+        page_words(open_with(family_models, name, page)) for page in OWN_PAGES)
+    for phrase in ("next token", "next-token", "earlier token", "later token"):
+        assert phrase not in words, words[max(0, words.find(phrase) - 300):words.find(phrase) + 80]
+    assert "encoder" in words
+    if name == "bert-bare":
+        assert "unembedding" not in words and "no output head" in words
+    else:
+        assert "masked-lm" in words and "unembedding" in words
+
+
+def test_a_decoder_is_described_as_predicting_the_next_token(family_models):
+    words = walkthrough_words(family_models, "gpt2")
+    assert "next token" in words and "causal mask" in words and "unembedding" in words
+    assert "masked-lm" not in words
+    lens = page_words(open_with(family_models, "gpt2", "pages/logit_lens.py"))
+    assert "would predict **next**" in lens or "would predict next" in lens
+
+
+def test_the_tokenizer_is_described_by_its_kind():
+    from viz_ui.explain import tokenizer_sentence
+    assert "`·`" in tokenizer_sentence("byte-level BPE") and "##" not in tokenizer_sentence("byte-level BPE")
+    wordpiece = tokenizer_sentence("WordPiece")
+    assert "##" in wordpiece and "byte" not in wordpiece.lower() and "[CLS]" in wordpiece
+    assert "▁" in tokenizer_sentence("Unigram")
+
+
+def test_minilm_pages_speak_of_an_encoder_with_wordpiece():
+    from viz_ui.state import MINILM
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.run()
+    at.selectbox(key="model").set_value(MINILM).run()
+    words = ""
+    for page in ("pages/tokens.py", "pages/walkthrough.py", "pages/output.py", "pages/logit_lens.py"):
+        at.switch_page(page).run()
+        assert not at.exception and not at.error
+        words += page_words(at)
+    assert "wordpiece" in words and "byte-level" not in words and "next token" not in words
+    assert "unembedding" not in words

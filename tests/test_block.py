@@ -74,3 +74,20 @@ def test_stage_heatmap_writes_text_only_when_it_fits():
     assert stage_heatmap(values, ["a", "b"], [str(i) for i in range(50)], "t", "p", text).data[0].texttemplate is None
     small = stage_heatmap(values[:, :5], ["a", "b"], list("abcde"), "t", "p", text[:, :5])
     assert small.data[0].texttemplate == "%{text}" and "%{text}" in small.data[0].hovertemplate
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_each_norm_is_labelled_with_what_it_reads_and_where_its_output_goes(tokenizer, placement):
+    model = small_model(norm_placement=placement)
+    trace = run_trace(model, tokenizer, TEXT)
+    a = trace.arrays
+    ln1, ln2 = layernorm_stats(trace, 0, 2, placement)
+    if placement == "pre":  # ln1 reads the stream before attention; attention reads its output
+        assert (ln1.before_name, ln1.after_name, ln1.role) == ("resid_pre", "read by attention", "the norm before attention")
+        np.testing.assert_array_equal(ln1.before, a["blocks.0.hook_resid_pre"][2])
+        assert ln2.before_name == "resid_mid" and ln2.after_name == "read by the MLP"
+    else:  # post-LN: ln1 normalises the sum after the attention add, and its output is resid_mid
+        assert (ln1.before_name, ln1.after_name) == ("resid_pre + attn_out", "resid_mid")
+        np.testing.assert_allclose(ln1.after, a["blocks.0.hook_resid_mid"][2], rtol=1e-6)
+        np.testing.assert_allclose(ln2.after, a["blocks.0.hook_resid_post"][2], rtol=1e-6)
+        assert ln2.before_name == "resid_mid + mlp_out" and ln2.role == "the norm after the feed-forward add"

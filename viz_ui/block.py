@@ -58,6 +58,9 @@ class NormStats:
     name: str
     before: np.ndarray  # [d_model]
     after: np.ndarray  # [d_model]
+    before_name: str = "input"  # what the norm reads, e.g. "resid_pre" (pre-LN ln1) or "resid_pre + attn_out" (post-LN)
+    after_name: str = "output"  # where its output goes, e.g. "read by attention" (pre-LN ln1) or "resid_mid" (post-LN)
+    role: str = ""  # e.g. "the norm before attention" / "the norm after the attention add"
 
     @property
     def summary(self) -> dict[str, float]:
@@ -80,7 +83,15 @@ def layernorm_stats(trace: Trace, layer: int, pos: int, placement: str) -> list[
         inputs = (a[p + "hook_resid_pre"][pos], before_mlp[pos])
     else:
         inputs = (a[p + "hook_resid_pre"][pos] + a[p + "hook_attn_out"][pos], before_mlp[pos] + a[p + "hook_mlp_out"][pos])
-    return [NormStats(f"ln{i + 1}", inputs[i], a[p + f"ln{i + 1}.hook_normalized"][pos]) for i in range(2)]
+    outputs = [a[p + f"ln{i + 1}.hook_normalized"][pos] for i in range(2)]
+    mid = "resid_mid_cross" if p + "hook_resid_mid_cross" in a else "resid_mid"
+    if placement == "pre":
+        names = (("resid_pre", "read by attention", "the norm before attention"),
+                 (mid, "read by the MLP", "the norm before the feed-forward network"))
+    else:
+        names = (("resid_pre + attn_out", "resid_mid", "the norm after the attention add"),
+                 (f"{mid} + mlp_out", "resid_post", "the norm after the feed-forward add"))
+    return [NormStats(f"ln{i + 1}", inputs[i], outputs[i], *names[i]) for i in range(2)]
 
 
 def top_neurons(post: np.ndarray, k: int = 15) -> tuple[np.ndarray, np.ndarray]:

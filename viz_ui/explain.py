@@ -46,8 +46,46 @@ def positional_sentence(cfg: Config) -> str:
         "learned": "A learned positional embedding P (one trained row per position) is added (x = E + P).",
         "rotary": "Nothing is added to the embeddings: rotary positions (RoPE) rotate every query and key by an angle "
                   "proportional to its position, inside each attention layer, so q·k depends on relative position.",
-        "none": "This model adds no positional encoding: only the causal mask tells positions apart.",
+        "none": ("This model adds no positional encoding: only the causal mask tells positions apart." if cfg.causal
+                 else "This model adds no positional encoding and has no causal mask: nothing tells positions apart, "
+                      "so attention sees the text as a bag of tokens."),
     }[cfg.positional]
+
+
+def tokenizer_sentence(kind: str) -> str:
+    """How this kind of tokenizer (:func:`viz_ui.trace.tokenizer_kind`: ``byte-level BPE``, ``BPE``,
+    ``WordPiece``, ``Unigram``, ...) cuts text and how its pieces are drawn, in one or two sentences."""
+    if kind.startswith("none"):
+        return "This checkpoint has no tokenizer: the text is typed as token ids, each shown as #id."
+    if kind == "byte-level BPE":
+        return ("Byte-level BPE: frequent words are one token, rare ones several; any text can be written, byte by "
+                "byte. A space is drawn as `·` and belongs to the token that follows it; a piece such as `<F0 9F>` "
+                "is part of a character (an emoji or another script) split into several byte tokens.")
+    if kind == "WordPiece":
+        return ("WordPiece (BERT): the text is split at spaces and punctuation, then each word into the longest "
+                "pieces of the vocabulary; a piece that continues a word starts with `##`, and a word it cannot "
+                "spell becomes [UNK]. Spaces themselves are not tokens. [CLS] and [SEP] mark the start and end.")
+    if kind == "Unigram":
+        return ("Unigram (SentencePiece): the text is cut into the most probable pieces of the vocabulary; a word "
+                "that follows a space starts with `▁`.")
+    if kind == "BPE":
+        return ("BPE: frequent character sequences are merged into one token, so common words are one token and "
+                "rare ones several.")
+    return f"{kind}: the text is cut into pieces of a fixed vocabulary."
+
+
+def output_sentence(cfg: Config, has_lm_head: bool) -> str:
+    """What comes out of the model at the end, in one sentence that fits its family."""
+    if not has_lm_head:
+        return ("This checkpoint has no output head: the last layer's vectors are its output (e.g. sentence "
+                "embeddings), with no scores over the vocabulary.")
+    if not cfg.causal:
+        head = "BERT's masked-LM transform (dense, GELU, LayerNorm) and " if cfg.lm_head == "mlm" else ""
+        return (f"The final vector at every position goes through {head}the "
+                f"unembedding matrix: one score (logit) per vocabulary token, {cfg.d_vocab:,} in all, for the token "
+                "that belongs *at* that position.")
+    return ("The final vector of the last token is multiplied by the unembedding matrix: one score (logit) per "
+            f"vocabulary token, {cfg.d_vocab:,} in all, for the token that comes next.")
 
 
 
