@@ -87,6 +87,14 @@ def read_tokenizer(text: object, label: str, where: str) -> Tokenizer:
         raise CheckpointError(f"{label}: {where} cannot be read ({first_line(exc)})") from None
 
 
+def _tensor_bytes(path: Path) -> int:
+    """Bytes of a safetensors file's tensor data: the file less its 8-byte length and JSON header (which holds
+    the config and the tokenizer)."""
+    with open(path, "rb") as f:
+        header = int.from_bytes(f.read(8), "little")
+    return max(0, path.stat().st_size - 8 - header)
+
+
 def load_checkpoint(path: str | Path) -> tuple[VizTransformer, Tokenizer]:
     """Load a native checkpoint written by :func:`save_checkpoint`; the model is in eval mode.
 
@@ -105,7 +113,7 @@ def load_checkpoint(path: str | Path) -> tuple[VizTransformer, Tokenizer]:
         cfg = Config.from_json(meta.get("config", ""))
     except ConfigError as exc:
         raise CheckpointError(f"{path.name}: {exc}") from None
-    check_config(cfg, path.name, path.stat().st_size)
+    check_config(cfg, path.name, _tensor_bytes(path))
     tokenizer = read_tokenizer(meta.get("tokenizer"), path.name, "the tokenizer in the metadata")
     if tokenizer.get_vocab_size() > cfg.d_vocab:
         raise CheckpointError(f"{path.name}: tokenizer has {tokenizer.get_vocab_size()} tokens, model only {cfg.d_vocab}")
@@ -115,4 +123,4 @@ def load_checkpoint(path: str | Path) -> tuple[VizTransformer, Tokenizer]:
     except BaseException as exc:
         reraise_interrupts(exc)
         raise CheckpointError(f"{path.name}: the weights cannot be read ({first_line(exc)})") from None
-    return build_model(cfg, state, path.name, path.stat().st_size), tokenizer
+    return build_model(cfg, state, path.name, _tensor_bytes(path)), tokenizer

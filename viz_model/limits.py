@@ -162,6 +162,10 @@ def estimate_bytes(cfg: "Config") -> int:
     return resident + max(parts["load"], parts["run"])
 
 
+def _mb(n: int) -> str:
+    return f"{n / 2**20:,.0f}" if n >= 10 * 2**20 else f"{n / 2**20:.2g}"
+
+
 class BudgetError(ValueError):
     """A model whose estimated memory is above the cap (a :class:`viz_model.ConfigError` subclass is not used
     here to keep this module free of imports; callers turn it into their own one-line error)."""
@@ -177,7 +181,6 @@ def check_budget(cfg: "Config", file_bytes: int = 0) -> int:
     estimate = estimate_bytes(cfg) + max(0, int(file_bytes) - BYTES * count_params(cfg))
     cap = max_model_bytes()
     if estimate > cap:
-        raise BudgetError(f"the model would need about {estimate / 2**20:,.0f} MB of memory "
-                          f"({count_params(cfg):,} parameters), above this server's {cap / 2**20:,.0f} MB cap "
-                          "(VIZ_MAX_MODEL_MB)")
+        raise BudgetError(f"the model would need about {_mb(estimate)} MB of memory ({count_params(cfg):,} "
+                          f"parameters), above this server's {_mb(cap)} MB cap (VIZ_MAX_MODEL_MB)")
     return estimate
