@@ -336,3 +336,96 @@ def test_cross_attention_view_on_the_date_model(server, browser):
            ).to_be_attached(timeout=60_000)
     # the source year's tokens label the columns of the cross-attention heatmap
     expect(page.locator(".js-plotly-plot svg text").filter(has_text="13 2").first).to_be_attached()
+
+
+# ---- The classroom checks (issue 13): every page, projector sizes, both themes, lecture on and off ----------------
+
+from ui_audit import layout, low_contrast  # noqa: E402
+
+SLUGS = ["" if p == "app.py" else p.removeprefix("pages/").removesuffix(".py") for p, _, _ in PAGES]
+
+
+def settled(page, timeout: float = 60.0) -> None:
+    """Wait until the script run is over and the number of figures has not changed for a second."""
+    end, last, stable = time.time() + timeout, -1, 0
+    while time.time() < end:
+        running = page.evaluate("() => document.querySelector('[data-testid=stApp]')?.getAttribute('data-test-script-state')")
+        n = page.locator(".js-plotly-plot").count()
+        if running not in (None, "running") and n == last:
+            stable += 1
+            if stable >= 4:
+                return
+        else:
+            stable, last = 0, n
+        time.sleep(0.25)
+
+
+def audit(page, url: str, lecture: bool) -> tuple[list, dict]:
+    page.goto(url)
+    expect(page.locator("[data-testid=stMain] h1").first).to_be_visible(timeout=60_000)
+    settled(page)
+    return low_contrast(page), layout(page)
+
+
+def check_page(page, url: str, lecture: bool) -> None:
+    bad, box = audit(page, url, lecture)
+    assert bad == [], (url, bad[:5])  # every text at least 4.5:1 against what is behind it (WCAG 2.1 AA)
+    assert box["scrollWidth"] <= box["width"], (url, box)  # no horizontal scrolling
+    if lecture:
+        assert box["sidebar"]["right"] <= 0, (url, box)  # folded away wholly, not a third of it on screen
+        assert box["toggle"] and box["toggle"]["visible"], (url, box)  # and a visible control brings it back
+        assert box["main"] >= 0.85 * box["width"], (url, box)
+        if box["figures"]:
+            assert max(box["figures"]) >= 0.70 * box["width"], (url, box)
+        assert box["downloads"] == box["modebars"] == box["toolbars"] == 0, (url, box)
+
+
+@pytest.mark.parametrize("size, theme, lecture", [((1280, 800), "dark", True), ((1920, 1080), "light", False)])
+def test_every_page_passes_the_classroom_checks(server, browser, size, theme, lecture):
+    page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+    for slug in SLUGS:
+        check_page(page, f"{server}/{slug}?lecture={str(lecture).lower()}&theme={theme}&scale=1.5", lecture)
+    page.close()
+
+
+@pytest.mark.parametrize("size, theme, lecture", [((1280, 800), "light", True), ((1920, 1080), "dark", True),
+                                                  ((1280, 800), "dark", False), ((1920, 1080), "light", True)])
+def test_main_pages_pass_the_classroom_checks_in_every_combination(server, browser, size, theme, lecture):
+    page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+    for slug in ("", "attention", "heads", "output", "walkthrough"):
+        check_page(page, f"{server}/{slug}?lecture={str(lecture).lower()}&theme={theme}&scale=1.5", lecture)
+    page.close()
+
+
+def test_the_landing_page_shows_the_model_and_a_click_opens_a_head(server, browser):
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(server + "/")
+    settled(page)
+    fig = page.locator(".js-plotly-plot").first
+    expect(fig).to_be_visible(timeout=60_000)
+    assert fig.bounding_box()["y"] < 800  # the model map starts on the first screen
+    # screen positions of the clickable points (one per thumbnail: input, then per layer the heads and the MLP)
+    points = page.evaluate("""() => { const gd = document.querySelector('.js-plotly-plot');
+        const tr = gd._fullData[gd._fullData.length - 1], xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+        const r = gd.getBoundingClientRect();
+        return tr.x.map((x, i) => [r.left + xa._offset + xa.l2p(x), r.top + ya._offset + ya.l2p(tr.y[i])]); }""")
+    n_heads = load_model()[0].cfg.n_heads
+    assert len(points) == 1 + load_model()[0].cfg.n_layers * (n_heads + 1)
+    x, y = points[1 + 2 * (n_heads + 1) + 3]  # layer 2, head 3
+    page.mouse.click(x, y)
+    expect(page).to_have_url(re.compile(r"/attention\?.*layer=2.*head=3"), timeout=60_000)
+    expect(page.locator(".gtitle").filter(has_text="Layer 2, head 3")).to_be_attached(timeout=60_000)
+    page.close()
+
+
+def test_links_hold_only_what_differs_from_the_defaults(server, browser):
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(server + "/tokens")
+    settled(page)
+    link = page.locator("[data-testid=stSidebar] [data-testid=stCode]").first.inner_text()
+    assert not re.search(r"lecture=|theme=|scale=|export=|text=", link), link
+    page.goto(server + "/tokens?lecture=true")
+    settled(page)
+    expect(page).to_have_url(re.compile(r"lecture=true"))
+    assert not re.search(r"theme=|scale=|export=", page.url), page.url
+    page.close()
