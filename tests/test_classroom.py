@@ -165,3 +165,29 @@ def test_pca_labels_name_each_token_once_and_not_too_many():
     assert set(points["textposition"]) == {"top center", "bottom center"}
     at = open_page("pages/embeddings.py", text=LONG)
     assert sum(bool(t) for t in figure_titled(at, "Token embeddings in PCA")["data"][1]["text"]) <= 24
+
+
+# --- 5. walkthrough and inspector ---------------------------------------------------------------------------------
+
+def test_weight_statistics_follow_the_computation_q_k_v_o():
+    at = open_page("pages/inspector.py")
+    ticks = figure_titled(at, "std of each weight matrix")["layout"]["xaxis"]["ticktext"]
+    assert ticks[:4] == ["W_Q", "W_K", "W_V", "W_O"] and ticks[4:] == ["W_in", "W_out"]
+
+
+def test_the_walkthrough_scrolls_to_the_top_for_each_step_and_ends_with_links_onward():
+    at = open_page("pages/walkthrough.py")
+    scripts = [h.proto.body for h in at.get("html") if "scrollTo(0, 0)" in h.proto.body]
+    assert len(scripts) == 1 and "/* step 1 */" in scripts[0]
+    next(b for b in at.button if b.label == "Next").click().run()
+    assert "/* step 2 */" in next(h.proto.body for h in at.get("html") if "scrollTo(0, 0)" in h.proto.body)
+    at = open_page("pages/walkthrough.py", query={"step": "11"})
+    links = [p.proto.label for p in at.main.get("page_link")]  # the sidebar's navigation is not counted
+    assert {"3 · Attention", "4 · Output probabilities", "3e · Logit lens"} <= set(links), links
+    assert "Guided walkthrough" not in links and "5 · Encoder-decoder & cross-attention" not in links
+
+
+def test_walkthrough_step_four_names_its_query_token_once():
+    at = open_page("pages/walkthrough.py", text="The cat sat.", query={"step": "4"})
+    text = next(m.value for m in at.markdown if m.value.startswith("Layer 0, head 0"))
+    assert "(position 3, **\\.**)" in text and ".." not in text

@@ -13,6 +13,8 @@ FAMILY_NAMES = {"viz": "native (this project)", "gpt2": "GPT-2", "nanogpt": "nan
                 "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
 MLP_NAMES = {"gelu": "GELU", "gelu_tanh": "GELU (tanh approximation)", "relu": "ReLU", "swiglu": "SwiGLU"}
 
+MATRIX_ORDER = ("W_Q", "W_K", "W_V", "W_O", "W_gate", "W_in", "W_out")  # the order of the computation
+
 if TYPE_CHECKING:  # pandas is imported where a table is made: it costs ~0.25 s of the app's cold start
     import pandas as pd
 
@@ -94,4 +96,10 @@ def weight_stats(model: VizTransformer) -> pd.DataFrame:
                 w = p.detach().float()
                 rows.append((i, name, "×".join(map(str, w.shape)), w.mean().item(), w.std().item(),
                              w.abs().max().item(), w.pow(2).mean().sqrt().item()))
-    return pd.DataFrame(rows, columns=["layer", "matrix", "shape", "mean", "std", "max_abs", "rms"])
+    frame = pd.DataFrame(rows, columns=["layer", "matrix", "shape", "mean", "std", "max_abs", "rms"])
+    # an ordered categorical: tables pivoted from this one (the inspector's heatmap) keep the order of the
+    # computation, Q, K, V, O, then the feed-forward's matrices, instead of sorting the names alphabetically
+    present = set(frame["matrix"])
+    order = [m for m in MATRIX_ORDER if m in present] + sorted(present - set(MATRIX_ORDER))
+    frame["matrix"] = pd.Categorical(frame["matrix"], categories=order, ordered=True)
+    return frame
