@@ -10,10 +10,11 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 
 from viz_ui.figures import attention_grid, attention_heatmap, cross_heatmap, topk_bar
 from viz_ui.generation import next_token_view
-from viz_ui.layout import pick_index, require_trace, setup_page, shared_number, show_figure, show_link
+from viz_ui.layout import pick_index, require_trace, setup_page, shared_number, show_figure, show_link, side_by_side
 from viz_ui.seq2seq_view import cross_patterns, output_text
 from viz_ui.state import available_models, encoder_decoder_names, get_sampled_output, get_vocab_labels
 from viz_ui.tables import token_chips_html, topk_table
+from viz_ui.text import plain
 
 state = setup_page("Encoder-decoder & cross-attention",
                    "The original transformer: an encoder reads the whole source at once (no mask), a decoder writes "
@@ -23,7 +24,7 @@ cfg = state.model.cfg
 if not cfg.is_encoder_decoder:
     names = encoder_decoder_names(available_models())
     st.info("The chosen model has no encoder: it is " + ("an encoder only (BERT-like)." if not cfg.causal else
-            "a decoder only (GPT-like).") + (" Choose " + ", ".join(f"**{n}**" for n in names) +
+            "a decoder only (GPT-like).") + (" Choose " + ", ".join(f"**{plain(n)}**" for n in names) +
             " in the sidebar to see cross-attention." if names else " Load an encoder-decoder (e.g. BART) to see "
             "cross-attention."), icon=":material/swap_horiz:")
     show_link(state)
@@ -49,7 +50,7 @@ a1, a2, a3 = st.columns(3)
 enc_layer = pick_index(a1, "Encoder layer", "enc_layer", cfg.n_encoder_layers)
 layer = pick_index(a2, "Decoder layer", "layer", cfg.n_layers)
 head = pick_index(a3, "Head", "head", cfg.n_heads)
-left, right = st.columns(2)
+left, right = side_by_side(state, 2)
 with left:
     show_figure(attention_heatmap(trace.arrays[f"encoder.blocks.{enc_layer}.attn.hook_pattern"][head], src,
                                   f"Encoder L{enc_layer} H{head}: unmasked weights"), state,
@@ -81,10 +82,10 @@ st.subheader("Generation, step by step")
 s1, s2 = st.columns(2)
 step = pick_index(s1, "Step", "step_dec", len(out_ids), 0, lambda t: f"{t}: after “{tgt[t]}” → “{vocab[out_ids[t]]}”")
 temperature = shared_number(s2.slider, "Temperature T (0 = greedy)", "temperature", 0.0, 3.0, 1.0, float, step=0.05)
-st.markdown(f"At step {step} the decoder has read **{''.join(tgt[:step + 1]).replace('·', ' ')}** and the encoder's "
+st.markdown(f"At step {step} the decoder has read **{plain(''.join(tgt[:step + 1]).replace('·', ' '))}** and the encoder's "
             "output; here is where each head of the chosen layer looked in the source, and the distribution the next "
             "token is drawn from.")
-g1, g2 = st.columns(2)
+g1, g2 = side_by_side(state, 2)
 with g1:
     show_figure(cross_heatmap(patterns[layer, :, step, :], [f"H{h}" for h in range(cfg.n_heads)], src,
                               f"Step {step}: cross-attention of decoder L{layer}, every head", y_title="head"),
@@ -96,6 +97,6 @@ with g2:
                          f"Next token at step {step}, T = {temperature:g}"), state, f"dec_next_step{step}")
 if temperature > 0:
     seed = shared_number(st.number_input, "Seed", "seed", 0, 2**31 - 1, 0, int)
-    st.markdown(f"Sampled at T = {temperature:g} (seed {seed}): **{get_sampled_output(state.model_path, state.text, temperature, int(seed))}** "
-                f"— greedy gives **{answer}**.")
+    sampled = get_sampled_output(state.model_path, state.text, temperature, int(seed))
+    st.markdown(f"Sampled at T = {temperature:g} (seed {seed}): **{plain(sampled)}** — greedy gives **{plain(answer)}**.")
 show_link(state)

@@ -73,12 +73,12 @@ def next_token_and_generation() -> None:
 
     m1, m2, m3 = st.columns(3)
     here = "Most likely token here" if masked_lm else "Most likely next token"
-    m1.metric("Greedy pick (highest logit)" if greedy else here, table["token"][0],
+    m1.metric("Greedy pick (highest logit)" if greedy else here, plain(table["token"][0]),
               f"logit {table['logit'][0]:.2f}" if greedy else f"p = {table['probability'][0]:.1%}",
               delta_color="off", delta_arrow="off")
     m2.metric("Entropy of the distribution", "0 bits (greedy)" if greedy else f"{view.entropy:.2f} bits")
     if actual is not None:
-        m3.metric("The token in the text" if masked_lm else "The text's real next token", vocab[actual], f"p = {view.actual_prob:.2%}, rank {view.actual_rank} by logit",
+        m3.metric("The token in the text" if masked_lm else "The text's real next token", plain(vocab[actual]), f"p = {view.actual_prob:.2%}, rank {view.actual_rank} by logit",
                   delta_color="off", delta_arrow="off")
     if greedy:
         st.markdown(f"**T = 0 is greedy: the highest-scoring token is taken**, here **{plain(table['token'][0])}** "

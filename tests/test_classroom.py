@@ -191,3 +191,21 @@ def test_walkthrough_step_four_names_its_query_token_once():
     at = open_page("pages/walkthrough.py", text="The cat sat.", query={"step": "4"})
     text = next(m.value for m in at.markdown if m.value.startswith("Layer 0, head 0"))
     assert "(position 3, **\\.**)" in text and ".." not in text
+
+
+# --- 6. tables and downloads in lecture mode ----------------------------------------------------------------------
+
+OWN_PAGES = ["pages/walkthrough.py", "pages/tokens.py", "pages/embeddings.py", "pages/head_steps.py",
+             "pages/head_view.py", "pages/heads.py", "pages/block.py", "pages/logit_lens.py", "pages/output.py"]
+
+
+@pytest.mark.parametrize("page", OWN_PAGES)
+def test_lecture_mode_draws_static_tables_and_no_downloads(page):
+    at = open_page(page, query=LECTURE)
+    assert not at.exception and not at.error
+    assert not at.get("download_button"), page
+    assert not at.dataframe, page  # show_table draws st.table in lecture mode: it scales with the font
+    normal = open_page(page)
+    assert normal.get("download_button")  # the same page offers downloads outside a lecture
+    if normal.dataframe:
+        assert len(at.table) >= len(normal.dataframe)
