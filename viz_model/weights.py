@@ -2,7 +2,7 @@
 every weight first, so that a bad file gives one clear line instead of a crash or silent garbage.
 
 Order of work, so that a hostile file costs nothing: the config's types and ranges, then its memory estimate
-(:func:`viz_model.limits.check_budget`), then the model's skeleton on the ``meta`` device (no memory), then
+(:func:`viz_model.limits.check_budget`), then the model's skeleton with uninitialised parameters, then
 every weight's name, shape, dtype and values, then the weights are moved into the model one by one
 (``load_state_dict(assign=True)``: no second copy), and last a short probe run whose every activation must
 be finite.
@@ -49,6 +49,17 @@ def check_config(cfg: Config, label: str, file_bytes: int = 0) -> Config:
     except (ConfigError, BudgetError) as exc:
         raise CheckpointError(f"{label}: {exc}") from None
     return cfg
+
+
+class _Unfilled(VizTransformer):
+    """A VizTransformer whose parameters are left as allocated (``torch.empty``: pages the kernel maps only when
+    written, so they cost address space but no memory) instead of being initialised at random: every one of
+    them is replaced by a checked weight of the file (``load_state_dict(assign=True)``). Building on the
+    ``meta`` device would cost nothing too, but its first use imports torch's Python decompositions (about
+    1.5 s and 60 MB per process)."""
+
+    def init_weights(self, seed: int | None = None) -> None:
+        pass
 
 
 def _materialize_buffers(model: VizTransformer) -> None:
@@ -115,8 +126,8 @@ def build_model(cfg: Config, state: MutableMapping[str, torch.Tensor], label: st
     check_config(cfg, label, file_bytes)
     cfg.dropout = 0.0
     try:
-        with torch.device("meta"):  # the skeleton only: names and shapes, no memory
-            model = VizTransformer(cfg)
+        model = _Unfilled(cfg)
+        model.__class__ = VizTransformer
     except ConfigError as exc:
         raise CheckpointError(f"{label}: {exc}") from None
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
