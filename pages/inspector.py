@@ -124,12 +124,14 @@ if st.button("Measure on this machine", icon=":material/timer:"):
     with st.spinner("Timing attention…"):
         st.session_state["_cost"] = (state.model_path, attention_cost(model, lengths))
 measured = st.session_state.get("_cost")
-if measured and measured[0] == state.model_path:
+if measured and measured[0] == state.model_path and len(measured[1]) < 2:
+    st.caption("Too few lengths fit the attention memory budget to draw a curve (VIZ_ATTN_BUDGET_MB).")
+elif measured and measured[0] == state.model_path:
     cost = measured[1]
     show_figure(cost_curve(cost["n"].to_numpy(), cost["time_ms"].to_numpy(), quadratic_fit(cost),
                            cost["scores_MB"].to_numpy(), "One attention layer: time and score memory vs n"), state,
                 "attention_cost", data=lambda: cost)
-    doubling = cost["time_ms"].iloc[-1] / cost["time_ms"].iloc[-2] if len(cost) > 1 else float("nan")
+    doubling = cost["time_ms"].iloc[-1] / cost["time_ms"].iloc[-2]
     st.caption(f"From n = {int(cost['n'].iloc[-2])} to {int(cost['n'].iloc[-1])} tokens the time grew "
                f"{doubling:.1f}× (the formula says 4× for twice the length; small n are dominated by fixed overheads).")
 show_link(state)

@@ -17,7 +17,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
-from conftest import ROOT, small_model
+from conftest import ROOT, plotly_array, small_model
 from viz_model import Config, VizTransformer
 from viz_model.components import attention_bytes, attn_budget_bytes, chunked_attention, masked_scores, \
     max_tokens_for_budget
@@ -320,3 +320,19 @@ def test_plain_cuts_long_strings_and_error_line_keeps_one_line():
     assert plain(None) == "" and plain(12) == "12"
     assert error_line(RuntimeError("first\nsecond")) == "first" and error_line(RuntimeError()) == "RuntimeError"
     assert json.loads(json.dumps(plain("ok")))
+
+
+def test_the_inspector_measures_512_heads_within_the_budget(monkeypatch):
+    monkeypatch.setenv("VIZ_ATTN_BUDGET_MB", "16")
+    cfg = Config(n_layers=1, n_heads=512, d_head=2, d_model=64, d_mlp=64, d_vocab=320, n_ctx=20000, positional="none")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.session_state["_session_models"] = {"upload:many": SessionModel("many", VizTransformer(cfg).eval(), None, "x")}
+    at.session_state["_model"] = "many"
+    at.session_state["_text"] = " ".join(["7"] * 300)  # token ids (no tokenizer): cut to the budget's 64 tokens
+    at.run()
+    at.switch_page("pages/inspector.py").run()
+    assert any("Measured up to n = 64 only" in c.value for c in at.caption)
+    next(b for b in at.button if b.label == "Measure on this machine").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    from test_app import figure_titled
+    assert plotly_array(figure_titled(at, "One attention layer")["data"][0]["x"]).tolist() == [8, 16, 32, 64]
