@@ -37,8 +37,8 @@ heads = sorted(c2.pills("Heads", list(range(cfg.n_heads)), selection_mode="multi
                         format_func=lambda h: f"H{h}", key=f"hv_heads_L{layer}") or [])
 cutoff = c3.select_slider("Hide lines below", CUTOFFS, value=THRESHOLD, key="hv_cutoff",
                           help="Weights under this are not drawn (they would be nearly invisible).")
-st.caption(f"Layer {layer} starts with head {start} on: the head whose tokens put the most weight on one single token "
-           "other than the first (the attention sink). Click more heads to add their lines.")
+st.caption(f"Layer {layer} starts with head {start} on: the head whose tokens put the most weight on one particular token "
+           "other than itself and the first (the attention sink). Click more heads to add their lines.")
 if not heads:
     st.info("Choose at least one head.")
     show_link(state)

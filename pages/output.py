@@ -164,7 +164,7 @@ def next_token_and_generation() -> None:
                                    key=f"gen_head_{key}")
         head = None if head_choice == "mean of all heads" else int(head_choice)
         st.caption(f"It starts on layer {best_layer}, head {best_head}: of every head, the one whose newest token puts "
-                   "the most weight on one single token other than the first (averaged over the steps), so the "
+                   "the most weight on one particular token other than itself and the first (averaged over the steps), so the "
                    "view shows a head that looks somewhere in particular rather than at the attention sink.")
         all_labels = trace.labels + [vocab[i] for i in new_ids]
         queries = [len(prompt) - 1 + s for s in range(len(records))]

@@ -113,7 +113,8 @@ def test_salience_prefers_a_head_that_looks_at_one_token_other_than_the_first():
     uniform /= uniform.sum(-1, keepdims=True)
     pattern = np.stack([sink, uniform, prev])
     s = salience(pattern)
-    assert s[0] == 0 and s[2] == pytest.approx(0.75) and s[1] < s[2]  # query 1 can only see key 0 and itself
+    assert s[0] == 0 and s[2] == pytest.approx(0.75) and s[1] < s[2]  # query 1 sees only key 0 and itself
+    assert salience(np.eye(n)[None])[0] == 0  # attending to itself is not looking somewhere in particular
     arrays = {"blocks.0.attn.hook_pattern": np.stack([sink, uniform, uniform]),
               "blocks.1.attn.hook_pattern": pattern}
     assert most_salient(arrays, 2) == (1, 2) and most_salient(arrays, 2, layer=0) == (0, 1)
@@ -122,6 +123,7 @@ def test_salience_prefers_a_head_that_looks_at_one_token_other_than_the_first():
 def test_generation_attention_starts_on_the_most_salient_head():
     rows = np.zeros((2, 3, 4))
     rows[:, :, 0] = 1  # every head parks on the first token ...
+    rows[0, 1] = [0.0, 0.0, 0.0, 1.0]  # ... or on itself (the newest key) ...
     rows[1, 2] = [0.1, 0.0, 0.9, 0.0]  # ... except layer 1, head 2
     records = [StepRecord(0, 1.0, 1.0, rows, 4, 0), StepRecord(0, 1.0, 1.0, rows, 1, 4)]
     assert salient_head(records) == (1, 2)

@@ -57,9 +57,9 @@ def attention_rows(records: list[StepRecord], layer: int, head: int | None) -> n
 
 def salient_head(records: list[StepRecord]) -> tuple[int, int]:
     """The ``(layer, head)`` the generation's attention view starts on: the head whose newest token puts the most
-    weight on one single token other than the first (an attention sink), averaged over the steps
-    (mean over steps of the largest weight on keys 1..). Layer 0, head 0 when every row has one key only."""
-    peaks = np.mean([r.attention[:, :, 1:].max(-1) if r.attention.shape[-1] > 1 else
+    weight on one particular other token, neither the first (an attention sink) nor itself, averaged over the
+    steps (as :func:`viz_ui.overview.salient_head` on a text). Layer 0, head 0 when no row has such a key."""
+    peaks = np.mean([r.attention[:, :, 1:-1].max(-1) if r.attention.shape[-1] > 2 else
                      np.zeros(r.attention.shape[:2]) for r in records], axis=0)  # [n_layers, n_heads]
     layer, head = np.unravel_index(int(np.argmax(peaks)), peaks.shape)
     return int(layer), int(head)

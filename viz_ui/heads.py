@@ -100,13 +100,17 @@ def cell_text_fits(n_heads: int, scale: float = 1.0) -> bool:
 
 
 def salience(pattern: np.ndarray) -> np.ndarray:
-    """How sharply each head of one layer looks at one particular token other than the first (an attention sink):
-    the mean over queries 1.. of the largest weight on a key other than position 0.
+    """How sharply each head of one layer looks at one particular other token: the mean over queries 1.. of the
+    largest weight on a key that is neither the first (an attention sink) nor the query itself. The same measure
+    as :func:`viz_ui.overview.salient_head`, one layer at a time.
 
-    ``pattern`` ``[n_heads, query_pos, key_pos]`` -> ``[n_heads]`` in [0, 1]; zeros for a one-token text."""
-    if pattern.shape[-1] < 2:
+    ``pattern`` ``[n_heads, query_pos, key_pos]`` -> ``[n_heads]`` in [0, 1]; zeros under three tokens."""
+    if pattern.shape[-2] < 3 or pattern.shape[-1] < 3:
         return np.zeros(pattern.shape[0])
-    return pattern[:, 1:, 1:].max(-1).mean(-1)
+    p = np.array(pattern[:, 1:, 1:], dtype=np.float32)
+    idx = np.arange(min(p.shape[-2], p.shape[-1]))
+    p[:, idx, idx] = 0.0  # the query itself
+    return p.max(-1).mean(-1)
 
 
 def most_salient(arrays: dict, n_layers: int, layer: int | None = None) -> tuple[int, int]:
@@ -115,7 +119,7 @@ def most_salient(arrays: dict, n_layers: int, layer: int | None = None) -> tuple
     layers = range(n_layers) if layer is None else [layer]
     best = (-1.0, 0, 0)
     for i in layers:
-        s = salience(np.asarray(arrays[f"blocks.{i}.attn.hook_pattern"], dtype=np.float32))
+        s = salience(arrays[f"blocks.{i}.attn.hook_pattern"])
         h = int(np.argmax(s))
         if float(s[h]) > best[0]:
             best = (float(s[h]), i, h)
