@@ -118,7 +118,7 @@ def test_a_link_with_huge_text_is_cut_to_the_text_box_limit():
 
 
 def test_text_beyond_the_context_is_truncated_with_a_notice():
-    at = open_page("pages/attention.py", text="The cat sat on the mat. " * 200)
+    at = open_page("pages/attention.py", text="The cat sat on the mat. " * 200, query={"layer": "0", "head": "0"})
     assert any("only the first" in w.value for w in at.warning)
     model, tok = load_model()
     n = model.cfg.n_ctx

@@ -35,13 +35,18 @@ def family_models(tmp_path_factory, tokenizer):
     return out
 
 
-def open_with(models, name: str, page: str | None, text: str = "The cat sat on the mat. The cat") -> AppTest:
+def open_with(models, name: str, page: str | None, text: str = "The cat sat on the mat. The cat",
+              head: tuple[int, int] | None = None) -> AppTest:
+    """The app on ``page`` with the model ``name`` of ``models``; ``head``: the layer and head chosen (else the
+    views open on the most salient head)."""
     model, tok = models[name]
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     key = f"upload:{name}"
     at.session_state["_session_models"] = {key: SessionModel(name, model, tok, name)}
     at.session_state["_model"] = name
     at.session_state["_text"] = text
+    if head is not None:
+        at.session_state["_layer"], at.session_state["_head"] = head
     at.run()
     if page:
         at.switch_page(page).run()
@@ -58,7 +63,7 @@ def test_every_page_renders_on_every_family(family_models, name, page):
 
 
 def test_checkpoint_without_tokenizer_takes_token_ids(family_models):
-    at = open_with(family_models, "no-tokenizer", "pages/attention.py", text="5 17 17 300 2")
+    at = open_with(family_models, "no-tokenizer", "pages/attention.py", text="5 17 17 300 2", head=(0, 0))
     assert not at.error
     assert any("no tokenizer" in i.value for i in at.info)
     fig = figure_titled(at, "Layer 0, head 0")
@@ -80,7 +85,7 @@ def test_walkthrough_every_step_on_other_families(family_models, name):
 def test_rotary_view_shows_the_models_angles_and_relative_scores(family_models):
     model, _ = family_models["llama-gqa"]
     cfg = model.cfg
-    at = open_with(family_models, "llama-gqa", "pages/embeddings.py")
+    at = open_with(family_models, "llama-gqa", "pages/embeddings.py", head=(0, 0))
     angles = plotly_array(figure_titled(at, "Rotation angle")["data"][0]["z"])
     n = angles.shape[0]
     theta = cfg.rotary_base ** (-np.arange(0, cfg.d_head, 2) / cfg.d_head)  # RoFormer, section 3.4
@@ -125,6 +130,7 @@ def test_minilm_is_offered_and_its_attention_is_its_own():
     at.run()
     at.selectbox(key="model").set_value(MINILM).run()
     at.text_area(key="text").set_value("The teacher explained attention to the class.").run()
+    at.session_state["_layer"], at.session_state["_head"] = 0, 0  # else the page opens on the most salient head
     at.switch_page("pages/attention.py").run()
     assert not at.exception and not at.error
     model, tok = load_model(installed_models()[MINILM])
@@ -158,7 +164,7 @@ def test_a_long_texts_attention_is_the_models_own(family_models):
     model, tok = family_models["gpt2-long"]
     ids = tok.encode(LONG_TEXT).ids
     assert 256 < len(ids) <= 512
-    at = open_with(family_models, "gpt2-long", "pages/attention.py", LONG_TEXT)
+    at = open_with(family_models, "gpt2-long", "pages/attention.py", LONG_TEXT, head=(0, 0))
     trace = get_trace("upload:gpt2-long", LONG_TEXT)
     assert not dict.__contains__(trace.arrays, "blocks.0.attn.hook_pattern")  # derived on reading, not stored
     _, cache = model.run_with_cache(torch.tensor([ids]))

@@ -85,9 +85,10 @@ def head_view_svg(patterns: np.ndarray, labels: list[str], heads: list[int], fir
 
 
 def legend_html(heads: list[int]) -> str:
-    """Coloured head names matching :func:`head_colour` (sized in rem: they follow the lecture font scale)."""
-    return " ".join(f'<span style="color:{head_colour(h)};font-weight:bold;font-size:1.1rem">■ head {h}</span>'
-                    for h in heads)
+    """Head names, each after a square in its :func:`head_colour` (sized in rem: they follow the lecture font scale).
+    The names themselves are in the page's text colour: several head colours are too pale to read as text."""
+    return " ".join(f'<span style="font-weight:bold;font-size:1.1rem;margin-right:0.6rem">'
+                    f'<span style="color:{head_colour(h)}">■</span> head {h}</span>' for h in heads)
 
 
 def readable_threshold(patterns: np.ndarray, heads: list[int], threshold: float = THRESHOLD) -> float:

@@ -133,6 +133,8 @@ def _apply_display(display: Display) -> None:
     ink = DARK_MUTED if display.theme == "dark" else "#4a4d57"
     css = (".block-container{padding-top:3rem}"
            f"[data-testid=stCaptionContainer]{{opacity:1 !important;color:{ink} !important}}"
+           # the slider's min and max labels are drawn at 40% opacity (2.6:1): full text colour
+           f"[data-testid=stSliderTickBar],[data-testid=stSliderTickBar] *{{color:{ink} !important}}"
            + (DARK_CSS if display.css_theme else ""))
     if display.lecture:
         # Streamlit sizes its text in rem: scaling the root font scales the page's text and widgets. The sidebar
