@@ -24,7 +24,7 @@ from viz_model.components import attention_bytes, attn_budget_bytes, chunked_att
 from viz_ui.cost import attention_cost, cost_lengths
 from viz_ui.state import SessionModel
 from viz_ui.text import WORD_JOINER, error_line, plain, recoverable
-from viz_ui.trace import encode_text, run_trace, token_limit
+from viz_ui.trace import encode_text, run_trace, token_limit, tokenizer_errors
 
 TINY_MB = "0.002"  # ~2 KB: every attention layer of the small models below works in blocks of rows and heads
 
@@ -219,6 +219,12 @@ def test_any_tokenizer_error_becomes_a_value_error(tokenizer):
         encode_text(Broken(), "hi")
     with pytest.raises(ValueError, match="no tokens"):
         run_trace(small_model(), tokenizer, "")
+    with pytest.raises(ValueError, match=r"^the output cannot be decoded \(Onig"):
+        with tokenizer_errors("the output cannot be decoded"):
+            raise _panic()
+    with pytest.raises(KeyboardInterrupt):
+        with tokenizer_errors("never"):
+            raise KeyboardInterrupt
 
 
 def test_the_page_shows_a_tokenizer_panic_and_carries_on():

@@ -25,8 +25,7 @@ from .block import logit_lens
 from .heads import head_scores
 from .inspect import weight_stats
 from .numeric import PCA, fit_pca
-from .text import error_line, recoverable
-from .trace import Trace, run_trace, token_label
+from .trace import Trace, run_trace, token_label, tokenizer_errors
 
 
 UPLOAD_PREFIX = "upload:"
@@ -220,14 +219,8 @@ def get_sampled_output(path: str, text: str, temperature: float, seed: int) -> s
         ValueError: with one line, for any failure of the tokenizer (an uploaded one may raise anything or panic).
     """
     model, tokenizer = resolve(path)
-    try:
+    with tokenizer_errors("the model's output cannot be computed"):
         return translate(model, tokenizer, text, temperature, seed)[0]
-    except ValueError:
-        raise
-    except BaseException as exc:
-        if not recoverable(exc):
-            raise
-        raise ValueError(f"the model's output cannot be computed ({error_line(exc)})") from None
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -180,23 +182,29 @@ def encode_text(tokenizer, text: str):
         ValueError: the tokenizer's own ``ValueError`` (e.g. words typed for a model without tokenizer), or
             "the tokenizer failed on this text (...)".
     """
-    try:
+    with tokenizer_errors("the tokenizer failed on this text"):
         return tokenizer.encode(text)
+
+
+@contextmanager
+def tokenizer_errors(what: str) -> Iterator[None]:
+    """Turn any failure inside the block (an ``Exception``, or a Rust panic, see :func:`viz_ui.text.recoverable`)
+    into ``ValueError("<what> (<first line of the error>)")``; a ``ValueError`` passes as it is. For every call
+    into an uploaded tokenizer (``encode``, ``decode``, ...), so that the page can show one line and carry on:
+    ``with tokenizer_errors("the output cannot be decoded"): text = tokenizer.decode(ids)``."""
+    try:
+        yield
     except ValueError:
         raise
     except BaseException as exc:
         if not recoverable(exc):
             raise
-        raise ValueError(f"the tokenizer failed on this text ({error_line(exc)})") from None
+        raise ValueError(f"{what} ({error_line(exc)})") from None
 
 
 def _labels(tokenizer, ids) -> list[str]:
-    try:
+    with tokenizer_errors("the tokenizer cannot spell its tokens"):
         return [token_label(tokenizer, i) for i in ids]
-    except BaseException as exc:
-        if not recoverable(exc):
-            raise
-        raise ValueError(f"the tokenizer cannot spell its tokens ({error_line(exc)})") from None
 
 
 def _derive(model: VizTransformer, n_q: int, n_k: int, budget: int) -> bool:
