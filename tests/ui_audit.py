@@ -15,7 +15,9 @@ CONTRAST_JS = r"""
     b: top.b * top.a + under.b * (1 - top.a), a: 1});
   const background = el => {
     const layers = [];
-    for (let e = el; e; e = e.parentElement) {
+    const thumbValue = el.closest('[data-testid=stSliderThumbValue]');  // drawn above the thumb, not on it
+    for (let e = thumbValue ? thumbValue.parentElement.parentElement : el; e; e = e.parentElement) {
+      if (e.getAttribute('role') === 'slider') continue;  // a slider's value is drawn above its thumb, not on it
       const c = parse(getComputedStyle(e).backgroundColor);
       if (c && c.a > 0) { layers.push(c); if (c.a >= 0.99) break; }
     }

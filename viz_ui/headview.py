@@ -88,7 +88,8 @@ def legend_html(heads: list[int]) -> str:
     """Head names, each after a square in its :func:`head_colour` (sized in rem: they follow the lecture font scale).
     The names themselves are in the page's text colour: several head colours are too pale to read as text."""
     return " ".join(f'<span style="font-weight:bold;font-size:1.1rem;margin-right:0.6rem">'
-                    f'<span style="color:{head_colour(h)}">■</span> head {h}</span>' for h in heads)
+                    f'<span style="display:inline-block;width:0.8em;height:0.8em;background:{head_colour(h)};'
+                    f'border:1px solid #767676;vertical-align:-0.05em"></span> head {h}</span>' for h in heads)
 
 
 def readable_threshold(patterns: np.ndarray, heads: list[int], threshold: float = THRESHOLD) -> float:
