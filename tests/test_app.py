@@ -213,3 +213,27 @@ def test_a_rerun_keeps_every_element_in_its_place(page):
     first = [node.type for node in at.main]
     at.text_area(key="text").set_value("A different text, typed next.").run()
     assert not at.exception and [node.type for node in at.main] == first
+
+
+def test_a_long_text_stays_out_of_the_link_and_the_link_says_so():
+    """20,000 CJK characters would be a 180 KB address, which the server refuses (HTTP 400) on reload."""
+    text = "猫が座った。" * 3000
+    at = open_page("pages/tokens.py", text=text[:20_000])
+    assert "text" not in at.query_params and not at.exception
+    assert any("too long for a link" in c.value for c in at.sidebar.caption)
+    at.text_area(key="text").set_value("A short text.").run()
+    assert at.query_params["text"] in ("A short text.", ["A short text."])
+    assert not any("too long for a link" in c.value for c in at.sidebar.caption)
+
+
+def test_the_landing_page_draws_the_model_from_its_own_activations():
+    at = open_page(None)
+    model, tok = load_model()
+    mapped = figure_titled(at, "input, then")
+    assert mapped["layout"]["xaxis"]["ticktext"][-1] == "MLP"
+    assert len(mapped["layout"]["yaxis"]["ticktext"]) == model.cfg.n_layers + 1
+    _, cache = model.run_with_cache(torch.tensor([tok.encode(at.text_area(key="text").value).ids]))
+    out = figure_titled(at, "Output probabilities")
+    probs = torch.softmax(cache["hook_logits"][0, -1], -1)
+    top = probs.topk(len(plotly_array(out["data"][0]["x"])))
+    np.testing.assert_allclose(plotly_array(out["data"][0]["x"]), top.values.numpy(), atol=1e-5)

@@ -16,6 +16,7 @@ from viz_model.tokenizer import IdTokenizer
 from .export import figure_csv, trace_npz
 from .figures import style_for_display
 from .state import available_models, get_salient_head, get_trace, resolve
+from .text import plain
 from .trace import Trace
 
 APP_NAME = "Inside a Transformer"
@@ -132,6 +133,9 @@ def _apply_display(display: Display) -> None:
     # Streamlit fades captions with opacity 0.6 (3.9:1 on white): full opacity and a grey that keeps 4.5:1 or more
     ink = DARK_MUTED if display.theme == "dark" else "#4a4d57"
     css = (".block-container{padding-top:3rem}"
+           # page links wrap instead of being cut ("3d · Residual stream & feed-forwar…")
+           "[data-testid=stSidebarNav] span,[data-testid=stPageLink-NavLink] span{white-space:normal !important;"
+           "overflow:visible !important;text-overflow:clip !important}"
            f"[data-testid=stCaptionContainer]{{opacity:1 !important;color:{ink} !important}}"
            # the slider's min and max labels are drawn at 40% opacity (2.6:1): full text colour
            f"[data-testid=stSliderTickBar],[data-testid=stSliderTickBar] *{{color:{ink} !important}}"
@@ -281,13 +285,16 @@ def setup_page(title: str, intro: str) -> AppState:
     display = _display_controls()
     _apply_display(display)
     st.sidebar.caption("Link to this view (model, text, page and selections):")
+    if st.session_state.get("_unlinked_text"):
+        st.sidebar.caption(f":material/link_off: The text is too long for a link (over {MAX_LINK_CHARS:,} characters "
+                           "once encoded): the link below reopens the page, model and settings, not the text.")
     link_slot = st.sidebar.empty()
     st.title(title)
     st.caption(intro)
     try:
         model, tokenizer = resolve(models[name])
     except CheckpointError as exc:
-        st.error(f"The model {name} cannot be loaded: {exc}. Choose another model in the sidebar.")
+        st.error(f"The model {plain(name)} cannot be loaded: {plain(str(exc))}. Choose another model in the sidebar.")
         st.stop()
     if isinstance(tokenizer, IdTokenizer):  # the checkpoint came without a tokenizer
         st.info("This checkpoint has no tokenizer: type **token ids** separated by spaces (e.g. `464 3290 318`), "
@@ -299,16 +306,14 @@ def setup_page(title: str, intro: str) -> AppState:
         try:
             trace = get_trace(models[name], text)
         except ValueError as exc:  # e.g. words typed for a model without tokenizer: pages needing a trace stop
-            st.error(f"The text cannot be run: {exc}.")
+            st.error(f"The text cannot be run: {plain(str(exc))}.")
     if trace is not None:
         if not display.lecture:
             st.sidebar.download_button("Whole trace (.npz)", data=lambda: trace_npz(trace), icon=":material/download:",
                                        file_name=f"{_file_stem(name)}_trace.npz", mime="application/octet-stream",
                                        help="Every hook's values for this text (hook name → array), for numpy.load.")
-        if trace.truncated:
-            used = len(trace.src_ids) if trace.is_encoder_decoder else trace.n_tokens
-            st.warning(f"The text has {trace.n_tokens_total} tokens; this model's context is "
-                       f"{model.cfg.n_ctx}, so only the first {used} are used.", icon=":material/content_cut:")
+        if trace.cut_message:  # the context or the memory budget (VIZ_ATTN_BUDGET_MB) cut the text
+            st.warning(trace.cut_message, icon=":material/content_cut:")
     if model.cfg.is_encoder_decoder and title != "Encoder-decoder & cross-attention":
         st.caption(":material/swap_horiz: Encoder-decoder model: this page shows the **decoder** stack over its own "
                    "output tokens (the source is read by the encoder); page 5 shows the encoder and cross-attention.")

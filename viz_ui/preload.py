@@ -8,6 +8,9 @@ This module imports nothing but Streamlit.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import threading
 from pathlib import Path
 
 import streamlit as st
@@ -29,3 +32,25 @@ def preload_plotly() -> None:
         st.html("<script>{const b = document.querySelector('script[type=module][src*=\"/static/js/\"]');"
                 f"import(new URL(b ? '{PLOTLY_CHUNK}' : './static/js/{PLOTLY_CHUNK}', b ? b.src : document.baseURI)"
                 ".href).catch(() => {});}</script>", unsafe_allow_javascript=True)
+    _import_once()
+
+
+_IMPORTS = threading.Lock()
+_IMPORTED = False
+
+
+def _import_once() -> None:
+    """Import every ``viz_ui`` module (and through them torch and ``viz_model``) once, in one thread, in a fixed
+    order. Sessions run in threads of their own: when a class opened several pages of a freshly started server
+    at once, two threads importing the same modules in different orders could each wait for a module the other
+    was importing, and Python's deadlock escape handed one of them a half-initialised module ("cannot import
+    name 'require_trace' from 'viz_ui.layout'", bench/class_load.py --cold). After the first page, a no-op."""
+    global _IMPORTED
+    if _IMPORTED:
+        return
+    with _IMPORTS:
+        if not _IMPORTED:
+            import viz_ui
+            for info in sorted(pkgutil.iter_modules(viz_ui.__path__), key=lambda m: m.name != "layout"):
+                importlib.import_module(f"viz_ui.{info.name}")
+            _IMPORTED = True

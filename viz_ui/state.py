@@ -193,7 +193,9 @@ def get_positional_table(path: str, encoder: bool = False) -> np.ndarray:
     ``encoder``: the encoder stack's table (encoder-decoder models have one per stack)."""
     model, _ = resolve(path)
     table = (model.encoder if encoder else model).pos_embed.W_pos
-    return np.zeros((model.cfg.n_ctx, model.cfg.d_model), np.float32) if table is None else table.detach().float().numpy()
+    if table is None:  # rotary or no positions: P = 0 (a few rows: a 1M-token context must not allocate gigabytes)
+        return np.zeros((min(model.cfg.n_ctx, 1024), model.cfg.d_model), np.float32)
+    return table.detach().float().numpy()
 
 
 @st.cache_data(max_entries=16, show_spinner="Measuring the heads…")
