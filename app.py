@@ -73,7 +73,9 @@ if trace is not None:
                 what = f"At position {pos} ({'[MASK]' if masks else plain(trace.labels[pos])}): the token that belongs there"
             ids, probs = output_distribution(trace.arrays["hook_logits"][pos])
             vocab = get_vocab_labels(state.model_path)
-            show_figure(topk_bar([vocab[i] for i in ids], probs, "Output probabilities (T = 1)"), state, "model_output")
+            title = (f"Output after “{trace.labels[pos]}” (T = 1)" if cfg.causal and not encoder
+                     else f"Output at position {pos} (T = 1)")
+            show_figure(topk_bar([vocab[i] for i in ids], probs, title), state, "model_output")
             st.caption(f"{what}: softmax of the logits over all {cfg.d_vocab:,} tokens. Temperature, top-k and "
                        "generation are on the output page.")
         else:

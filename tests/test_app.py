@@ -233,7 +233,7 @@ def test_the_landing_page_draws_the_model_from_its_own_activations():
     assert mapped["layout"]["xaxis"]["ticktext"][-1] == "MLP"
     assert len(mapped["layout"]["yaxis"]["ticktext"]) == model.cfg.n_layers + 1
     _, cache = model.run_with_cache(torch.tensor([tok.encode(at.text_area(key="text").value).ids]))
-    out = figure_titled(at, "Output probabilities")
+    out = figure_titled(at, "Output after")
     probs = torch.softmax(cache["hook_logits"][0, -1], -1)
     top = probs.topk(len(plotly_array(out["data"][0]["x"])))
     np.testing.assert_allclose(plotly_array(out["data"][0]["x"]), top.values.numpy(), atol=1e-5)
