@@ -33,7 +33,11 @@ trace = require_trace(state)
 vocab = get_vocab_labels(state.model_path)
 src, tgt = trace.src_labels, trace.labels
 out_ids = trace.output_ids
-answer = output_text(state.tokenizer, out_ids, cfg.decoder_end_id)
+try:
+    answer = output_text(state.tokenizer, out_ids, cfg.decoder_end_id)
+except ValueError as exc:  # an uploaded tokenizer that fails or panics on the output ids
+    st.error(plain(str(exc)))
+    st.stop()
 
 st.subheader("Source and output")
 st.markdown(f"**Encoder input (source)**, {len(src)} tokens")
@@ -97,6 +101,9 @@ with g2:
                          f"Next token at step {step}, T = {temperature:g}"), state, f"dec_next_step{step}")
 if temperature > 0:
     seed = shared_number(st.number_input, "Seed", "seed", 0, 2**31 - 1, 0, int)
-    sampled = get_sampled_output(state.model_path, state.text, temperature, int(seed))
-    st.markdown(f"Sampled at T = {temperature:g} (seed {seed}): **{plain(sampled)}** — greedy gives **{plain(answer)}**.")
+    try:
+        sampled = get_sampled_output(state.model_path, state.text, temperature, int(seed))
+        st.markdown(f"Sampled at T = {temperature:g} (seed {seed}): **{plain(sampled)}** — greedy gives **{plain(answer)}**.")
+    except ValueError as exc:  # the tokenizer failed on the sampled output
+        st.error(plain(str(exc)))
 show_link(state)

@@ -139,7 +139,11 @@ def next_token_and_generation() -> None:
         records = generated["records"]
         new_ids = [r.token_id for r in records]
         prompt = trace.ids.tolist()
-        continuation = continuation_text(state.tokenizer, prompt, new_ids)
+        try:
+            continuation = continuation_text(state.tokenizer, prompt, new_ids)
+        except ValueError as exc:  # an uploaded tokenizer that fails or panics on these ids
+            st.error(plain(str(exc)))
+            return
         st.markdown("**Continuation:**")
         st.code(trace.text + "⟨" + continuation + "⟩" if continuation else trace.text, language=None, wrap_lines=True)
         show_table(steps_table(records, vocab), state, hide_index=True, column_config={

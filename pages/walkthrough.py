@@ -19,7 +19,7 @@ from viz_ui.state import get_head_scores, get_logit_lens, get_positional_table, 
 from viz_ui.steps import head_steps, largest_weights
 from viz_ui.tables import score_table, token_chips_html, token_table, topk_table, vector_table
 from viz_ui.text import plain
-from viz_ui.trace import tokenizer_kind
+from viz_ui.trace import tokenizer_errors, tokenizer_kind
 
 state = setup_page("Guided walkthrough",
                    "From your text to the model's output, one step at a time, with the numbers this model computes now.")
@@ -165,8 +165,12 @@ def next_token() -> None:
                         f"{at_one[choice]:.1%} at T = 1). Sampling draws from the distribution of the previous step "
                         "instead. Either way the chosen token is appended to the text and the whole pipeline runs again "
                         "for the next one: the Output page does this step by step.")
-            seen = state.tokenizer.decode(trace.ids.tolist()) if trace.truncated else trace.text  # what the model read
-            st.code(seen + "⟨" + state.tokenizer.decode([choice]) + "⟩", language=None, wrap_lines=True)
+            try:
+                with tokenizer_errors("the tokens cannot be decoded"):  # an uploaded tokenizer may fail or panic
+                    seen = state.tokenizer.decode(trace.ids.tolist()) if trace.truncated else trace.text  # what it read
+                    st.code(seen + "⟨" + state.tokenizer.decode([choice]) + "⟩", language=None, wrap_lines=True)
+            except ValueError as exc:
+                st.error(plain(str(exc)))
     st.markdown("**Where to go from here:** every step has a page of its own, with every layer and head.")
     for path, label, icon in ONWARD:
         st.page_link(path, label=label, icon=icon)

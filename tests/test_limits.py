@@ -342,3 +342,20 @@ def test_the_inspector_measures_512_heads_within_the_budget(monkeypatch):
     assert not at.exception, [e.value for e in at.exception]
     from test_app import figure_titled
     assert plotly_array(figure_titled(at, "One attention layer")["data"][0]["x"]).tolist() == [8, 16, 32, 64]
+
+
+class _FailingDecoder:
+    """A tokenizer whose decode fails the way an uploaded one may (any exception, or a Rust panic)."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        raise RuntimeError("decoder exploded\nsecond line")
+
+
+def test_decoding_failures_become_one_line_value_errors():
+    from viz_ui.generation import continuation_text
+    from viz_ui.seq2seq_view import output_text
+    with pytest.raises(ValueError, match=r"cannot be decoded \(.*decoder exploded"):
+        continuation_text(_FailingDecoder(), [1, 2], [3])
+    with pytest.raises(ValueError, match="cannot be decoded") as info:
+        output_text(_FailingDecoder(), [1, 2, 0], 0)
+    assert "\n" not in str(info.value)

@@ -12,6 +12,7 @@ from tokenizers import Tokenizer
 from viz_model import Step, VizTransformer, iter_generate, next_token_probs
 
 from .numeric import entropy_bits
+from .trace import tokenizer_errors
 
 
 def is_pattern(name: str) -> bool:
@@ -83,8 +84,9 @@ def generate_records(model: VizTransformer, ids: list[int], n_new: int, temperat
 def continuation_text(tokenizer: Tokenizer, prompt_ids: list[int], new_ids: list[int]) -> str:
     """The text the new tokens add after the prompt, special tokens (``<|endoftext|>``) included; a
     character whose bytes are not all generated yet is left out rather than shown as U+FFFD."""
-    full = tokenizer.decode(prompt_ids + new_ids, skip_special_tokens=False)
-    before = tokenizer.decode(prompt_ids, skip_special_tokens=False)
+    with tokenizer_errors("the generated tokens cannot be decoded"):  # an uploaded tokenizer may fail or panic
+        full = tokenizer.decode(prompt_ids + new_ids, skip_special_tokens=False)
+        before = tokenizer.decode(prompt_ids, skip_special_tokens=False)
     return full[len(before):].rstrip("\ufffd")
 
 

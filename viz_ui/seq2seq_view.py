@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .trace import Trace
+from .trace import Trace, tokenizer_errors
 
 
 def cross_patterns(trace: Trace, n_layers: int) -> np.ndarray:
@@ -15,5 +15,6 @@ def cross_patterns(trace: Trace, n_layers: int) -> np.ndarray:
 def output_text(tokenizer, out_ids: list[int], end_id: int) -> str:
     """The decoded output up to (not including) the end token."""
     ids = out_ids[:out_ids.index(end_id)] if end_id in out_ids else out_ids
-    return tokenizer.decode(ids)
+    with tokenizer_errors("the output cannot be decoded"):  # an uploaded tokenizer may fail or panic
+        return tokenizer.decode(ids)
 
