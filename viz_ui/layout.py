@@ -89,6 +89,7 @@ DARK_CSS = (
     # menus and tooltips open in a layer outside the app
     f"[data-baseweb=popover] :is(ul,li,div),[data-baseweb=tooltip] *{{background:{DARK_BG2};color:{DARK_INK}}}"
     f"[data-testid=stTooltipContent] *{{color:{DARK_INK}}}"
+    "[data-baseweb=select]>div div{background:transparent !important}"  # the select's arrow box, not white
     f"[data-testid=stMarkdownContainer] code{{background:{DARK_BG2} !important;color:{DARK_INK} !important}}"
     # alerts: Streamlit's light theme tints them faintly, too light under light text; darker tints of each kind
     "[data-testid=stAlertContainer]{background:#1d2a3a !important}[data-testid=stMetricDelta]{background:#173a26 !important}"
