@@ -2,6 +2,8 @@
 and feed-forward network as thumbnails of what the model computed, and the output probabilities. Clicking a
 part opens its page."""
 
+import html
+
 import streamlit as st
 
 from viz_ui.preload import preload_plotly
@@ -73,7 +75,8 @@ if trace is not None:
                 what = f"At position {pos} ({'[MASK]' if masks else plain(trace.labels[pos])}): the token that belongs there"
             ids, probs = output_distribution(trace.arrays["hook_logits"][pos])
             vocab = get_vocab_labels(state.model_path)
-            title = (f"Output after “{trace.labels[pos]}” (T = 1)" if cfg.causal and not encoder
+            # Plotly reads <b>, <a href> … in titles as markup: a token's text is escaped
+            title = (f"Output after “{html.escape(trace.labels[pos])}” (T = 1)" if cfg.causal and not encoder
                      else f"Output at position {pos} (T = 1)")
             show_figure(topk_bar([vocab[i] for i in ids], probs, title), state, "model_output")
             st.caption(f"{what}: softmax of the logits over all {cfg.d_vocab:,} tokens. Temperature, top-k and "
