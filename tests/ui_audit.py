@@ -6,7 +6,7 @@ from __future__ import annotations
 # For every visible element that holds text of its own: its colour and the colour behind it (the first ancestor
 # with an opaque enough background, blended over white/black page as needed), and the WCAG contrast ratio.
 CONTRAST_JS = r"""
-() => {
+(wholePage) => {
   const parse = c => { const m = c.match(/rgba?\(([^)]+)\)/); if (!m) return null;
     const p = m[1].split(',').map(Number); return {r: p[0], g: p[1], b: p[2], a: p.length > 3 ? p[3] : 1}; };
   const lum = c => { const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
@@ -36,7 +36,8 @@ CONTRAST_JS = r"""
     const st = getComputedStyle(el);
     const r = el.getBoundingClientRect();
     if (st.visibility === 'hidden' || st.display === 'none' || r.width < 1 || r.height < 1) continue;
-    if (r.right < 0 || r.left > innerWidth || r.bottom < 0 || r.top > innerHeight) continue;  // on screen only
+    if (r.right < 0 || r.left > innerWidth) continue;  // off screen sideways (a folded sidebar)
+    if (!wholePage && (r.bottom < 0 || r.top > innerHeight)) continue;
     let opacity = 1;  // the element's and its ancestors' opacity fade its text towards the background
     for (let e = el; e; e = e.parentElement) opacity *= parseFloat(getComputedStyle(e).opacity);
     if (opacity < 0.05) continue;
@@ -78,10 +79,10 @@ LAYOUT_JS = r"""
 """
 
 
-def low_contrast(page, minimum: float = 4.5) -> list[dict]:
-    """Texts on screen whose contrast against what is behind them is below ``minimum`` (disabled widgets excepted,
-    as WCAG 1.4.3 does)."""
-    return [t for t in page.evaluate(CONTRAST_JS) if t["ratio"] < minimum and not t["disabled"]]
+def low_contrast(page, minimum: float = 4.5, whole_page: bool = True) -> list[dict]:
+    """Texts whose contrast against what is behind them is below ``minimum`` (disabled widgets excepted, as WCAG
+    1.4.3 does): on the whole page, or only in the window when ``whole_page`` is False."""
+    return [t for t in page.evaluate(CONTRAST_JS, whole_page) if t["ratio"] < minimum and not t["disabled"]]
 
 
 def layout(page) -> dict:

@@ -140,6 +140,8 @@ def _apply_display(display: Display) -> None:
            f"[data-testid=stCaptionContainer]{{opacity:1 !important;color:{ink} !important}}"
            # the slider's min and max labels are drawn at 40% opacity (2.6:1): full text colour
            f"[data-testid=stSliderTickBar],[data-testid=stSliderTickBar] *{{color:{ink} !important}}"
+           # code blocks (commands in model cards) in one colour: the highlighter's cyan is 2.8:1 on its grey
+           "[data-testid=stCode] code span{color:inherit !important}"
            + (DARK_CSS if display.css_theme else ""))
     if display.lecture:
         # Streamlit sizes its text in rem: scaling the root font scales the page's text and widgets. The sidebar
