@@ -69,8 +69,8 @@ async def _chips(page, text: str) -> bool:
 
 
 async def _upload(page, path: Path, expect: str) -> bool:
-    await page.locator("input[type=file]").first.set_input_files(str(path))
-    try:
+    try:  # 30 browsers on 2 cores: the page may take longer than Playwright's default 30 s to draw the uploader
+        await page.locator("input[type=file]").first.set_input_files(str(path), timeout=TIMEOUT)
         await page.get_by_text(expect).first.wait_for(timeout=TIMEOUT)
     except Exception:
         return False
