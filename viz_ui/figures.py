@@ -165,7 +165,7 @@ def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 25
     cols = [i * (tk + gap) + (tk - 1) / 2 for i in range(n_heads)]
     # square tiles; both axes shrink their domain (not extend their range) to keep them square, so the head
     # labels on top stay next to the first row of tiles
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=rows, constrain="domain",
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=rows, constrain="domain", constraintoward="top",
                      ticktext=[f"L{i}" for i in range(n_layers)], title="layer", showgrid=False, zeroline=False)
     fig.update_xaxes(tickmode="array", tickvals=cols, ticktext=[f"H{i}" for i in range(n_heads)], constrain="domain",
                      side="top", showgrid=False, zeroline=False, scaleanchor="y")  # tick labels H0.. name the heads
