@@ -16,7 +16,7 @@ from conftest import ROOT, plotly_array
 from test_app import PAGES, figure_titled
 from viz_model import load_model
 from viz_model.checkpoint import ASSETS
-from viz_model.dates import FIRST, FORMATS, N_DAYS, is_held_out, write_date
+from viz_model.training.dates import FIRST, FORMATS, N_DAYS, is_held_out, write_date
 from viz_model.seq2seq import exact_match
 from viz_ui.trace import run_trace
 
@@ -40,7 +40,7 @@ def test_at_least_99_percent_on_held_out_dates_in_every_format(dates_model):
     acc, misses = exact_match(model, tok, held_out_pairs(1200, seed=777))
     assert acc >= 0.99, misses[:5]
     card = DATES.with_suffix(".md").read_text(encoding="utf-8")
-    for needle in ("python -m viz_model.train --task dates", "held out", "minutes", "exact match"):
+    for needle in ("python -m viz_model.training --task dates", "held out", "minutes", "exact match"):
         assert needle in card
 
 

@@ -4,7 +4,7 @@ import torch
 
 from conftest import DATA
 from viz_model import DEFAULT_MODEL, generate, load_model
-from viz_model.train import encode, evaluate
+from viz_model.training.train import encode, evaluate
 
 
 def test_shipped_model_architecture_and_size():
@@ -18,7 +18,7 @@ def test_shipped_model_architecture_and_size():
 
 def test_model_card_states_data_command_and_result():
     card = DEFAULT_MODEL.with_suffix(".md").read_text(encoding="utf-8")
-    for needle in ("TinyStories", "CDLA-Sharing-1.0", "python -m viz_model.train", "bits/character", "Sample"):
+    for needle in ("TinyStories", "CDLA-Sharing-1.0", "python -m viz_model.training", "bits/character", "Sample"):
         assert needle in card
 
 

@@ -13,7 +13,7 @@ import torch
 
 from conftest import ROOT, small_config
 from viz_model import VizTransformer, load_model
-from viz_model.dates import FORMATS, is_held_out, ordinal, sample_pairs, write_date
+from viz_model.training.dates import FORMATS, is_held_out, ordinal, sample_pairs, write_date
 
 
 def seq2seq_model(placement: str = "post", seed: int = 0) -> VizTransformer:
@@ -109,7 +109,7 @@ def test_dates_are_written_correctly_and_held_out_dates_never_train():
 
 
 def test_training_on_pairs_learns_and_saves_an_encoder_decoder(tmp_path):
-    from viz_model.train import main
+    from viz_model.training.train import main
     out = tmp_path / "dates.safetensors"
     acc = main(["--task", "dates", "--out", str(out), "--n-layers", "1", "--n-encoder-layers", "1", "--d-model", "32",
                 "--n-heads", "2", "--steps", "60", "--batch-size", "16", "--n-pairs", "2000", "--eval-pairs", "50",

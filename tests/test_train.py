@@ -8,7 +8,7 @@ from safetensors import safe_open
 
 from conftest import DATA
 from viz_model import load_model
-from viz_model.train import cosine_lr, encode, evaluate, main
+from viz_model.training.train import cosine_lr, encode, evaluate, main
 
 ARGS = ["--n-layers", "1", "--d-model", "32", "--n-heads", "2", "--n-ctx", "32", "--vocab-size", "300",
         "--batch-size", "8", "--warmup", "5", "--eval-every", "0", "--threads", "1"]

@@ -282,7 +282,7 @@ def setup_page(title: str, intro: str) -> AppState:
                        initial_sidebar_state="collapsed" if lecture else "auto")
     models = available_models()
     if not models:
-        st.error("No model found in assets/models. Train one with `python -m viz_model.train` (see the README).")
+        st.error("No model found in assets/models. Train one with `python -m viz_model.training` (see the README).")
         st.stop()
     name, text = _sidebar(models)
     display = _display_controls()

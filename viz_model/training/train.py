@@ -3,9 +3,9 @@ source → target pairs.
 
 Usage::
 
-    python -m viz_model.train --corpus stories.txt [--valid held_out.txt] --out assets/models/mine.safetensors
-    python -m viz_model.train --task dates --n-encoder-layers 2 --out assets/models/dates.safetensors
-    python -m viz_model.train --pairs pairs.tsv --n-encoder-layers 2 --out assets/models/pairs.safetensors
+    python -m viz_model.training --corpus stories.txt [--valid held_out.txt] --out assets/models/mine.safetensors
+    python -m viz_model.training --task dates --n-encoder-layers 2 --out assets/models/dates.safetensors
+    python -m viz_model.training --pairs pairs.tsv --n-encoder-layers 2 --out assets/models/pairs.safetensors
 
 Without ``--valid`` the last 5 % of the corpus is held out. The run is deterministic for a given
 ``--seed`` and thread count. Validation loss is reported in nats/token and bits/character.
@@ -26,11 +26,11 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from .checkpoint import save_checkpoint
-from .config import Config
-from .model import VizTransformer
+from ..checkpoint import save_checkpoint
+from ..config import Config
+from ..model import VizTransformer
 from .schedule import adamw, cosine_lr, update
-from .tokenizer import count_chars, iter_chunks, train_bpe
+from ..tokenizer import count_chars, iter_chunks, train_bpe
 
 
 @dataclass
@@ -78,7 +78,7 @@ def evaluate(model: VizTransformer, tokenizer: Tokenizer, ids: torch.Tensor, max
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m viz_model.train", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m viz_model.training", description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", nargs="+", type=Path, help="plain-text training file(s) (a decoder-only model)")
     p.add_argument("--task", choices=["dates"], help="an encoder-decoder on generated pairs: dates -> ISO 8601")
     p.add_argument("--pairs", type=Path, help="an encoder-decoder on source<TAB>target lines of a UTF-8 file")
@@ -118,7 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> EvalResult:
     args = parse_args(argv)
-    command = "python -m viz_model.train " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = "python -m viz_model.training " + shlex.join(sys.argv[1:] if argv is None else argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
