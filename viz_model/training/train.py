@@ -29,7 +29,8 @@ from tqdm import tqdm
 from ..checkpoint import save_checkpoint
 from ..config import Config
 from ..model import VizTransformer
-from .schedule import adamw, cosine_lr, update
+from .loop import lm_batches, train_steps
+from .schedule import cosine_lr  # noqa: F401  (re-exported: tests and the pairs trainer import it from here)
 from ..tokenizer import count_chars, iter_chunks, train_bpe
 
 
@@ -160,29 +161,22 @@ def main(argv: list[str] | None = None) -> EvalResult:
     model = VizTransformer(cfg)
     model.init_weights(seed=args.seed)
     print(f"model: {model.n_params():,} parameters ({cfg.n_layers} layers, {cfg.n_heads} heads, d_model {cfg.d_model})")
-    opt = adamw(model, args.lr, args.weight_decay, (0.9, 0.95))
-    gen = torch.Generator().manual_seed(args.seed)
-    offsets = torch.arange(args.n_ctx + 1)
     model.train()
-    bar = tqdm(range(args.steps), desc="training", unit="step", dynamic_ncols=True, mininterval=2.0)
-    for step in bar:
-        starts = torch.randint(0, len(train_ids) - args.n_ctx - 1, (args.batch_size,), generator=gen)
-        batch = train_ids[starts[:, None] + offsets]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            logits = model(batch[:, :-1])
-        loss = F.cross_entropy(logits.float().reshape(-1, cfg.d_vocab), batch[:, 1:].reshape(-1))
-        update(model, opt, loss, cosine_lr(step, args.steps, args.lr, args.min_lr, args.warmup))
-        bar.set_postfix(loss=f"{loss.item():.3f}")
-        done = step + 1
-        if args.eval_every and done % args.eval_every == 0 and done < args.steps:
+    batches = lm_batches(train_ids, args.n_ctx, args.batch_size, args.seed)
+    bar = tqdm(total=args.steps, desc="training", unit="step", dynamic_ncols=True, mininterval=2.0)
+    for done in train_steps(model, batches, args.steps, args.lr, args.min_lr, args.warmup, args.weight_decay,
+                            bf16=args.bf16):
+        step, loss = done.step, done.loss
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.3f}")
+        if args.eval_every and step % args.eval_every == 0 and step < args.steps:
             res = evaluate(model, tokenizer, valid_ids, args.eval_tokens)
-            bar.write(f"step {done}: train loss {loss.item():.3f}, valid {res.nats_per_token:.3f} nats/token, "
+            bar.write(f"step {step}: train loss {loss:.3f}, valid {res.nats_per_token:.3f} nats/token, "
                       f"{res.bits_per_char:.3f} bits/char (first {res.n_tokens:,} tokens)")
-        if args.snapshot_every and done % args.snapshot_every == 0 and done < args.steps:
-            snap = args.out.with_name(args.out.stem + ".snapshots") / f"step_{done:06d}.safetensors"
+        if args.snapshot_every and step % args.snapshot_every == 0 and step < args.steps:
+            snap = args.out.with_name(args.out.stem + ".snapshots") / f"step_{step:06d}.safetensors"
             model.eval()
-            save_checkpoint(model, tokenizer, snap, {"step": str(done), "command": command})
-            model.train()
+            save_checkpoint(model, tokenizer, snap, {"step": str(step), "command": command})
     bar.close()
     model.eval()
     res = evaluate(model, tokenizer, valid_ids)
