@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from viz_model import VizTransformer
+from viz_model.head_scores import diagonal_score, repeated_scores
 
 from .figures import grid_block, pool_blocks
 from .trace import Trace
@@ -30,16 +31,6 @@ def overview_patterns(arrays: dict, n_layers: int) -> tuple[np.ndarray, int]:
     return np.stack(pooled), block
 
 
-def diagonal_score(patterns: np.ndarray, offset: int, start: int) -> np.ndarray:
-    """Mean attention from query ``i`` to key ``i - offset`` over queries ``i >= start``.
-
-    ``patterns`` ``[n_layers, n_heads, query_pos, key_pos]`` -> ``[n_layers, n_heads]``.
-    """
-    n = patterns.shape[-1]
-    rows = np.arange(start, n)
-    return patterns[:, :, rows, rows - offset].mean(-1)
-
-
 @torch.no_grad()
 def head_scores(model: VizTransformer, trace: Trace, length: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
     """Four ``[n_layers, n_heads]`` scores in [0, 1].
@@ -48,7 +39,8 @@ def head_scores(model: VizTransformer, trace: Trace, length: int | None = None, 
     - first-token: mean weight on position 0, excluding position 0 itself (on the typed text);
     - duplicate-token and induction: on a random token sequence repeated twice (length ``length``,
       default ``min(50, n_ctx // 2)``), the mean weight from each token of the second copy to the same
-      token in the first copy (duplicate), and to the token right after it (induction: "A B ... A -> B").
+      token in the first copy (duplicate), and to the token right after it (induction: "A B ... A -> B"),
+      from :func:`viz_model.head_scores.repeated_scores`.
 
     Texts of one token give NaN for the text-based scores.
     """
@@ -63,14 +55,9 @@ def head_scores(model: VizTransformer, trace: Trace, length: int | None = None, 
             previous.append(diagonal_score(p, 1, 1))
             first.append(p[:, :, 1:, 0].mean(-1))
         scores["previous-token"], scores["first-token"] = np.concatenate(previous), np.concatenate(first)
-    length = length or min(50, cfg.n_ctx // 2)
-    half = torch.randint(0, cfg.d_vocab, (1, length), generator=torch.Generator().manual_seed(seed))
-    src = {"src_tokens": torch.tensor(trace.src_ids).unsqueeze(0)} if trace.is_encoder_decoder else {}  # the decoder reads the text
-    _, cache = model.run_with_cache(torch.cat([half, half], dim=1), names_filter=lambda n: n.endswith("attn.hook_pattern")
-                                    and not n.startswith("encoder."), **src)
-    rep = stacked_patterns({k: v[0].numpy() for k, v in cache.items()}, n_layers)
-    scores["duplicate-token"] = diagonal_score(rep, length, length)
-    scores["induction"] = diagonal_score(rep, length - 1, length)
+    src = torch.tensor(trace.src_ids).unsqueeze(0) if trace.is_encoder_decoder else None  # the encoder reads the text
+    rep = repeated_scores(model, length, seed, src)
+    scores["duplicate-token"], scores["induction"] = rep["duplicate-token"].numpy(), rep["induction"].numpy()
     return scores
 
 
