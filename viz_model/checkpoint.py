@@ -24,17 +24,19 @@ DEFAULT_MODEL = ASSETS / "tinystories-6l.safetensors"
 
 
 def save_checkpoint(model: VizTransformer, tokenizer: Tokenizer, path: str | Path,
-                    metadata: dict[str, str] | None = None) -> Path:
+                    metadata: dict[str, str] | None = None, dtype: torch.dtype | None = None) -> Path:
     """Write ``model`` and ``tokenizer`` to one ``.safetensors`` file; return its path.
 
-    ``metadata`` adds free-form string entries (e.g. the training command).
+    ``metadata`` adds free-form string entries (e.g. the training command). ``dtype`` (e.g. ``torch.float16``,
+    half the bytes) stores the weights in that dtype instead of the model's own; :func:`load_checkpoint` reads
+    any floating dtype back as float32.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "config": model.cfg.to_json(),
             "tokenizer": tokenizer.to_str()}
     meta.update(metadata or {})
-    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    tensors = {k: v.detach().to(dtype or v.dtype).contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(tensors, str(path), metadata=meta)
     return path
 
