@@ -140,6 +140,35 @@ class HookedModule(nn.Module):
             for hook, fn in added:
                 hook.remove_hook(fn)
 
+    def run_with_hooks(self, tokens: torch.Tensor, fwd_hooks: Iterable[tuple[str | Callable[[str], bool], Callable]] = (),
+                       **kwargs) -> torch.Tensor:
+        """Run the model with temporary hooks, as TransformerLens' ``HookedTransformer.run_with_hooks``.
+
+        Args:
+            tokens: token ids ``[batch, pos]`` (int64).
+            fwd_hooks: ``(name or predicate on names, fn)`` pairs; ``fn(tensor, hook)`` may return a replacement
+                tensor (same shape) or None. A predicate adds ``fn`` to every hook whose name it accepts.
+            **kwargs: passed to ``forward`` (e.g. ``src_tokens`` of an encoder-decoder, ``token_type_ids``).
+
+        Returns:
+            What ``forward`` returns: logits ``[batch, pos, d_vocab]``. Gradients follow the caller's
+            ``torch.no_grad()`` / ``torch.enable_grad()`` context.
+
+        Raises:
+            KeyError: for a hook name the model does not have (a predicate that matches nothing is allowed).
+            ValueError: from ``forward``. Every hook is removed afterwards, also on error.
+        """
+        pairs = []
+        for target, fn in fwd_hooks:
+            if isinstance(target, str):
+                pairs.append((target, fn))
+            elif callable(target):
+                pairs += [(name, fn) for name in self.hook_dict if target(name)]
+            else:
+                raise TypeError(f"a hook target must be a name or a predicate on names, got {type(target).__name__}")
+        with self.hooks(pairs):
+            return self(tokens, **kwargs)
+
     @torch.no_grad()
     def run_with_cache(self, tokens: torch.Tensor, names_filter: NamesFilter = None,
                        store_dtype: torch.dtype | None = None, keep_float32: tuple[str, ...] = ("hook_logits",),

@@ -1,0 +1,122 @@
+"""Head ablation: switch attention heads off and see what the model does without them.
+
+A head is ablated at its output ``blocks.{layer}.attn.hook_z`` ``[batch, pos, head_index, d_head]`` (its input to
+``W_O``), as in TransformerLens: *zero* ablation sets the head's z to 0, so it adds nothing but ``b_O`` to the
+residual stream (equal to zeroing its rows of ``W_O``); *mean* ablation replaces it by its mean over the positions
+of a reference text (by default the current text), which keeps the average signal and removes the
+token-specific information (Wang et al., 2022, "Interpretability in the Wild", section 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+
+from ..model import VizTransformer
+from .batching import run_cells
+
+Head = tuple[int, int]  # (layer, head)
+KINDS = ("zero", "mean")
+
+
+@torch.no_grad()
+def head_means(model: VizTransformer, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
+    """The mean of every head's ``hook_z`` over the batch and the positions of ``tokens``.
+
+    Returns:
+        ``[n_layers, n_heads, d_head]`` float32 (decoder self-attention heads).
+    """
+    names = [f"blocks.{layer}.attn.hook_z" for layer in range(model.cfg.n_layers)]
+    _, cache = model.run_with_cache(tokens, names_filter=names, **kwargs)
+    return torch.stack([cache[name].float().mean(dim=(0, 1)) for name in names])
+
+
+def _check(model: VizTransformer, heads: Iterable[Head], kind: str, means: torch.Tensor | None) -> list[Head]:
+    cfg = model.cfg
+    heads = [(int(layer), int(head)) for layer, head in heads]
+    for layer, head in heads:
+        if not (0 <= layer < cfg.n_layers and 0 <= head < cfg.n_heads):
+            raise ValueError(f"no head L{layer}H{head}: the model has {cfg.n_layers} layers of {cfg.n_heads} heads")
+    if kind not in KINDS:
+        raise ValueError(f"unknown ablation {kind!r} (one of: {', '.join(KINDS)})")
+    if kind == "mean" and (means is None or tuple(means.shape) != (cfg.n_layers, cfg.n_heads, cfg.d_head)):
+        raise ValueError("mean ablation needs means [n_layers, n_heads, d_head] from head_means()")
+    return heads
+
+
+def head_ablation_hooks(model: VizTransformer, heads: Iterable[Head], kind: str = "zero",
+                        means: torch.Tensor | None = None) -> list[tuple[str, Callable]]:
+    """``fwd_hooks`` for :meth:`run_with_hooks` that ablate ``heads`` (``(layer, head)`` pairs) in every batch row.
+
+    Args:
+        kind: ``"zero"`` or ``"mean"`` (then ``means`` from :func:`head_means`).
+
+    Raises:
+        ValueError: a head the model does not have, an unknown kind, missing means.
+    """
+    heads = _check(model, heads, kind, means)
+    by_layer: dict[int, set[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, set()).add(head)
+    fns = []
+    for layer, layer_heads in by_layer.items():
+        idx = torch.tensor(sorted(layer_heads))
+
+        def fn(z, hook, idx=idx, layer=layer):
+            z = z.clone()
+            z[:, :, idx] = 0.0 if kind == "zero" else means[layer, idx].to(z.dtype)  # [n, d_head] over every pos
+            return z
+        fns.append((f"blocks.{layer}.attn.hook_z", fn))
+    return fns
+
+
+@torch.no_grad()
+def ablate_heads(model: VizTransformer, tokens: torch.Tensor, heads: Iterable[Head], kind: str = "zero",
+                 means: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+    """Logits ``[batch, pos, d_vocab]`` of ``tokens`` with ``heads`` ablated (see :func:`head_ablation_hooks`)."""
+    return model.run_with_hooks(tokens, head_ablation_hooks(model, heads, kind, means), **kwargs)
+
+
+@torch.no_grad()
+def head_ablation_effects(model: VizTransformer, tokens: torch.Tensor, token_id: int, pos: int = -1,
+                          kind: str = "zero", means: torch.Tensor | None = None, base: Iterable[Head] = (),
+                          **kwargs) -> torch.Tensor:
+    """The change in ``log p(token_id)`` at ``pos`` when each head alone is ablated (on top of the heads in
+    ``base``, which are ablated in every run including the reference one), all heads in batched passes.
+
+    Args:
+        tokens: one prompt ``[1, pos]``.
+
+    Returns:
+        ``[n_layers, n_heads]`` float32, nats: log-prob with the head ablated minus log-prob without it (negative =
+        the head helped predict ``token_id``). Heads in ``base`` give 0.
+
+    Raises:
+        ValueError: as :func:`head_ablation_hooks`; ``tokens`` not ``[1, pos]``.
+    """
+    cfg = model.cfg
+    base = _check(model, base, kind, means)
+    logprob = lambda logits: torch.log_softmax(logits[0, pos].float(), dim=-1)[token_id]
+    reference = float(logprob(ablate_heads(model, tokens, base, kind, means, **kwargs)))
+
+    def hooks_for(chunk):  # row r ablates its own cell's head (on top of the base heads, ablated in every row)
+        fns = head_ablation_hooks(model, base, kind, means) if base else []
+        by_layer: dict[int, list[tuple[int, int]]] = {}
+        for row, (layer, head) in chunk:
+            by_layer.setdefault(layer, []).append((row, head))
+        for layer, items in by_layer.items():
+            rows, heads = torch.tensor([r for r, _ in items]), torch.tensor([h for _, h in items])
+
+            def fn(z, hook, rows=rows, heads=heads, layer=layer):
+                z = z.clone()
+                z[rows, :, heads] = 0.0 if kind == "zero" else means[layer, heads][:, None, :].to(z.dtype)
+                return z
+            fns.append((f"blocks.{layer}.attn.hook_z", fn))
+        return fns
+
+    cells = [(layer, head) for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
+    effects = run_cells(model, tokens, cells, hooks_for, logprob, **kwargs) - reference
+    for layer, head in base:
+        effects[layer * cfg.n_heads + head] = 0.0
+    return effects.view(cfg.n_layers, cfg.n_heads)

@@ -1,0 +1,207 @@
+"""Activation patching with TransformerLens' names and semantics (``transformer_lens.patching``).
+
+Run the *corrupted* prompt, but take one activation (one layer's residual stream at one position, one head's
+output at every position, ...) from the *clean* run, and measure how much of the clean behaviour comes back
+(Meng et al., 2022, "Locating and Editing Factual Associations in GPT"; Wang et al., 2022, "Interpretability in the
+Wild"). Every function here runs its cells batched: many patched copies of the corrupted prompt in one forward
+pass (:func:`viz_model.interventions.batching.run_cells`), not one forward per cell.
+
+A ``patching_metric`` maps the logits of one run ``[1, pos, d_vocab]`` to a scalar tensor, as in TransformerLens;
+:func:`logit_diff_metric` and :func:`prob_metric` build the two common ones and :func:`normalise` rescales results
+so that 0 = the corrupted run and 1 = the clean run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+
+from ..model import VizTransformer
+from .batching import run_cells
+
+Metric = Callable[[torch.Tensor], torch.Tensor]
+
+
+def logit_diff_metric(answer_id: int, wrong_id: int, pos: int = -1) -> Metric:
+    """``logits[0, pos, answer_id] - logits[0, pos, wrong_id]`` (the logit difference of Wang et al., 2022)."""
+    return lambda logits: logits[0, pos, answer_id] - logits[0, pos, wrong_id]
+
+
+def prob_metric(answer_id: int, pos: int = -1) -> Metric:
+    """``softmax(logits[0, pos])[answer_id]``: the probability of the clean answer, in [0, 1]."""
+    return lambda logits: torch.softmax(logits[0, pos].float(), dim=-1)[answer_id]
+
+
+def normalise(results: torch.Tensor, clean_value: float, corrupted_value: float) -> torch.Tensor:
+    """``(results - corrupted) / (clean - corrupted)``: 1 = fully restored, 0 = no effect.
+
+    Raises:
+        ValueError: when the clean and corrupted runs give the same metric (nothing to restore).
+    """
+    span = clean_value - corrupted_value
+    if abs(span) < 1e-12:
+        raise ValueError("the clean and corrupted prompts give the same metric value: there is nothing to restore")
+    return (results - corrupted_value) / span
+
+
+def _clean(clean_cache: Mapping[str, torch.Tensor], name: str, n_pos: int) -> torch.Tensor:
+    try:
+        value = clean_cache[name]
+    except KeyError:
+        raise KeyError(f"the clean cache has no {name}: record it with model.run_with_cache(clean_tokens)") from None
+    if value.shape[1] != n_pos:
+        raise ValueError(f"the clean prompt has {value.shape[1]} tokens and the corrupted one {n_pos}: "
+                         "activation patching needs prompts of the same length")
+    return value[:1].float()
+
+
+def _sweep_positions(model: VizTransformer, corrupted_tokens: torch.Tensor, clean_cache, patching_metric: Metric,
+                     hook: str, **kwargs) -> torch.Tensor:
+    """``[n_layers, pos]``: ``blocks.{layer}.{hook}`` at one position taken from the clean run."""
+    n_layers, n_pos = model.cfg.n_layers, corrupted_tokens.shape[-1]
+    clean = {layer: _clean(clean_cache, f"blocks.{layer}.{hook}", n_pos) for layer in range(n_layers)}
+
+    def hooks_for(chunk):
+        by_layer: dict[int, list[tuple[int, int]]] = {}
+        for row, (layer, pos) in chunk:
+            by_layer.setdefault(layer, []).append((row, pos))
+        fns = []
+        for layer, items in by_layer.items():
+            rows, positions = torch.tensor([r for r, _ in items]), torch.tensor([p for _, p in items])
+
+            def fn(x, hook, rows=rows, positions=positions, src=clean[layer]):
+                x = x.clone()
+                x[rows, positions] = src[0, positions].to(x.dtype)
+                return x
+            fns.append((f"blocks.{layer}.{hook}", fn))
+        return fns
+
+    cells = [(layer, pos) for layer in range(n_layers) for pos in range(n_pos)]
+    return run_cells(model, corrupted_tokens, cells, hooks_for, patching_metric, **kwargs).view(n_layers, n_pos)
+
+
+def get_act_patch_resid_pre(model: VizTransformer, corrupted_tokens: torch.Tensor, clean_cache: Mapping[str, torch.Tensor],
+                            patching_metric: Metric, **kwargs) -> torch.Tensor:
+    """Patch the residual stream entering each layer (``blocks.{layer}.hook_resid_pre``), one position at a time.
+
+    Args:
+        corrupted_tokens: ``[1, pos]`` int64.
+        clean_cache: from ``model.run_with_cache(clean_tokens)`` (same length), holding every ``hook_resid_pre``.
+        patching_metric: logits ``[1, pos, d_vocab]`` -> scalar tensor.
+        **kwargs: passed to ``forward`` (e.g. ``src_tokens`` ``[1, src_pos]`` of an encoder-decoder).
+
+    Returns:
+        ``[n_layers, pos]`` float32: the metric of the corrupted run with that one activation from the clean run.
+
+    Raises:
+        KeyError: when the clean cache lacks a needed hook. ValueError: prompts of different lengths.
+    """
+    return _sweep_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_resid_pre", **kwargs)
+
+
+def get_act_patch_attn_out(model: VizTransformer, corrupted_tokens: torch.Tensor, clean_cache: Mapping[str, torch.Tensor],
+                           patching_metric: Metric, **kwargs) -> torch.Tensor:
+    """As :func:`get_act_patch_resid_pre` for each layer's attention output ``blocks.{layer}.hook_attn_out``
+    ``[batch, pos, d_model]`` (all heads plus ``b_O``). Returns ``[n_layers, pos]``."""
+    return _sweep_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_attn_out", **kwargs)
+
+
+def get_act_patch_mlp_out(model: VizTransformer, corrupted_tokens: torch.Tensor, clean_cache: Mapping[str, torch.Tensor],
+                          patching_metric: Metric, **kwargs) -> torch.Tensor:
+    """As :func:`get_act_patch_resid_pre` for each layer's feed-forward output ``blocks.{layer}.hook_mlp_out``
+    ``[batch, pos, d_model]``. Returns ``[n_layers, pos]``."""
+    return _sweep_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_mlp_out", **kwargs)
+
+
+def get_act_patch_attn_head_out_all_pos(model: VizTransformer, corrupted_tokens: torch.Tensor,
+                                        clean_cache: Mapping[str, torch.Tensor], patching_metric: Metric,
+                                        **kwargs) -> torch.Tensor:
+    """Patch one head's output at every position: its ``blocks.{layer}.attn.hook_z`` ``[batch, pos, head_index,
+    d_head]`` slice, the head's input to ``W_O`` (TransformerLens patches ``hook_z`` the same way).
+
+    Returns:
+        ``[n_layers, n_heads]`` float32. Raises as :func:`get_act_patch_resid_pre`.
+    """
+    n_layers, n_heads, n_pos = model.cfg.n_layers, model.cfg.n_heads, corrupted_tokens.shape[-1]
+    clean = {layer: _clean(clean_cache, f"blocks.{layer}.attn.hook_z", n_pos) for layer in range(n_layers)}
+
+    def hooks_for(chunk):
+        by_layer: dict[int, list[tuple[int, int]]] = {}
+        for row, (layer, head) in chunk:
+            by_layer.setdefault(layer, []).append((row, head))
+        fns = []
+        for layer, items in by_layer.items():
+            rows, heads = torch.tensor([r for r, _ in items]), torch.tensor([h for _, h in items])
+
+            def fn(z, hook, rows=rows, heads=heads, src=clean[layer]):
+                z = z.clone()
+                z[rows, :, heads] = src[0][:, heads].transpose(0, 1).to(z.dtype)  # [n_items, pos, d_head]
+                return z
+            fns.append((f"blocks.{layer}.attn.hook_z", fn))
+        return fns
+
+    cells = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+    return run_cells(model, corrupted_tokens, cells, hooks_for, patching_metric, **kwargs).view(n_layers, n_heads)
+
+
+PATCH_HOOKS = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out"}
+
+
+@torch.no_grad()
+def component_outputs(model: VizTransformer, cache: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What each component writes into the residual stream, per position: ``L{l}H{h}`` = ``z_h W_O[h]`` and
+    ``L{l}.mlp`` = ``hook_mlp_out``, each ``[pos, d_model]`` (batch row 0). Decoder blocks only."""
+    out = {}
+    for layer, block in enumerate(model.blocks):
+        z = cache[f"blocks.{layer}.attn.hook_z"][0].float()  # [pos, n_heads, d_head]
+        per_head = torch.einsum("phk,hkd->hpd", z, block.attn.W_O.float())
+        for head in range(model.cfg.n_heads):
+            out[f"L{layer}H{head}"] = per_head[head]
+        out[f"L{layer}.mlp"] = cache[f"blocks.{layer}.hook_mlp_out"][0].float()
+    return out
+
+
+@torch.no_grad()
+def patch_downstream(model: VizTransformer, corrupted_tokens: torch.Tensor, clean_cache: Mapping[str, torch.Tensor],
+                     site: str, layer: int, index: int, **kwargs) -> dict[str, float]:
+    """A patch lens for one cell: what changed downstream when that one activation is taken from the clean run.
+
+    Args:
+        site: ``"resid_pre"``, ``"attn_out"``, ``"mlp_out"`` (``index`` = position) or ``"head"`` (``index`` = head,
+            its ``hook_z`` at every position).
+
+    Returns:
+        ``{component: ‖Δ‖}`` for every head (``L{l}H{h}``) and MLP (``L{l}.mlp``): the Frobenius norm, over all
+        positions, of the change of what it writes into the residual stream, patched run minus corrupted run
+        (components before the patch are unchanged and give 0).
+
+    Raises:
+        ValueError: an unknown site, or prompts of different lengths. KeyError: a hook missing from the clean cache.
+    """
+    n_pos = corrupted_tokens.shape[-1]
+    if site == "head":
+        name = f"blocks.{layer}.attn.hook_z"
+        src = _clean(clean_cache, name, n_pos)
+
+        def fn(x, hook):
+            x = x.clone()
+            x[:, :, index] = src[:, :, index].to(x.dtype)
+            return x
+    elif site in PATCH_HOOKS:
+        name = f"blocks.{layer}.{PATCH_HOOKS[site]}"
+        src = _clean(clean_cache, name, n_pos)
+
+        def fn(x, hook):
+            x = x.clone()
+            x[:, index] = src[:, index].to(x.dtype)
+            return x
+    else:
+        raise ValueError(f"unknown patching site {site!r} (one of: head, {', '.join(PATCH_HOOKS)})")
+    wanted = lambda n: n.endswith("attn.hook_z") and not n.startswith("encoder") and ".cross_attn." not in n \
+        or n.endswith("hook_mlp_out") and not n.startswith("encoder")
+    _, base = model.run_with_cache(corrupted_tokens, names_filter=wanted, **kwargs)
+    with model.hooks([(name, fn)]):
+        _, patched = model.run_with_cache(corrupted_tokens, names_filter=wanted, **kwargs)
+    before, after = component_outputs(model, base), component_outputs(model, patched)
+    return {key: float((after[key] - before[key]).norm()) for key in before}
