@@ -16,7 +16,7 @@ from torch import nn
 
 from .config import Config
 from .hooks import HookPoint
-from .rotary import apply_rotary, rotary_angles
+from .rotary import apply_rotary, rotary_angles, scaled_freqs
 
 
 class Embed(nn.Module):
@@ -112,6 +112,27 @@ class RMSNorm(nn.Module):
         return self.hook_normalized(x / scale * self.w)
 
 
+class QKNorm(nn.Module):
+    """RMSNorm of queries or keys ``[batch, pos, head_index, d_head]`` before rotation (q/k norm; Dehghani et al.,
+    2023): over each head's ``d_head`` values (``per_head``: Qwen3, Gemma 3) or over all heads of a position at
+    once (OLMo2, OLMoE), with weight ``w`` ``[d_head]`` or ``[head_index * d_head]``.
+
+    Hooks: ``hook_scale`` ``[batch, pos, head_index or 1, 1]`` = sqrt(mean(x^2) + eps) and ``hook_normalized``
+    ``[batch, pos, head_index, d_head]`` (after ``w``).
+    """
+
+    def __init__(self, cfg: Config, n_heads: int, per_head: bool) -> None:
+        super().__init__()
+        self.eps, self.per_head = cfg.layer_norm_eps, per_head
+        self.w = nn.Parameter(torch.ones(cfg.d_head if per_head else n_heads * cfg.d_head))
+        self.hook_scale, self.hook_normalized = HookPoint(), HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        axes = (-1,) if self.per_head else (-2, -1)
+        scale = self.hook_scale((x.pow(2).mean(axes, keepdim=True) + self.eps).sqrt())
+        return self.hook_normalized(x / scale * self.w.view(-1, x.shape[-1]).squeeze(0))
+
+
 def make_norm(cfg: Config) -> nn.Module:
     """The normalisation layer the config asks for (:class:`LayerNorm` or :class:`RMSNorm`)."""
     return RMSNorm(cfg) if cfg.norm == "rmsnorm" else LayerNorm(cfg)
@@ -151,6 +172,9 @@ class Attention(nn.Module):
         self.b_V = nn.Parameter(torch.zeros(g, k)) if bias else None
         self.b_O = nn.Parameter(torch.zeros(d)) if bias else None
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        if cfg.qk_norm != "none":  # Qwen3, OLMo2, Gemma 3: q and k normed (RMSNorm) before rotation
+            self.q_norm = QKNorm(cfg, h, cfg.qk_norm == "head")
+            self.k_norm = QKNorm(cfg, g, cfg.qk_norm == "head")
         if cfg.positional == "rotary" and not cross:
             self.hook_rot_q, self.hook_rot_k = HookPoint(), HookPoint()
         self.hook_attn_scores, self.hook_pattern, self.hook_z = HookPoint(), HookPoint(), HookPoint()
@@ -202,10 +226,13 @@ class Attention(nn.Module):
         source = context if self.cross else x  # cross-attention reads keys and values from the encoder
         q, k, v = self._qkv(x, source)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        if cfg.qk_norm != "none":
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.cross:
             kv = None  # the encoder's keys and values are complete; nothing to cache per step
         elif cfg.positional == "rotary":
-            angles = rotary_angles(x.shape[1], cfg.d_head, cfg.rotary_base, kv.n_pos if kv is not None else 0)
+            angles = rotary_angles(x.shape[1], cfg.d_rotary, cfg.rotary_base, kv.n_pos if kv is not None else 0,
+                                   scaled_freqs(cfg))
             q = self.hook_rot_q(apply_rotary(q, angles.to(x.device)))
             k = self.hook_rot_k(apply_rotary(k, angles.to(x.device)))
         if kv is not None:
@@ -288,13 +315,13 @@ def chunked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Co
     rows = max(1, min(n_q, budget // max(1, per_row * b * h)))
     heads = b * h if rows > 1 or per_row * b * h <= budget else max(1, budget // per_row)
     z = torch.empty(b * h, n_q, d, dtype=torch.result_type(q, v), device=q.device)
-    scale, first = math.sqrt(cfg.d_head), n_k - n_q
+    first = n_k - n_q
     for r0 in range(0, n_q, rows):
         r1 = min(n_q, r0 + rows)
         hidden = None if cross else attention_mask(r1 - r0, n_k, cfg.causal, cfg.attn_window, q.device, first + r0)
         for h0 in range(0, b * h, heads):
             h1 = min(b * h, h0 + heads)
-            scores = (qh[h0:h1, r0:r1] @ kh[h0:h1].transpose(1, 2)).div_(scale)
+            scores = scale_scores(qh[h0:h1, r0:r1] @ kh[h0:h1].transpose(1, 2), cfg)
             if hidden is not None:
                 scores.masked_fill_(hidden, float("-inf"))
             pattern = torch.softmax(scores, dim=-1)
@@ -304,15 +331,35 @@ def chunked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Co
     return z.view(b, h, n_q, d).transpose(1, 2)
 
 
+def attn_divisor(cfg: Config) -> float:
+    """What q.k is divided by: ``attn_scale`` when set (Gemma 2: sqrt(query_pre_attn_scalar); T5: 1), else
+    sqrt(d_head) ("Attention Is All You Need", eq. 1)."""
+    return math.sqrt(cfg.d_head) if cfg.attn_scale is None else float(cfg.attn_scale)
+
+
+def soft_cap(x: torch.Tensor, cap: float) -> torch.Tensor:
+    """``cap * tanh(x / cap)`` in place: about ``x`` for small values, never beyond ``±cap`` (Gemma 2's attention
+    and final-logit soft-capping; transformers' ``Gemma2`` eager attention)."""
+    return x.div_(cap).tanh_().mul_(cap)
+
+
+def scale_scores(dots: torch.Tensor, cfg: Config) -> torch.Tensor:
+    """Raw dot products ``q.k`` -> the scores before the mask, in place: divided by :func:`attn_divisor`, then
+    soft-capped when ``attn_softcap`` is set."""
+    dots = dots.div_(attn_divisor(cfg))
+    return dots if cfg.attn_softcap is None else soft_cap(dots, cfg.attn_softcap)
+
+
 def masked_scores(q: torch.Tensor, k: torch.Tensor, cfg: Config, cross: bool = False) -> torch.Tensor:
-    """``q k^T / sqrt(d_head)`` with -inf where the mask hides a key: ``[batch, head_index, query_pos, key_pos]``
+    """``q k^T / sqrt(d_head)`` (see :func:`scale_scores`: another divisor or a soft cap where the config asks)
+    with -inf where the mask hides a key: ``[batch, head_index, query_pos, key_pos]``
     from q ``[batch, query_pos, n_heads, d_head]`` and k ``[batch, key_pos, n_kv_heads, d_head]`` (after
     rotation; the last query sits at the last key's position). ``cross``: cross-attention, where every source
     position is visible. Source: "Attention Is All You Need", eq. 1 (scaled dot-product attention)."""
     if cfg.n_rep > 1:  # every query head reads its group's key head (transformers' repeat_kv)
         k = k.repeat_interleave(cfg.n_rep, dim=2)
     # scaled and masked in place: at 1,024 tokens each copy would be 50 MB per layer
-    scores = (q.transpose(1, 2) @ k.permute(0, 2, 3, 1)).div_(math.sqrt(cfg.d_head))
+    scores = scale_scores(q.transpose(1, 2) @ k.permute(0, 2, 3, 1), cfg)
     hidden = None if cross else attention_mask(q.shape[1], k.shape[1], cfg.causal, cfg.attn_window, q.device)
     if hidden is not None:
         scores.masked_fill_(hidden, float("-inf"))
@@ -363,20 +410,22 @@ ACTIVATIONS = {
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
     "relu": F.relu,  # Vaswani et al. (2017)
     "swiglu": F.silu,  # the gate's activation in SwiGLU (Shazeer, 2020); Llama
+    "geglu": lambda x: F.gelu(x, approximate="tanh"),  # the gate's activation in GeGLU (Shazeer, 2020); Gemma, T5 v1.1
 }
 
 
 class MLP(nn.Module):
     """The two-layer feed-forward network: ``act(x W_in + b_in) W_out + b_out`` (Vaswani et al., 3.3).
 
-    SwiGLU (Shazeer, 2020; Llama): ``(silu(x W_gate) * (x W_in)) W_out``, with ``W_gate`` ``[d_model, d_mlp]``.
+    SwiGLU (Shazeer, 2020; Llama): ``(silu(x W_gate) * (x W_in)) W_out``, with ``W_gate`` ``[d_model, d_mlp]``;
+    GeGLU (Gemma, T5 v1.1) the same with the GELU tanh approximation in place of silu.
     Hooks: ``hook_pre`` (before the activation; the gate for SwiGLU), ``hook_pre_linear`` (SwiGLU's
     linear branch) and ``hook_post`` (the hidden activations), ``[batch, pos, d_mlp]``.
     """
 
     def __init__(self, cfg: Config) -> None:
         super().__init__()
-        self.gated = cfg.mlp == "swiglu"
+        self.gated = cfg.mlp in ("swiglu", "geglu")
         if self.gated:
             self.W_gate = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
             self.b_gate = nn.Parameter(torch.zeros(cfg.d_mlp)) if cfg.mlp_bias else None
@@ -393,13 +442,31 @@ class MLP(nn.Module):
         out = x @ W
         return out if b is None else out + b
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """The hidden activations ``[..., d_mlp]`` (as ``hook_post`` passes them on) of inputs ``[..., d_model]``."""
         if self.gated:
             pre = self.hook_pre(self._linear(x, self.W_gate, self.b_gate))
             hidden = self.act(pre) * self.hook_pre_linear(self._linear(x, self.W_in, self.b_in))
         else:
             hidden = self.act(self.hook_pre(self._linear(x, self.W_in, self.b_in)))
-        return self._linear(self.hook_post(hidden), self.W_out, self.b_out)
+        return self.hook_post(hidden)
+
+    def project(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``hidden W_out + b_out``: ``[..., d_mlp]`` -> ``[..., d_model]`` (split from :meth:`hidden` so that a
+        mixture of experts, :mod:`viz_model.moe`, can show every expert's hidden activations before projecting)."""
+        return self._linear(hidden, self.W_out, self.b_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.project(self.hidden(x))
+
+
+def make_mlp(cfg: Config) -> nn.Module:
+    """The feed-forward sub-layer the config asks for: an :class:`MLP`, or with ``cfg.n_experts > 0`` a mixture of
+    experts (:class:`viz_model.moe.MoE`, whose experts are MLPs)."""
+    if cfg.n_experts:
+        from .moe import MoE  # noqa: PLC0415  (moe.py builds on MLP: imported here, not at the top, to avoid a cycle)
+        return MoE(cfg)
+    return MLP(cfg)
 
 
 class Block(nn.Module):
@@ -407,35 +474,59 @@ class Block(nn.Module):
 
     Pre-LN (GPT-2): ``mid = pre + attn(ln1(pre))``, ``post = mid + mlp(ln2(mid))``.
     Post-LN (Vaswani et al., 2017): ``mid = ln1(pre + attn(pre))``, ``post = ln2(mid + mlp(mid))``.
+    Sandwich (Gemma 2): ``mid = pre + ln1_post(attn(ln1(pre)))``, ``post = mid + ln2_post(mlp(ln2(mid)))``.
+    Output norms only (OLMo2): ``mid = pre + ln1_post(attn(pre))``, ``post = mid + ln2_post(mlp(mid))``.
+    Parallel residual (GPT-NeoX, pre-LN only): ``post = pre + attn(ln1(pre)) + mlp(ln2(pre))``; ``resid_mid`` is then
+    ``pre + attn_out``, a partial sum that the MLP does not read.
     A decoder block of an encoder-decoder model (``cross=True``) has a third sub-layer between them,
     cross-attention over the encoder's output with its own norm ``ln_cross``: pre-LN
     ``mid_cross = mid + cross_attn(ln_cross(mid), enc)``, post-LN ``mid_cross = ln_cross(mid + cross_attn(mid, enc))``.
-    Hooks: ``hook_resid_pre/mid/post``, ``hook_attn_out``, ``hook_mlp_out`` and, with cross-attention,
-    ``hook_cross_attn_out``, ``hook_resid_mid_cross``, all ``[batch, pos, d_model]``.
+    ``cfg`` is the layer's own (:meth:`Config.for_layer`: its window and rotary base).
+    Hooks: ``hook_resid_pre/mid/post``, ``hook_attn_out``, ``hook_mlp_out`` (after the output norm, if any, as
+    added to the stream) and, with cross-attention, ``hook_cross_attn_out``, ``hook_resid_mid_cross``, all
+    ``[batch, pos, d_model]``.
     """
 
     def __init__(self, cfg: Config, cross: bool = False) -> None:
         super().__init__()
+        self.placement = cfg.norm_placement
         self.pre_ln = cfg.norm_placement == "pre"
-        self.ln1, self.attn = make_norm(cfg), Attention(cfg)
+        self.parallel = cfg.parallel_residual
+        self.ln1 = make_norm(cfg) if cfg.norm_placement != "output" else None
+        self.attn = Attention(cfg)
+        if cfg.output_norm:
+            self.ln1_post = make_norm(cfg)
         if cross:
-            self.ln_cross, self.cross_attn = make_norm(cfg), Attention(cfg, cross=True)
+            self.ln_cross = make_norm(cfg) if cfg.norm_placement != "output" else None
+            self.cross_attn = Attention(cfg, cross=True)
+            if cfg.output_norm:
+                self.ln_cross_post = make_norm(cfg)
             self.hook_cross_attn_out, self.hook_resid_mid_cross = HookPoint(), HookPoint()
-        self.ln2, self.mlp = make_norm(cfg), MLP(cfg)
+        self.ln2 = make_norm(cfg) if cfg.norm_placement != "output" else None
+        self.mlp = make_mlp(cfg)
+        if cfg.output_norm:
+            self.ln2_post = make_norm(cfg)
         self.has_cross = cross
         self.drop = nn.Dropout(cfg.dropout)
         self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
         self.hook_attn_out, self.hook_mlp_out = HookPoint(), HookPoint()
 
+    def _sublayer(self, norm_in, layer, norm_out, x: torch.Tensor, **kwargs) -> torch.Tensor:
+        """One pre-LN / sandwich / output-norm sub-layer's output (before the residual add)."""
+        out = layer(x if norm_in is None else norm_in(x), **kwargs)
+        return self.drop(out if norm_out is None else norm_out(out))
+
     def forward(self, resid: torch.Tensor, kv: LayerKV | None = None, context: torch.Tensor | None = None) -> torch.Tensor:
         resid = self.hook_resid_pre(resid)
-        if self.pre_ln:
-            attn_out = self.hook_attn_out(self.drop(self.attn(self.ln1(resid), kv)))
+        if self.placement != "post":
+            post = (lambda name: getattr(self, name + "_post")) if self.placement != "pre" else (lambda name: None)
+            attn_out = self.hook_attn_out(self._sublayer(self.ln1, self.attn, post("ln1"), resid, kv=kv))
             mid = self.hook_resid_mid(resid + attn_out)
             if self.has_cross:
-                cross_out = self.hook_cross_attn_out(self.drop(self.cross_attn(self.ln_cross(mid), context=context)))
-                mid = self.hook_resid_mid_cross(mid + cross_out)
-            mlp_out = self.hook_mlp_out(self.drop(self.mlp(self.ln2(mid))))
+                cross_out = self._sublayer(self.ln_cross, self.cross_attn, post("ln_cross"), mid, context=context)
+                mid = self.hook_resid_mid_cross(mid + self.hook_cross_attn_out(cross_out))
+            mlp_in = resid if self.parallel else mid  # GPT-NeoX: the MLP reads the block's input, as attention does
+            mlp_out = self.hook_mlp_out(self._sublayer(self.ln2, self.mlp, post("ln2"), mlp_in))
             return self.hook_resid_post(mid + mlp_out)
         attn_out = self.hook_attn_out(self.drop(self.attn(resid, kv)))
         mid = self.hook_resid_mid(self.ln1(resid + attn_out))

@@ -12,12 +12,15 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .limits import BOOL_FIELDS, FAMILY_PATTERN, MAX_CONFIG_CHARS, FLOAT_RANGES, INT_RANGES, MAX_EXTRA_CHARS, MAX_EXTRA_DEPTH
+from .limits import (BOOL_FIELDS, FAMILY_PATTERN, FLOAT_RANGES, INT_RANGES, MAX_CONFIG_CHARS, MAX_EXTRA_CHARS,
+                     MAX_EXTRA_DEPTH, OPTIONAL_FIELDS)
 
 POSITIONAL_KINDS = ("sinusoidal", "learned", "rotary", "none")
 NORM_KINDS = ("layernorm", "rmsnorm")
-NORM_PLACEMENTS = ("pre", "post")
-MLP_KINDS = ("gelu", "gelu_tanh", "relu", "swiglu")
+NORM_PLACEMENTS = ("pre", "post", "sandwich", "output")
+MLP_KINDS = ("gelu", "gelu_tanh", "relu", "swiglu", "geglu")
+ROTARY_SCALINGS = ("none", "linear", "llama3")
+QK_NORMS = ("none", "head", "all")
 LM_HEADS = ("unembed", "mlm", "none")
 
 
@@ -82,8 +85,12 @@ class Config:
     n_kv_heads: int | None = None  # key/value heads; None = n_heads (room for grouped-query attention)
     positional: str = "sinusoidal"  # how positions enter: added sinusoid, learned table, rotary, none
     norm: str = "layernorm"  # LayerNorm (mean and variance) or RMSNorm (later issue)
-    norm_placement: str = "pre"  # pre-LN (GPT-2) or post-LN (original transformer, BERT)
-    mlp: str = "gelu"  # feed-forward kind: GELU (erf), GELU tanh approximation (GPT-2), ReLU, SwiGLU (Llama)
+    # pre-LN (GPT-2), post-LN (original transformer, BERT), sandwich (Gemma 2: a norm on each sub-layer's input
+    # and another on its output before the add) or output (OLMo2: only the sub-layer's output is normed)
+    norm_placement: str = "pre"
+    # feed-forward kind: GELU (erf), GELU tanh approximation (GPT-2), ReLU, SwiGLU (Llama), GeGLU (Gemma, T5 v1.1:
+    # a gate through the GELU tanh approximation)
+    mlp: str = "gelu"
     causal: bool = True  # decoder masking: a position sees only itself and earlier positions
     tied_embeddings: bool = True  # unembedding W_U is the transpose of the embedding W_E
     final_norm: bool = True  # a LayerNorm after the last block (pre-LN models need it)
@@ -93,6 +100,20 @@ class Config:
     dropout: float = 0.0  # dropout during training only; 0 at inference
     rotary_base: float = 10000.0  # base of the rotary angles theta_i = base^(-2i / d_head) (RoFormer)
     attn_window: int | None = None  # sliding-window attention (Mistral): a query sees at most this many keys
+    # --- switches of further families (issue 16); each default reproduces the models above ---
+    window_layers: list | None = None  # layers whose attention uses attn_window (Gemma 2 alternates); None = all
+    rotary_dim: int | None = None  # partial rotary (GPT-NeoX rotary_pct): only a head's first rotary_dim dims turn
+    rotary_scaling: str = "none"  # longer contexts by slower rotations: none, linear (all / factor), llama3 (Llama 3.1)
+    rotary_factor: float = 1.0  # linear and llama3: the frequencies (low ones, for llama3) are divided by this
+    rotary_low_freq_factor: float = 1.0  # llama3: wavelengths above rotary_original_ctx / this are divided by factor
+    rotary_high_freq_factor: float = 4.0  # llama3: wavelengths below rotary_original_ctx / this are kept
+    rotary_original_ctx: int = 8192  # llama3: the context of pre-training, where the wavelength bands are measured
+    rotary_base_local: float | None = None  # Gemma 3: the windowed layers' own rotary base; None = rotary_base
+    qk_norm: str = "none"  # RMSNorm of q and k before rotation: per head (Qwen3) or over all heads at once (OLMo2)
+    attn_scale: float | None = None  # scores are q.k / attn_scale; None = sqrt(d_head); Gemma 2 sqrt(256), T5 1
+    attn_softcap: float | None = None  # Gemma 2: scores -> c tanh(scores / c), kept within (-c, c), before the mask
+    logit_softcap: float | None = None  # Gemma 2: the same soft cap on the final logits
+    parallel_residual: bool = False  # GPT-NeoX: attention and MLP both read resid_pre, post = pre + attn + mlp
     n_token_types: int = 0  # segment (token type) embeddings added to the input (BERT); 0 = none
     embed_scale: float = 1.0  # token embeddings are multiplied by this (sqrt(d_model) in Vaswani et al. 3.4; BART option)
     embed_norm: bool = False  # a LayerNorm over embeddings + positions before the first block (BERT)
@@ -101,6 +122,13 @@ class Config:
     n_encoder_layers: int = 0  # encoder-decoder models: blocks of the encoder stack (0 = no encoder)
     decoder_start_id: int = 0  # encoder-decoder models: the token the decoder starts from
     decoder_end_id: int = 0  # encoder-decoder models: the token that ends the decoder's output
+    # --- mixture of experts (Mixtral, Qwen2-MoE, OLMoE; viz_model/moe.py): many feed-forward networks per block, of
+    # which a router picks a few per token, so parameters grow without the cost per token growing ---
+    n_experts: int = 0  # experts per block, each an MLP of width d_mlp, replacing the MLP; 0 = a dense MLP
+    experts_per_token: int = 2  # top-k: experts each token is sent to (Mixtral 2, Qwen1.5-MoE 4, OLMoE 8)
+    norm_topk_prob: bool = True  # the k chosen router probabilities rescaled to sum to 1 (Mixtral; an option elsewhere)
+    # Qwen2-MoE's shared expert: an MLP of this width that every token also goes through, scaled by a sigmoid gate
+    d_shared_mlp: int = 0  # 0 = none
     family: str = "viz"  # where the weights came from: viz (native), gpt2, nanogpt, bert, llama, mistral, qwen2
     extra: dict = field(default_factory=dict)  # free-form notes kept with a checkpoint
 
@@ -117,6 +145,34 @@ class Config:
     def n_rep(self) -> int:
         """Query heads per key/value head: 1 = multi-head, n_heads = multi-query, between = grouped-query."""
         return self.n_heads // self.n_kv_heads
+
+    @property
+    def input_norm(self) -> bool:
+        """Each sub-layer reads a normed copy of the stream (pre-LN and sandwich), rather than the stream itself."""
+        return self.norm_placement in ("pre", "sandwich")
+
+    @property
+    def output_norm(self) -> bool:
+        """Each sub-layer's output is normed before it is added to the stream (sandwich: Gemma 2; output: OLMo2)."""
+        return self.norm_placement in ("sandwich", "output")
+
+    @property
+    def d_rotary(self) -> int:
+        """Dimensions of each head that rotary positions turn (``rotary_dim``, else all ``d_head``)."""
+        return self.d_head if self.rotary_dim is None else self.rotary_dim
+
+    def windowed(self, layer: int) -> bool:
+        """Whether layer ``layer``'s self-attention uses the sliding window ``attn_window``."""
+        return self.attn_window is not None and (self.window_layers is None or layer in self.window_layers)
+
+    def for_layer(self, layer: int) -> "Config":
+        """A copy with what differs per layer resolved: ``attn_window`` (None where the layer has no window) and
+        ``rotary_base`` (``rotary_base_local`` in windowed layers, Gemma 3), with ``window_layers`` None. Each
+        attention module keeps its own, so that code reading ``attn.cfg`` sees that layer's mask and rotation."""
+        windowed = self.windowed(layer)
+        base = self.rotary_base_local if windowed and self.rotary_base_local is not None else self.rotary_base
+        return dataclasses.replace(self, attn_window=self.attn_window if windowed else None, window_layers=None,
+                                   rotary_base=base)
 
     def kv_head(self, head: int) -> int:
         """The key/value head that query head ``head`` reads (as transformers' ``repeat_kv``: head // n_rep)."""
@@ -136,13 +192,15 @@ class Config:
         """
         for name, (low, high) in INT_RANGES.items():
             value = getattr(self, name)
-            if name == "attn_window" and value is None:
+            if name in OPTIONAL_FIELDS and value is None:
                 continue
             if not _is_int(value) or not low <= value <= high:
-                kind = "an integer" if name != "attn_window" else "null or an integer"
+                kind = "an integer" if name not in OPTIONAL_FIELDS else "null or an integer"
                 raise ConfigError(f"config field {name} must be {kind} in [{low:,}, {high:,}], got {_show(value)}")
         for name, (low, high, low_in, high_in) in FLOAT_RANGES.items():
             value = getattr(self, name)
+            if name in OPTIONAL_FIELDS and value is None:
+                continue
             ok = _is_number(value) and math.isfinite(value)
             ok = ok and (low <= value if low_in else low < value) and (value <= high if high_in else value < high)
             if not ok:
@@ -152,7 +210,8 @@ class Config:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"config field {name} must be true or false, got {_show(getattr(self, name))}")
         checks = (("positional", POSITIONAL_KINDS), ("norm", NORM_KINDS),
-                  ("norm_placement", NORM_PLACEMENTS), ("mlp", MLP_KINDS), ("lm_head", LM_HEADS))
+                  ("norm_placement", NORM_PLACEMENTS), ("mlp", MLP_KINDS), ("lm_head", LM_HEADS),
+                  ("rotary_scaling", ROTARY_SCALINGS), ("qk_norm", QK_NORMS))
         for name, allowed in checks:
             value = getattr(self, name)
             if not isinstance(value, str) or value not in allowed:
@@ -170,7 +229,29 @@ class Config:
             raise ConfigError("sinusoidal positions need an even d_model")
         if self.positional == "rotary" and self.d_head % 2:
             raise ConfigError("rotary positions need an even d_head")
+        if self.n_experts and self.experts_per_token > self.n_experts:
+            raise ConfigError(f"experts_per_token ({self.experts_per_token}) must be at most n_experts ({self.n_experts})")
+        if self.d_shared_mlp and not self.n_experts:
+            raise ConfigError("d_shared_mlp (a shared expert) needs a mixture of experts (n_experts > 0)")
+        if self.rotary_dim is not None and (self.rotary_dim % 2 or self.rotary_dim > self.d_head):
+            raise ConfigError(f"rotary_dim ({self.rotary_dim}) must be even and at most d_head ({self.d_head})")
+        if self.rotary_scaling == "llama3" and self.rotary_high_freq_factor <= self.rotary_low_freq_factor:
+            raise ConfigError("rotary_high_freq_factor must be above rotary_low_freq_factor (llama3 scaling)")
+        self._check_window_layers()
+        if self.parallel_residual and (self.norm_placement != "pre" or self.n_encoder_layers):
+            raise ConfigError("parallel_residual needs a pre-LN decoder-only model (norm_placement = pre)")
         return self
+
+    def _check_window_layers(self) -> None:
+        layers = self.window_layers
+        if layers is None:
+            return
+        if not isinstance(layers, list) or len(layers) > self.n_layers \
+                or not all(_is_int(i) and 0 <= i < self.n_layers for i in layers) or len(set(layers)) != len(layers):
+            raise ConfigError(f"config field window_layers must be null or a list of distinct layer indices in "
+                              f"[0, {self.n_layers}), got {_show(layers)}")
+        if self.attn_window is None:
+            raise ConfigError("window_layers needs attn_window (the window those layers use)")
 
     def to_json(self) -> str:
         """The config as a JSON string (stored in a checkpoint's metadata)."""

@@ -32,15 +32,27 @@ INT_RANGES = {
     "decoder_start_id": (0, 1_048_575),
     "decoder_end_id": (0, 1_048_575),
     "attn_window": (1, 1_048_576),  # or null (no window)
+    "rotary_dim": (2, 16_384),  # or null (every dimension of a head turns); even and at most d_head
+    "rotary_original_ctx": (1, 1_048_576),  # Llama 3.1's 8,192
 }
+# Fields that may also be null (JSON null = Python None: the mechanism is off).
+OPTIONAL_FIELDS = ("attn_window", "rotary_dim", "rotary_base_local", "attn_scale", "attn_softcap", "logit_softcap")
 # Float fields (an int is accepted; bool, strings, NaN and infinities are not): (low, high, low inclusive?, high inclusive?)
 FLOAT_RANGES = {
     "layer_norm_eps": (0.0, 1.0, False, False),  # BERT 1e-12, GPT-2 1e-5, Llama 1e-6 / 1e-5
     "dropout": (0.0, 1.0, True, False),
     "rotary_base": (1.0, 1e12, False, True),  # 10,000 (Llama 2), 500,000 (Llama 3), 1,000,000 (Qwen2)
     "embed_scale": (0.0, 1e4, False, True),  # 1, or sqrt(d_model) <= 256
+    "rotary_factor": (0.0, 1e4, False, True),  # Llama 3.1: 8, Llama 3.2: 32
+    "rotary_low_freq_factor": (0.0, 1e4, False, True),  # Llama 3.1: 1
+    "rotary_high_freq_factor": (0.0, 1e4, False, True),  # Llama 3.1: 4 (must exceed the low one)
+    "rotary_base_local": (1.0, 1e12, False, True),  # or null; Gemma 3's sliding layers: 10,000
+    "attn_scale": (0.0, 1e6, False, True),  # or null (sqrt(d_head)); Gemma 2: sqrt(256) = 16, T5: 1
+    "attn_softcap": (0.0, 1e6, False, True),  # or null; Gemma 2: 50
+    "logit_softcap": (0.0, 1e6, False, True),  # or null; Gemma 2: 30
 }
-BOOL_FIELDS = ("causal", "tied_embeddings", "final_norm", "attn_bias", "mlp_bias", "embed_norm", "unembed_bias")
+BOOL_FIELDS = ("causal", "tied_embeddings", "final_norm", "attn_bias", "mlp_bias", "embed_norm", "unembed_bias",
+               "parallel_residual")
 FAMILY_PATTERN = r"[A-Za-z0-9_.-]{1,40}"  # a short plain identifier: shown as text in the UI, never markup
 MAX_EXTRA_CHARS = 4_096  # ``extra`` (free-form notes) as compact JSON
 MAX_EXTRA_DEPTH = 8
@@ -81,6 +93,11 @@ def _norm_params(cfg: "Config") -> int:
     return 2 * cfg.d_model if cfg.norm == "layernorm" else cfg.d_model
 
 
+def _qk_norm_params(cfg: "Config") -> int:
+    """Weights of the q and k norms: one d_head vector each ("head") or one per head's worth ("all")."""
+    return {"none": 0, "head": 2 * cfg.d_head, "all": (cfg.n_heads + cfg.n_kv_heads) * cfg.d_head}[cfg.qk_norm]
+
+
 def _attention_params(cfg: "Config") -> int:
     d, h, g, k = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_head
     weights = 2 * h * d * k + 2 * g * d * k  # W_Q, W_O [h, d, k]; W_K, W_V [g, d, k]
@@ -89,10 +106,12 @@ def _attention_params(cfg: "Config") -> int:
 
 def _block_params(cfg: "Config", cross: bool) -> int:
     d, m = cfg.d_model, cfg.d_mlp
-    gated = cfg.mlp == "swiglu"
+    gated = cfg.mlp in ("swiglu", "geglu")
     mlp = (3 if gated else 2) * d * m + (((2 if gated else 1) * m + d) if cfg.mlp_bias else 0)
-    attn = _attention_params(cfg) + _norm_params(cfg)
-    return attn * (2 if cross else 1) + _norm_params(cfg) + mlp
+    # norms per sub-layer: on its input (pre, post: one), on its output too (sandwich), on its output only (output)
+    per_sublayer = (2 if cfg.norm_placement == "sandwich" else 1) * _norm_params(cfg)
+    attn = _attention_params(cfg) + _qk_norm_params(cfg) + per_sublayer
+    return attn * (2 if cross else 1) + per_sublayer + mlp
 
 
 def count_params(cfg: "Config") -> int:

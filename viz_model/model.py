@@ -8,7 +8,7 @@ import math
 import torch
 from torch import nn
 
-from .components import ACTIVATIONS, Block, Embed, LayerKV, LayerNorm, PosEmbed, make_norm
+from .components import ACTIVATIONS, Block, Embed, LayerKV, LayerNorm, PosEmbed, make_norm, soft_cap
 from .config import Config
 from .hooks import HookedModule, HookPoint
 
@@ -66,7 +66,7 @@ class Encoder(nn.Module):
         self.pos_embed = PosEmbed(enc)
         self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
         self.ln_embed = LayerNorm(cfg) if cfg.embed_norm else None
-        self.blocks = nn.ModuleList(Block(enc) for _ in range(cfg.n_encoder_layers))
+        self.blocks = nn.ModuleList(Block(enc.for_layer(i)) for i in range(cfg.n_encoder_layers))
         self.ln_final = make_norm(cfg) if cfg.final_norm else None
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -104,7 +104,7 @@ class VizTransformer(HookedModule):
         self.ln_embed = LayerNorm(cfg) if cfg.embed_norm else None
         self.drop = nn.Dropout(cfg.dropout)
         self.encoder = Encoder(cfg) if cfg.is_encoder_decoder else None
-        self.blocks = nn.ModuleList(Block(cfg, cross=cfg.is_encoder_decoder) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg.for_layer(i), cross=cfg.is_encoder_decoder) for i in range(cfg.n_layers))
         self.ln_final = make_norm(cfg) if cfg.final_norm else None
         self.mlm_head = MLMHead(cfg) if cfg.lm_head == "mlm" else None
         has_head = cfg.lm_head != "none"
@@ -145,7 +145,8 @@ class VizTransformer(HookedModule):
 
     def decode(self, resid: torch.Tensor) -> torch.Tensor:
         """Logits ``[..., d_vocab]`` from residual-stream vectors ``[..., d_model]``: final norm (if any), the
-        masked-LM transform (BERT), then ``x W_U + b_U``. Used by ``forward`` and by the logit lens.
+        masked-LM transform (BERT), then ``x W_U + b_U``, soft-capped when ``logit_softcap`` is set (Gemma 2:
+        ``c tanh(logits / c)``). Used by ``forward`` and by the logit lens.
 
         Raises:
             ValueError: when the model has no language-model head.
@@ -157,7 +158,8 @@ class VizTransformer(HookedModule):
         if self.mlm_head is not None:
             resid = self.mlm_head(resid)
         logits = resid @ self.W_unembed
-        return logits if self.b_U is None else logits + self.b_U
+        logits = logits if self.b_U is None else logits + self.b_U
+        return logits if self.cfg.logit_softcap is None else soft_cap(logits, self.cfg.logit_softcap)
 
     def _check_ids(self, tokens: torch.Tensor, offset: int = 0) -> None:
         if tokens.ndim != 2:

@@ -9,6 +9,8 @@ second half, "rotate_half") is the one of GPT-NeoX and of transformers' Llama im
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -17,10 +19,38 @@ def rotary_freqs(d_head: int, base: float) -> torch.Tensor:
     return 1.0 / (base ** (torch.arange(0, d_head, 2, dtype=torch.int64).float() / d_head))
 
 
-def rotary_angles(n_pos: int, d_head: int, base: float, offset: int = 0) -> torch.Tensor:
-    """Angles ``pos * theta_i`` for positions ``offset .. offset + n_pos - 1``: ``[n_pos, d_head / 2]`` radians."""
+def scaled_freqs(cfg) -> torch.Tensor:
+    """The frequencies a model's rotary positions really use: ``[d_rotary / 2]`` float32, radians per position.
+
+    ``rotary_freqs(cfg.d_rotary, cfg.rotary_base)`` (only the first ``rotary_dim`` dimensions turn under partial
+    rotary), then the config's scaling for longer contexts, as transformers' ``modeling_rope_utils``:
+
+    - ``linear`` (Position Interpolation, Chen et al., 2023): every frequency divided by ``rotary_factor``;
+    - ``llama3`` (Llama 3.1): with wavelength ``w = 2 pi / theta``, ``L = rotary_original_ctx``, ``lo = L /
+      low_freq_factor``, ``hi = L / high_freq_factor``: ``w < hi`` kept, ``w > lo`` divided by the factor, and
+      between them ``(1 - s) theta / factor + s theta`` with ``s = (L / w - low) / (high - low)``.
+    """
+    freqs = rotary_freqs(cfg.d_rotary, cfg.rotary_base)
+    if cfg.rotary_scaling == "linear":
+        return freqs / cfg.rotary_factor
+    if cfg.rotary_scaling == "llama3":
+        factor, low, high = cfg.rotary_factor, cfg.rotary_low_freq_factor, cfg.rotary_high_freq_factor
+        ctx = cfg.rotary_original_ctx
+        wavelen = 2 * math.pi / freqs
+        scaled = torch.where(wavelen > ctx / low, freqs / factor, freqs)
+        smooth = (ctx / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < ctx / high) * ~(wavelen > ctx / low)
+        return torch.where(medium, smoothed, scaled)
+    return freqs
+
+
+def rotary_angles(n_pos: int, d_head: int, base: float, offset: int = 0,
+                  freqs: torch.Tensor | None = None) -> torch.Tensor:
+    """Angles ``pos * theta_i`` for positions ``offset .. offset + n_pos - 1``: ``[n_pos, d_head / 2]`` radians
+    (``freqs``: the model's own frequencies, :func:`scaled_freqs`; default ``rotary_freqs(d_head, base)``)."""
     pos = torch.arange(offset, offset + n_pos, dtype=torch.float32)
-    return pos[:, None] * rotary_freqs(d_head, base)[None, :]
+    return pos[:, None] * (rotary_freqs(d_head, base) if freqs is None else freqs)[None, :]
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -30,10 +60,15 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
-    """Rotate queries or keys ``x`` ``[batch, pos, head_index, d_head]`` by ``angles`` ``[pos, d_head / 2]``.
+    """Rotate queries or keys ``x`` ``[batch, pos, head_index, d_head]`` by ``angles`` ``[pos, d_rotary / 2]``.
 
     ``x * cos + rotate_half(x) * sin`` with cos and sin repeated over both halves (transformers'
-    ``apply_rotary_pos_emb``).
+    ``apply_rotary_pos_emb``). Partial rotary (GPT-NeoX): when ``angles`` cover fewer than ``d_head / 2`` pairs,
+    only the first ``2 * angles.shape[-1]`` dimensions turn and the rest pass unchanged.
     """
+    n_rot = 2 * angles.shape[-1]
     emb = torch.cat([angles, angles], dim=-1)[None, :, None, :]
+    if n_rot < x.shape[-1]:
+        x_rot, x_pass = x[..., :n_rot], x[..., n_rot:]
+        return torch.cat([x_rot * emb.cos().to(x.dtype) + rotate_half(x_rot) * emb.sin().to(x.dtype), x_pass], dim=-1)
     return x * emb.cos().to(x.dtype) + rotate_half(x) * emb.sin().to(x.dtype)
