@@ -32,6 +32,9 @@ INT_RANGES = {
     "decoder_start_id": (0, 1_048_575),
     "decoder_end_id": (0, 1_048_575),
     "attn_window": (1, 1_048_576),  # or null (no window)
+    "n_experts": (0, 1_024),  # 0 = dense; Mixtral 8, Qwen1.5-MoE 60, OLMoE 64, DeepSeek-V3 256
+    "experts_per_token": (1, 1_024),  # at most n_experts; Mixtral 2, OLMoE 8
+    "d_shared_mlp": (0, 262_144),  # Qwen1.5-MoE's shared expert: 5,632
     "rotary_dim": (2, 16_384),  # or null (every dimension of a head turns); even and at most d_head
     "rotary_original_ctx": (1, 1_048_576),  # Llama 3.1's 8,192
 }
@@ -52,7 +55,7 @@ FLOAT_RANGES = {
     "logit_softcap": (0.0, 1e6, False, True),  # or null; Gemma 2: 30
 }
 BOOL_FIELDS = ("causal", "tied_embeddings", "final_norm", "attn_bias", "mlp_bias", "embed_norm", "unembed_bias",
-               "parallel_residual")
+               "parallel_residual", "norm_topk_prob")
 FAMILY_PATTERN = r"[A-Za-z0-9_.-]{1,40}"  # a short plain identifier: shown as text in the UI, never markup
 MAX_EXTRA_CHARS = 4_096  # ``extra`` (free-form notes) as compact JSON
 MAX_EXTRA_DEPTH = 8
@@ -104,10 +107,22 @@ def _attention_params(cfg: "Config") -> int:
     return weights + ((h + 2 * g) * k + d if cfg.attn_bias else 0)
 
 
+def _moe_params(cfg: "Config", per_expert: int) -> int:
+    """A mixture of experts' parameters: ``n_experts`` MLPs of ``per_expert`` parameters each, the router
+    ``W_router [d_model, n_experts]`` and Qwen2-MoE's shared expert, an MLP of width ``d_shared_mlp`` (an MLP has
+    ``per unit × width + b_out`` parameters) with its gate ``W_shared_gate [d_model, 1]``."""
+    d, m, s = cfg.d_model, cfg.d_mlp, cfg.d_shared_mlp
+    b_out = d if cfg.mlp_bias else 0
+    shared = (per_expert - b_out) // m * s + b_out + d if s else 0
+    return cfg.n_experts * (per_expert + d) + shared
+
+
 def _block_params(cfg: "Config", cross: bool) -> int:
     d, m = cfg.d_model, cfg.d_mlp
     gated = cfg.mlp in ("swiglu", "geglu")
     mlp = (3 if gated else 2) * d * m + (((2 if gated else 1) * m + d) if cfg.mlp_bias else 0)
+    if cfg.n_experts:  # a mixture of experts (viz_model/moe.py) in place of the MLP
+        mlp = _moe_params(cfg, mlp)
     # norms per sub-layer: on its input (pre, post: one), on its output too (sandwich), on its output only (output)
     per_sublayer = (2 if cfg.norm_placement == "sandwich" else 1) * _norm_params(cfg)
     attn = _attention_params(cfg) + _qk_norm_params(cfg) + per_sublayer
@@ -148,7 +163,10 @@ def estimate_parts(cfg: "Config") -> dict[str, int]:
     load = params + BYTES * h * d * k + pos_build  # the file's weights, one reshaped matrix in flight, the sinusoid
     t = min(cfg.n_ctx, ESTIMATE_TOKENS)
     attention = min(2 * BYTES * h * t * t, _attn_budget()) + t * t  # scores + pattern of one layer, and the mask
-    stream = BYTES * t * (4 * d + 2 * (h + 2 * g) * k + 3 * m)  # residual stream and one block's intermediates
+    # a mixture of experts: its k experts' intermediates per token, every expert's units side by side (hook_post), the
+    # shared expert's
+    ffn = 3 * m if not cfg.n_experts else (3 * cfg.experts_per_token + cfg.n_experts) * m + 3 * cfg.d_shared_mlp
+    stream = BYTES * t * (4 * d + 2 * (h + 2 * g) * k + ffn)  # residual stream and one block's intermediates
     logits = 2 * BYTES * t * v  # logits and their softmax
     return {"params": params, "fused_qkv": fused, "positions": pos_kept, "load": load,
             "run": attention + stream + logits}
@@ -168,7 +186,9 @@ def estimate_bytes(cfg: "Config") -> int:
                    matrix being reshaped, and the float64 sinusoid being built
         run      = min(2 · 4 h T², attention budget) + T²   scores and pattern of one layer (blocked above
                                                              VIZ_ATTN_BUDGET_MB), and the mask
-                 + 4 T (4 d + 2 (h + 2 g) k + 3 m)         residual stream and one block's intermediates
+                 + 4 T (4 d + 2 (h + 2 g) k + 3 m)         residual stream and one block's intermediates (with
+                                                             E experts, k_e per token and a shared expert of
+                                                             width s, 3 m is (3 k_e + E) m + 3 s)
                  + 2 · 4 T V                               logits and probabilities
         estimate = resident + max(load, run),   T = min(n_ctx, 1024)
 
