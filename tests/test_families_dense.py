@@ -1,0 +1,52 @@
+"""Parity of the further dense families (issue 16): each small random `transformers` model, saved as a Hugging Face
+folder and read back through `load_model`, computes the logits (<= 1e-4) and every attention pattern (<= 1e-5) that
+`transformers` computes with eager attention in float32. Shapes are chosen to be awkward: odd vocabularies, head
+counts that are not powers of two, grouped-query attention where the family has it, d_head not a power of two."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hf_models import build, reference, save, transformers
+from test_families import assert_parity, ids_for
+from viz_model import load_model
+
+LLAMA = dict(vocab_size=97, hidden_size=50, intermediate_size=76, num_hidden_layers=2, num_attention_heads=5,
+             num_key_value_heads=1, head_dim=10, max_position_embeddings=256)
+
+
+def parity(tmp_path, cls: str, config, n: int = 21, **ids_kw):
+    """Build, save, load through `load_model`, compare; returns (our model, its cache, the reference output)."""
+    ref = build(cls, config)
+    model, _ = load_model(save(ref, tmp_path / cls))
+    ids = ids_for(model.cfg.d_vocab, n=n, **ids_kw)
+    ref_out = reference(ref, ids)
+    _, cache = assert_parity(model, ref_out, ids)
+    return model, cache, ref_out
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 64},  # wavelengths 6, 40, 250, ...: one kept, one smoothed, three divided
+    {"rope_type": "linear", "rope_theta": 500.0, "factor": 3.0},
+])
+def test_llama_rope_scaling(tmp_path, rope):
+    model, _, _ = parity(tmp_path, "LlamaForCausalLM", transformers.LlamaConfig(**LLAMA, rope_parameters=rope))
+    assert model.cfg.rotary_scaling == rope["rope_type"] and model.cfg.rotary_factor == rope["factor"]
+
+
+def test_qwen3_qk_norm(tmp_path):
+    cfg = transformers.Qwen3Config(**{**LLAMA, "num_key_value_heads": 5, "num_attention_heads": 5})
+    model, cache, _ = parity(tmp_path, "Qwen3ForCausalLM", cfg)
+    assert model.cfg.qk_norm == "head"
+    q = cache["blocks.0.attn.q_norm.hook_normalized"] / model.blocks[0].attn.q_norm.w
+    torch.testing.assert_close(q.pow(2).mean(-1), torch.ones(q.shape[:-1]), atol=1e-4, rtol=0)  # unit RMS per head
+
+
+def test_olmo2_output_norms_and_qk_norm_over_all_heads(tmp_path):
+    kw = {k: v for k, v in LLAMA.items() if k != "head_dim"}
+    cfg = transformers.Olmo2Config(**{**kw, "num_key_value_heads": 3, "num_attention_heads": 6, "hidden_size": 60})
+    model, _, _ = parity(tmp_path, "Olmo2ForCausalLM", cfg)
+    assert model.cfg.qk_norm == "all" and model.cfg.norm_placement == "output"
+    assert model.blocks[0].ln1 is None and model.blocks[0].attn.q_norm.w.shape == (60,)
