@@ -50,3 +50,17 @@ def test_olmo2_output_norms_and_qk_norm_over_all_heads(tmp_path):
     model, _, _ = parity(tmp_path, "Olmo2ForCausalLM", cfg)
     assert model.cfg.qk_norm == "all" and model.cfg.norm_placement == "output"
     assert model.blocks[0].ln1 is None and model.blocks[0].attn.q_norm.w.shape == (60,)
+
+
+@pytest.mark.parametrize("kw", [dict(rotary_pct=0.5), dict(hidden_size=72, rotary_pct=0.25, use_parallel_residual=False,
+                                                        tie_word_embeddings=True)])
+def test_gpt_neox_partial_rotary_and_parallel_residual(tmp_path, kw):
+    base = dict(vocab_size=103, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=58,
+                max_position_embeddings=64)
+    model, cache, _ = parity(tmp_path, "GPTNeoXForCausalLM", transformers.GPTNeoXConfig(**{**base, **kw}))
+    cfg = model.cfg
+    assert cfg.rotary_dim == int(cfg.d_head * kw["rotary_pct"]) and cfg.parallel_residual == kw.get("use_parallel_residual", True)
+    # partial rotary: the dimensions past rotary_dim are not turned
+    torch.testing.assert_close(cache["blocks.0.attn.hook_rot_q"][..., cfg.rotary_dim:],
+                               cache["blocks.0.attn.hook_q"][..., cfg.rotary_dim:], atol=0, rtol=0)
+    assert (cache["blocks.0.attn.hook_rot_q"][0, 3:, :, :cfg.rotary_dim] - cache["blocks.0.attn.hook_q"][0, 3:, :, :cfg.rotary_dim]).abs().max() > 1e-3
