@@ -64,3 +64,11 @@ def test_gpt_neox_partial_rotary_and_parallel_residual(tmp_path, kw):
     torch.testing.assert_close(cache["blocks.0.attn.hook_rot_q"][..., cfg.rotary_dim:],
                                cache["blocks.0.attn.hook_q"][..., cfg.rotary_dim:], atol=0, rtol=0)
     assert (cache["blocks.0.attn.hook_rot_q"][0, 3:, :, :cfg.rotary_dim] - cache["blocks.0.attn.hook_q"][0, 3:, :, :cfg.rotary_dim]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(word_embed_proj_dim=22, do_layer_norm_before=False, enable_bias=False)])
+def test_opt_offset_positions_and_projections(tmp_path, kw):
+    base = dict(vocab_size=89, hidden_size=30, num_hidden_layers=2, ffn_dim=46, num_attention_heads=5,
+                max_position_embeddings=40, word_embed_proj_dim=30)
+    model, _, _ = parity(tmp_path, "OPTForCausalLM", transformers.OPTConfig(**{**base, **kw}))
+    assert model.cfg.norm_placement == ("post" if kw else "pre") and model.cfg.n_ctx == 40
