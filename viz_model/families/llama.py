@@ -71,6 +71,8 @@ def convert(cfg: Config, w: Weights, norms: dict[str, str], norm_weight=lambda t
         if qkv_bias:  # Qwen2 has no o_proj bias; Llama's attention_bias has one
             has_o = w.has(a + "o_proj.bias")
             out[q + "attn.b_O"] = w.get(a + "o_proj.bias", (d,)) if has_o else torch.zeros(d)
+        if cfg.n_experts:  # a mixture of experts: its family adds the router and experts (families/experts.py)
+            continue
         f = p + "mlp."
         out[q + "mlp.W_gate"] = w.get(f + "gate_proj.weight", (m, d)).T
         out[q + "mlp.W_in"] = w.get(f + "up_proj.weight", (m, d)).T
