@@ -72,3 +72,30 @@ def test_opt_offset_positions_and_projections(tmp_path, kw):
                 max_position_embeddings=40, word_embed_proj_dim=30)
     model, _, _ = parity(tmp_path, "OPTForCausalLM", transformers.OPTConfig(**{**base, **kw}))
     assert model.cfg.norm_placement == ("post" if kw else "pre") and model.cfg.n_ctx == 40
+
+
+@pytest.mark.parametrize("cls", ["DistilBertForMaskedLM", "DistilBertModel"])
+def test_distilbert_encoder(tmp_path, cls):
+    cfg = transformers.DistilBertConfig(vocab_size=91, dim=30, n_layers=2, n_heads=5, hidden_dim=44,
+                                        max_position_embeddings=40)
+    ref = build(cls, cfg)
+    model, _ = load_model(save(ref, tmp_path / cls))
+    ids = ids_for(91)
+    ref_out = reference(ref, ids)
+    out, cache = assert_parity(model, ref_out, ids, logits=cls.endswith("MaskedLM"))
+    assert not model.cfg.causal and model.cfg.family == "distilbert" and model.has_lm_head == cls.endswith("MaskedLM")
+    if not model.has_lm_head:
+        assert (out - ref_out.last_hidden_state).abs().max().item() <= 1e-4
+    assert cache["blocks.0.attn.hook_pattern"][0, :, 0, 1:].sum() > 0.1  # bidirectional
+
+
+def test_roberta_masked_lm_positions_after_the_padding_id(tmp_path):
+    cfg = transformers.RobertaConfig(vocab_size=95, hidden_size=42, num_hidden_layers=2, num_attention_heads=3,
+                                     intermediate_size=50, max_position_embeddings=44, type_vocab_size=1, pad_token_id=1)
+    ref = build("RobertaForMaskedLM", cfg)
+    model, _ = load_model(save(ref, tmp_path / "roberta"))
+    assert model.cfg.n_ctx == 42 and model.cfg.family == "roberta" and model.cfg.lm_head == "mlm"
+    ids = ids_for(95, n=40)
+    ids[ids == 1] = 7  # RoBERTa gives a padding token the padding row; the app runs unpadded texts
+    torch.testing.assert_close(model.pos_embed.W_pos[0], ref.roberta.embeddings.position_embeddings.weight[2])
+    assert_parity(model, reference(ref, ids), ids)
