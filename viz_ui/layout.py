@@ -38,6 +38,7 @@ PAGES = [  # (file, label, icon): the order follows the pipeline
     ("pages/output.py", "4 · Output probabilities", ":material/bar_chart:"),
     ("pages/encoder_decoder.py", "5 · Encoder-decoder & cross-attention", ":material/swap_horiz:"),
     ("pages/inspector.py", "Model inspector & upload", ":material/memory:"),
+    ("pages/train.py", "Train your own", ":material/model_training:"),
 ]
 
 
