@@ -99,3 +99,38 @@ def test_roberta_masked_lm_positions_after_the_padding_id(tmp_path):
     ids[ids == 1] = 7  # RoBERTa gives a padding token the padding row; the app runs unpadded texts
     torch.testing.assert_close(model.pos_embed.W_pos[0], ref.roberta.embeddings.position_embeddings.weight[2])
     assert_parity(model, reference(ref, ids), ids)
+
+
+GEMMA = dict(vocab_size=97, hidden_size=42, intermediate_size=62, num_hidden_layers=3, num_attention_heads=3,
+             num_key_value_heads=1, head_dim=14, max_position_embeddings=64)
+
+
+def test_gemma_scaled_embeddings_plus_one_norms_and_geglu(tmp_path):
+    model, _, ref_out = parity(tmp_path, "GemmaForCausalLM", transformers.GemmaConfig(**GEMMA))
+    cfg = model.cfg
+    assert cfg.mlp == "geglu" and abs(cfg.embed_scale - 42 ** 0.5) < 1e-9
+
+
+@pytest.mark.parametrize("cls, kw", [
+    ("Gemma2Config Gemma2ForCausalLM", dict(sliding_window=4, query_pre_attn_scalar=20, attn_logit_softcapping=1.5, final_logit_softcapping=2.0)),
+    ("Gemma3TextConfig Gemma3ForCausalLM", dict(sliding_window=5, query_pre_attn_scalar=30, layer_types=["sliding_attention", "full_attention",
+                                                                                 "sliding_attention"],
+                        rope_parameters={"full_attention": {"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0},
+                                         "sliding_attention": {"rope_type": "default", "rope_theta": 50.0}})),
+])
+def test_gemma2_and_3_softcaps_windows_and_sandwich_norms(tmp_path, cls, kw):
+    config_cls, cls = cls.split()
+    model, cache, _ = parity(tmp_path, cls, getattr(transformers, config_cls)(**GEMMA, **kw))
+    cfg = model.cfg
+    assert cfg.norm_placement == "sandwich" and cfg.window_layers == [0, 2] and cfg.attn_scale == kw["query_pre_attn_scalar"] ** 0.5
+    pattern = [cache[f"blocks.{i}.attn.hook_pattern"][0, :, -1] for i in range(3)]
+    window = kw["sliding_window"]
+    assert pattern[0][:, :-window].abs().max() == 0 and pattern[1][:, :-window].abs().max() > 0  # only layer 0, 2 window
+    if cls == "Gemma2ForCausalLM":  # every score within (-cap, cap), and the cap bites (small cap, wide scores)
+        scores = cache["blocks.0.attn.hook_attn_scores"]
+        finite = scores[scores.isfinite()]
+        assert finite.abs().max() < 1.5 and finite.abs().max() > 1.0
+        assert cache["hook_logits"].abs().max() < 2.0
+    else:
+        assert cfg.qk_norm == "head" and model.blocks[0].attn.cfg.rotary_base == 50.0
+        assert model.blocks[1].attn.cfg.rotary_scaling == "linear" and model.blocks[0].attn.cfg.rotary_scaling == "none"

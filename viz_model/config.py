@@ -108,7 +108,7 @@ class Config:
     rotary_low_freq_factor: float = 1.0  # llama3: wavelengths above rotary_original_ctx / this are divided by factor
     rotary_high_freq_factor: float = 4.0  # llama3: wavelengths below rotary_original_ctx / this are kept
     rotary_original_ctx: int = 8192  # llama3: the context of pre-training, where the wavelength bands are measured
-    rotary_base_local: float | None = None  # Gemma 3: the windowed layers' own rotary base; None = rotary_base
+    rotary_base_local: float | None = None  # Gemma 3: windowed layers' own rotary base (unscaled); None = rotary_base
     qk_norm: str = "none"  # RMSNorm of q and k before rotation: per head (Qwen3) or over all heads at once (OLMo2)
     attn_scale: float | None = None  # scores are q.k / attn_scale; None = sqrt(d_head); Gemma 2 sqrt(256), T5 1
     attn_softcap: float | None = None  # Gemma 2: scores -> c tanh(scores / c), kept within (-c, c), before the mask
@@ -167,12 +167,13 @@ class Config:
 
     def for_layer(self, layer: int) -> "Config":
         """A copy with what differs per layer resolved: ``attn_window`` (None where the layer has no window) and
-        ``rotary_base`` (``rotary_base_local`` in windowed layers, Gemma 3), with ``window_layers`` None. Each
+        ``rotary_base`` (``rotary_base_local``, unscaled, in windowed layers: Gemma 3), with ``window_layers`` None. Each
         attention module keeps its own, so that code reading ``attn.cfg`` sees that layer's mask and rotation."""
         windowed = self.windowed(layer)
-        base = self.rotary_base_local if windowed and self.rotary_base_local is not None else self.rotary_base
+        local = windowed and self.rotary_base_local is not None  # Gemma 3: local layers rotate unscaled, own base
         return dataclasses.replace(self, attn_window=self.attn_window if windowed else None, window_layers=None,
-                                   rotary_base=base)
+                                   rotary_base=self.rotary_base_local if local else self.rotary_base,
+                                   rotary_base_local=None, rotary_scaling="none" if local else self.rotary_scaling)
 
     def kv_head(self, head: int) -> int:
         """The key/value head that query head ``head`` reads (as transformers' ``repeat_kv``: head // n_rep)."""
