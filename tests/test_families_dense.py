@@ -134,3 +134,13 @@ def test_gemma2_and_3_softcaps_windows_and_sandwich_norms(tmp_path, cls, kw):
     else:
         assert cfg.qk_norm == "head" and model.blocks[0].attn.cfg.rotary_base == 50.0
         assert model.blocks[1].attn.cfg.rotary_scaling == "linear" and model.blocks[0].attn.cfg.rotary_scaling == "none"
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(sliding_window=6, partial_rotary_factor=0.4, num_key_value_heads=5)])
+def test_phi3_fused_projections(tmp_path, kw):
+    base = dict(vocab_size=101, hidden_size=50, intermediate_size=66, num_hidden_layers=2, num_attention_heads=5,
+                num_key_value_heads=1, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model, cache, _ = parity(tmp_path, "Phi3ForCausalLM", transformers.Phi3Config(**{**base, **kw}))
+    if kw:
+        assert model.cfg.rotary_dim == 4 and model.cfg.attn_window == 6
+        assert cache["blocks.1.attn.hook_pattern"][0, :, -1, :-6].abs().max() == 0
