@@ -234,6 +234,9 @@ class Config:
             raise ConfigError(f"experts_per_token ({self.experts_per_token}) must be at most n_experts ({self.n_experts})")
         if self.d_shared_mlp and not self.n_experts:
             raise ConfigError("d_shared_mlp (a shared expert) needs a mixture of experts (n_experts > 0)")
+        if self.n_experts and self.n_encoder_layers:
+            raise ConfigError("a mixture of experts is supported in decoder-only and encoder-only models, not in an "
+                              "encoder-decoder")
         if self.rotary_dim is not None and (self.rotary_dim % 2 or self.rotary_dim > self.d_head):
             raise ConfigError(f"rotary_dim ({self.rotary_dim}) must be even and at most d_head ({self.d_head})")
         if self.rotary_scaling == "llama3" and self.rotary_high_freq_factor <= self.rotary_low_freq_factor:
