@@ -27,7 +27,7 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from ..checkpoint import save_checkpoint
-from ..config import Config
+from ..config import Config, ConfigError
 from ..model import VizTransformer
 from .loop import lm_batches, train_steps
 from .schedule import cosine_lr  # noqa: F401  (re-exported: tests and the pairs trainer import it from here)
@@ -84,7 +84,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--task", choices=["dates"], help="an encoder-decoder on generated pairs: dates -> ISO 8601")
     p.add_argument("--pairs", type=Path, help="an encoder-decoder on source<TAB>target lines of a UTF-8 file")
     p.add_argument("--n-encoder-layers", type=int, default=2, help="encoder blocks (with --task or --pairs)")
-    p.add_argument("--mlp", default="gelu", choices=["gelu", "relu"], help="feed-forward activation")
+    p.add_argument("--mlp", default="gelu", choices=["gelu", "relu", "swiglu"], help="feed-forward activation")
+    p.add_argument("--n-experts", type=int, default=0, help="mixture of experts: feed-forward networks per block "
+                   "(each of width --d-mlp; 0 = one dense MLP)")
+    p.add_argument("--experts-per-token", type=int, default=2, help="mixture of experts: experts per token (top-k)")
+    p.add_argument("--aux-loss-coef", type=float, default=0.01, help="mixture of experts: weight of the "
+                   "load-balancing loss (1 = balanced) added to the cross-entropy")
     p.add_argument("--n-pairs", type=int, default=200_000, help="generated training pairs (--task)")
     p.add_argument("--eval-pairs", type=int, default=5000, help="held-out pairs for exact match")
     p.add_argument("--valid", type=Path, help="plain-text validation file (default: last 5%% of the corpus)")
@@ -156,8 +161,13 @@ def main(argv: list[str] | None = None) -> EvalResult:
     cfg = Config(n_layers=args.n_layers, d_model=args.d_model, n_heads=args.n_heads, d_head=d_head,
                  d_mlp=args.d_mlp or 4 * args.d_model, d_vocab=tokenizer.get_vocab_size(), n_ctx=args.n_ctx,
                  positional=args.positional, norm_placement=args.norm_placement, mlp=args.mlp,
-                 tied_embeddings=not args.untied, dropout=args.dropout,
+                 tied_embeddings=not args.untied, dropout=args.dropout, n_experts=args.n_experts,
+                 experts_per_token=args.experts_per_token,
                  final_norm=args.norm_placement == "pre")  # post-LN blocks already end with a LayerNorm
+    try:
+        cfg.validate()
+    except ConfigError as exc:
+        sys.exit(f"error: {exc}")
     model = VizTransformer(cfg)
     model.init_weights(seed=args.seed)
     print(f"model: {model.n_params():,} parameters ({cfg.n_layers} layers, {cfg.n_heads} heads, d_model {cfg.d_model})")
@@ -165,10 +175,10 @@ def main(argv: list[str] | None = None) -> EvalResult:
     batches = lm_batches(train_ids, args.n_ctx, args.batch_size, args.seed)
     bar = tqdm(total=args.steps, desc="training", unit="step", dynamic_ncols=True, mininterval=2.0)
     for done in train_steps(model, batches, args.steps, args.lr, args.min_lr, args.warmup, args.weight_decay,
-                            bf16=args.bf16):
+                            bf16=args.bf16, aux_loss_coef=args.aux_loss_coef if args.n_experts else 0.0):
         step, loss = done.step, done.loss
         bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3f}")
+        bar.set_postfix(loss=f"{loss:.3f}", **({"balance": f"{done.aux_loss:.3f}"} if args.n_experts else {}))
         if args.eval_every and step % args.eval_every == 0 and step < args.steps:
             res = evaluate(model, tokenizer, valid_ids, args.eval_tokens)
             bar.write(f"step {step}: train loss {loss:.3f}, valid {res.nats_per_token:.3f} nats/token, "
