@@ -1,0 +1,158 @@
+"""Training timelines: the format read as untrusted input, the shipped timeline measured again from its own
+snapshots, and the timeline page showing the snapshots' own numbers."""
+
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT, plotly_array, small_model
+from viz_model import CheckpointError, load_model, save_checkpoint
+from viz_model.training.timeline import (load_timeline, load_timeline_upload, log_spaced_steps, phase_change,
+                                         read_timeline, write_timeline)
+
+SHIPPED = ROOT / "assets" / "timelines" / "induction-2l"
+
+
+# ------------------------------------------------------------------------------------------------- the format
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory, tokenizer):
+    """Three tiny float16 checkpoints (different seeds) in a folder with a timeline.json."""
+    folder = tmp_path_factory.mktemp("tl")
+    names = []
+    for step, seed in ((0, 0), (10, 1), (100, 2)):
+        names.append(f"step_{step:06d}.safetensors")
+        save_checkpoint(small_model(seed=seed), tokenizer, folder / names[-1], dtype=torch.float16)
+    write_timeline(folder, [0, 10, 100], names, [5.0, 4.0, 3.0], [5.1, 4.2, 3.3])
+    return folder
+
+
+def _edit(folder, tmp_path, change):
+    """A copy of the timeline whose timeline.json went through ``change(data)`` (the snapshots hard-linked)."""
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in folder.glob("*.safetensors"):
+        os.link(f, copy / f.name)
+    data = json.loads((folder / "timeline.json").read_text())
+    change(data)
+    (copy / "timeline.json").write_text(json.dumps(data) if isinstance(data, dict) else data)
+    return copy
+
+
+def test_float16_snapshots_load_as_float32(snapshots):
+    path = snapshots / "step_000010.safetensors"
+    with safe_open(str(path), "pt") as f:
+        assert f.get_tensor("embed.W_E").dtype == torch.float16
+    model, _ = load_model(path)
+    assert model.embed.W_E.dtype == torch.float32
+    assert torch.equal(model.embed.W_E, small_model(seed=1).embed.W_E.half().float())
+
+
+def test_a_timeline_folder_reads_and_loads(snapshots):
+    tl = read_timeline(snapshots)
+    assert tl.steps == [0, 10, 100] and tl.valid_loss == [5.1, 4.2, 3.3] and tl.snapshots[2].name == "step_000100.safetensors"
+    loaded = load_timeline(snapshots)
+    assert len(loaded.models) == 3 and loaded.tokenizer is not None
+    x = torch.tensor([[1, 2, 3]])
+    assert torch.allclose(loaded.models[2](x), small_model(seed=2)(x), atol=0.05)  # float16-rounded weights
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(snapshots=d["snapshots"][:2]), "snapshots must be a list of 3"),
+    (lambda d: d.update(valid_loss=[1.0, 2.0]), "valid_loss must be null or a list of 3"),
+    (lambda d: d.update(train_loss=[1.0, float("nan"), 2.0]), "train_loss"),
+    (lambda d: d.update(steps=[0, 10, 10]), "strictly increasing"),
+    (lambda d: d.update(steps=[0, True, 100]), "integers"),
+    (lambda d: d.update(steps="0 10 100"), "steps must be a list"),
+    (lambda d: d["snapshots"].__setitem__(1, "../outside.safetensors"), "leaves the timeline's folder"),
+    (lambda d: d["snapshots"].__setitem__(1, "/etc/passwd"), "leaves the timeline's folder"),
+    (lambda d: d["snapshots"].__setitem__(1, "missing.safetensors"), "does not exist"),
+    (lambda d: d["snapshots"].__setitem__(1, d["snapshots"][0]), "listed twice"),
+    (lambda d: d.update(scores={"induction": [[[0.5]], [[0.5]]]}), "scores"),
+    (lambda d: d.update(scores={"induction": [[[0.5]], [[0.5]], [[1.5]]]}), "scores"),
+    (lambda d: d.update(format="other"), "not a viz-timeline"),
+])
+def test_bad_timeline_json_gives_one_line(snapshots, tmp_path, change, message):
+    with pytest.raises(CheckpointError, match=message) as info:
+        read_timeline(_edit(snapshots, tmp_path, change))
+    assert "\n" not in str(info.value) and isinstance(info.value, ValueError)
+
+
+def test_not_json_and_links_out_of_the_folder(snapshots, tmp_path):
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        read_timeline(_broken(tmp_path))
+    outside = tmp_path / "elsewhere.safetensors"
+    outside.write_bytes(b"x")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "in.safetensors").symlink_to(outside)
+    (linked / "timeline.json").write_text(json.dumps({"steps": [0], "snapshots": ["in.safetensors"]}))
+    with pytest.raises(CheckpointError, match="leads out of the timeline's folder"):
+        read_timeline(linked)
+
+
+def _broken(tmp_path):
+    bad = tmp_path / "broken"
+    bad.mkdir()
+    (bad / "timeline.json").write_text('{"steps": [0, 1,')
+    return bad
+
+
+def test_step_named_checkpoints_without_timeline_json(snapshots, tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "step-1000.safetensors").symlink_to(snapshots / "step_000100.safetensors")
+    os.link(snapshots / "step_000000.safetensors", folder / "step_000010.safetensors")
+    (folder / "notes.txt").write_text("not a checkpoint")
+    with pytest.raises(CheckpointError, match="no timeline.json and no checkpoints"):
+        read_timeline(_empty(tmp_path))
+    tl = read_timeline(folder)
+    assert tl.steps == [10] and tl.train_loss is None  # a link is never followed out of a step-named folder
+    (folder / "step-1000.safetensors").unlink()
+    os.link(snapshots / "step_000100.safetensors", folder / "step-1000.safetensors")
+    os.link(snapshots / "step_000010.safetensors", folder / "step_10.bin")
+    with pytest.raises(CheckpointError, match="two checkpoints for step 10"):
+        read_timeline(folder)
+    (folder / "step_10.bin").unlink()
+    assert read_timeline(folder).steps == [10, 1000]
+    archive = tmp_path / "run.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in folder.iterdir():
+            z.write(f, f"run/{f.name}")
+    loaded = load_timeline_upload("run.zip", archive.read_bytes())
+    assert loaded.timeline.steps == [10, 1000] and len(loaded.models) == 2
+
+
+def _empty(tmp_path):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    return folder
+
+
+def test_hostile_zips_are_refused_in_one_line(tmp_path):
+    archive = tmp_path / "evil.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("../step-1.safetensors", b"x")
+    for call in (lambda: load_timeline(archive), lambda: load_timeline_upload("evil.zip", archive.read_bytes()),
+                 lambda: load_timeline_upload("evil.tar", b"x")):
+        with pytest.raises(CheckpointError) as info:
+            call()
+        assert "\n" not in str(info.value)
+
+
+def test_log_spaced_steps_and_phase_change():
+    steps = log_spaced_steps(4500, 30)
+    assert steps[0] == 0 and steps[-1] == 4500 and len(steps) >= 30 and steps == sorted(set(steps))
+    gaps = np.diff(steps)
+    assert gaps[0] == 1 and gaps[-1] > 500  # dense early, sparse late
+    assert phase_change([0, 10, 20, 30], [0.02, 0.03, 0.6, 0.9]) == (10, 20)
+    assert phase_change([0, 10, 20], [0.02, 0.1, 0.2]) is None  # no rise of 0.3
+    with pytest.raises(ValueError):
+        log_spaced_steps(5, 10)
