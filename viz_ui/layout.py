@@ -37,6 +37,7 @@ PAGES = [  # (file, label, icon): the order follows the pipeline
     ("pages/logit_lens.py", "3e · Logit lens", ":material/layers:"),
     ("pages/output.py", "4 · Output probabilities", ":material/bar_chart:"),
     ("pages/encoder_decoder.py", "5 · Encoder-decoder & cross-attention", ":material/swap_horiz:"),
+    ("pages/timeline.py", "6 · Watch it learn (training timeline)", ":material/timelapse:"),
     ("pages/inspector.py", "Model inspector & upload", ":material/memory:"),
     ("pages/train.py", "Train your own", ":material/model_training:"),
 ]

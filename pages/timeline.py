@@ -1,0 +1,202 @@
+"""Watch it learn: a model saved at many points of its training, scrubbed step by step on the user's own text."""
+
+import streamlit as st
+
+from viz_ui.preload import preload_plotly
+
+preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
+
+from pathlib import PurePosixPath
+
+from viz_model import CheckpointError
+from viz_model.sources import MAX_UPLOAD_MB
+from viz_model.training.timeline import PHASE_RISE, load_timeline_upload, phase_change
+from viz_ui.figures import attention_grid, attention_heatmap
+from viz_ui.heads import overview_patterns
+from viz_ui.layout import SQUARE_SIDE, pick_index, set_shared, setup_page, shared_widget, show_figure, side_by_side
+from viz_ui.state import model_card, upload_hash
+from viz_ui.text import error_line, plain, recoverable
+from viz_ui.timeline_state import (MAX_SESSION_TIMELINES, UPLOAD_PREFIX, add_session_timeline, available_timelines,
+                                   get_step_sample, get_step_trace, get_timeline_scores, resolve_timeline)
+from viz_ui.timeline_view import loss_curves, score_lines
+
+PLAY_SECONDS = 0.8  # one snapshot per tick while playing
+N_NEW = 30  # greedy tokens generated at each step
+
+state = setup_page("Watch it learn",
+                   "A small transformer saved at many points of its training. Move the step (or press Play) and "
+                   "watch its attention heads form, on your own text: the losses fall, and at one moment a head "
+                   "learns to copy what came after an earlier occurrence of the current token (an induction head).")
+
+cap_mb = min(MAX_UPLOAD_MB, int(st.get_option("server.maxUploadSize")))
+with st.expander("Open another timeline (.zip)", icon=":material/upload_file:"):
+    st.caption(f"A .zip (up to {cap_mb} MB) of a folder with a timeline.json (steps, snapshots, train_loss, "
+               "valid_loss) and its checkpoints, or of checkpoints whose names carry the step (step-1000, "
+               "step_001000.safetensors). It stays in this browser session only (the last "
+               f"{MAX_SESSION_TIMELINES}); nothing in it is executed. On the command line: "
+               "`streamlit run app.py -- --timeline PATH`.")
+    upload = st.file_uploader("Timeline (.zip)", type=["zip"], key="upload_timeline", max_upload_size=cap_mb)
+    if upload is not None and st.session_state.get("_last_timeline_upload") != upload.file_id:
+        st.session_state["_last_timeline_upload"] = upload.file_id
+        data = upload.getvalue()
+        bar = st.progress(0.0, text=f"Loading {plain(upload.name)}…")
+        try:  # any failure (a Rust panic too) is one line; Streamlit's rerun/stop signals pass
+            loaded = load_timeline_upload(upload.name, data, lambda f, msg: bar.progress(f, text=plain(msg)), cap_mb)
+        except BaseException as exc:
+            if not recoverable(exc):
+                raise
+            bar.empty()
+            reason = str(exc) if isinstance(exc, CheckpointError) else f"{upload.name} cannot be loaded ({error_line(exc)})"
+            st.session_state["_timeline_message"] = f"{plain(error_line(reason, 300))}."
+        else:
+            name = f"{PurePosixPath(upload.name).stem} (upload)"
+            set_shared("timeline", name)
+            add_session_timeline(upload_hash(data), name, loaded)
+            st.rerun()
+    if message := st.session_state.pop("_timeline_message", None):
+        st.error(message, icon=":material/error:")
+
+timelines = available_timelines()
+if not timelines:
+    st.info("No timeline is available: the shipped one lives in assets/timelines/; give one with `--timeline PATH`, or "
+            "upload a .zip above.")
+    st.stop()
+name = shared_widget(st.selectbox, "Timeline", list(timelines), key="timeline", default=next(iter(timelines)),
+                     valid=timelines.__contains__,
+                     help="The shipped timeline, those given with --timeline, and your uploads (this session only).")
+key = timelines[name]
+try:
+    loaded = resolve_timeline(key)
+except CheckpointError as exc:
+    st.error(f"The timeline {plain(name)} cannot be loaded: {plain(str(exc))}")
+    st.stop()
+tl, models = loaded.timeline, loaded.models
+steps, cfg = tl.steps, models[0].cfg
+scores = get_timeline_scores(key)
+best_induction = scores["induction"].reshape(len(steps), -1).max(1)
+best_previous = scores["previous-token"].reshape(len(steps), -1).max(1)
+phase = phase_change(steps, best_induction.tolist())
+kind = "decoder" if cfg.causal else "encoder"
+st.markdown(f"**{plain(name)}**: {len(steps)} snapshots from step {steps[0]:,} to step {steps[-1]:,} of one training "
+            f"run of a {cfg.n_layers}-layer {kind} with {cfg.n_heads} heads per layer (d_model {cfg.d_model}, "
+            f"{models[0].n_params():,} parameters, context {cfg.n_ctx} tokens).")
+if not key.startswith(UPLOAD_PREFIX) and (card := model_card(key)):
+    with st.expander("Timeline card (data, recipe, every snapshot's numbers)", icon=":material/description:"):
+        st.markdown(card)
+
+playing = st.toggle("Play", key="tl_play", help="Advance one snapshot every "
+                    f"{PLAY_SECONDS:g} s from the current step; it stops at the last one (press again to start over).")
+if playing and st.session_state.get("_train_step") == steps[-1] and not st.session_state.get("_tl_played"):
+    set_shared("train_step", steps[0])  # Play at the end starts over
+st.session_state["_tl_played"] = playing
+st.session_state["_tl_full_run"] = True  # the fragment's first run in this full run does not advance
+repeat = st.toggle("Show my text twice", value=True, key="tl_repeat",
+                   help="Your text, a line break, and your text again (cut to the model's context). An induction head "
+                        "shows on text that repeats: in the second copy each token looks at the token that followed its "
+                        "first occurrence.")
+text = state.text.strip()
+if not text:
+    st.stop()
+shown = f"{text}\n{text}" if repeat else text
+
+
+def _open_head() -> None:
+    """on_select of the all-heads grid: the clicked tile becomes the head shown large."""
+    points = st.session_state["tl_grid"].selection.points
+    if points and points[0].get("curve_number") == 1:
+        layer, head = divmod(points[0]["point_index"], cfg.n_heads)
+        set_shared("tl_layer", layer)
+        set_shared("tl_head", head)
+
+
+@st.fragment(run_every=PLAY_SECONDS if playing else None)
+def at_step() -> None:
+    """Everything that depends on the step, as a fragment: a step change (or a tick of Play) reruns only this."""
+    state.shown_link = ""  # redraw the sidebar's link from this fragment too (see pages/output.py)
+    if playing and not st.session_state.pop("_tl_full_run", False):
+        now = st.session_state.get("_train_step", steps[0])
+        i = steps.index(now) if now in steps else 0
+        if i + 1 >= len(steps):
+            st.session_state["tl_play"] = False
+            st.rerun(scope="app")
+        set_shared("train_step", steps[i + 1])
+    st.session_state.pop("_tl_full_run", None)
+    step = shared_widget(st.select_slider, "Training step (snapshots, log-spaced)", options=steps, key="train_step",
+                         default=steps[-1], valid=lambda v: v in steps, cast=int, format_func=lambda s: f"{s:,}",
+                         disabled=playing, help="Each mark is a saved snapshot: dense early on and where the "
+                                                "induction score moved. Pause to move it by hand.")
+    i = steps.index(step)
+    metrics = st.columns(4)
+    metrics[0].metric("Step", f"{step:,}")
+    if tl.valid_loss is not None:
+        metrics[1].metric("Validation loss (nats/token)", f"{tl.valid_loss[i]:.3f}",
+                          f"{tl.valid_loss[i] - tl.valid_loss[0]:+.3f} since step {steps[0]:,}", delta_color="inverse")
+    elif tl.train_loss is not None:
+        metrics[1].metric("Train loss (nats/token)", f"{tl.train_loss[i]:.3f}")
+    else:
+        metrics[1].metric("Loss", "not recorded")
+    for col, label, values, score in ((metrics[2], "Best induction score", best_induction, "induction"),
+                                      (metrics[3], "Best previous-token score", best_previous, "previous-token")):
+        layer, head = divmod(int(scores[score][i].argmax()), cfg.n_heads)
+        col.metric(label, f"{values[i]:.2f}", f"layer {layer}, head {head}", delta_color="off")
+
+    curves, lines = side_by_side(state, [2, 3])
+    with curves:
+        if tl.train_loss is None and tl.valid_loss is None:
+            st.info("This timeline records no losses (a folder of step-named checkpoints has none).")
+        else:
+            show_figure(loss_curves(steps, tl.train_loss, tl.valid_loss, step, phase), state, "timeline_loss")
+    with lines:
+        show_figure(score_lines(steps, {"previous-token": scores["previous-token"], "induction": scores["induction"]},
+                                step, phase), state, "timeline_scores")
+    if phase:
+        st.caption(f":material/bolt: **Phase change between step {phase[0]:,} and step {phase[1]:,}** (shaded): the first "
+                   "snapshot where the best induction score reaches halfway between its first value "
+                   f"({best_induction[0]:.2f}) and its highest ({best_induction.max():.2f}). The red line is the step "
+                   "shown. Scores: on a random sequence of tokens repeated twice, the mean weight on the previous "
+                   "token (previous-token) and on the token after the current token's first occurrence (induction); "
+                   "measured on each snapshot.")
+    else:
+        st.caption(f"No phase change: the best induction score never rises {PHASE_RISE:g} above its first value "
+                   f"({best_induction[0]:.2f}; highest {best_induction.max():.2f}). The red line is the step shown.")
+
+    st.subheader(f"Attention at step {step:,} on your text")
+    try:
+        trace = get_step_trace(key, i, shown)
+    except ValueError as exc:
+        st.error(f"The text cannot be run by this timeline's model: {plain(str(exc))}.")
+        return
+    if trace.truncated:
+        st.caption(f":material/content_cut: {trace.cut_message}")
+    default_layer, default_head = divmod(int(scores["induction"][-1].argmax()), cfg.n_heads)
+    c1, c2 = st.columns(2)
+    layer = pick_index(c1, "Layer", "tl_layer", cfg.n_layers, default_layer)
+    head = pick_index(c2, "Head", "tl_head", cfg.n_heads, default_head)
+    n = min(trace.n_tokens, SQUARE_SIDE)
+    big, grid_col = side_by_side(state, [3, 2])
+    with big:
+        matrix = trace.arrays[f"blocks.{layer}.attn.hook_pattern"][head][:n, :n]
+        show_figure(attention_heatmap(matrix, trace.labels[:n], f"Layer {layer}, head {head} at step {step:,}"), state,
+                    f"timeline_L{layer}_H{head}_step{step}")
+    with grid_col:
+        patterns, block = overview_patterns(trace.arrays, cfg.n_layers)
+        grid, _ = attention_grid(patterns, pooled_by=block, labels=trace.labels)
+        grid.update_layout(title=dict(text=f"All heads at step {step:,}"))
+        show_figure(grid, state, f"timeline_all_heads_step{step}", select_key="tl_grid", on_select=_open_head)
+        st.caption(f"Layer {layer}, head {head}: induction score {scores['induction'][i, layer, head]:.2f}, "
+                   f"previous-token score {scores['previous-token'][i, layer, head]:.2f} at this step. Click a head "
+                   "to show it large.")
+
+    if cfg.causal and models[i].has_lm_head:
+        st.subheader(f"What the model writes at step {step:,}")
+        try:
+            continuation, used, total = get_step_sample(key, i, text, N_NEW)
+        except ValueError as exc:
+            st.error(f"No sample: {plain(str(exc))}.")
+        else:
+            st.markdown(f"Greedy continuation (temperature 0, {N_NEW} tokens) of your text"
+                        + (f" (its last {used} tokens)" if used < total else "") + ":")
+            st.markdown(f"> …{plain(text[-200:], None)}**{plain(continuation, None)}**")
+
+
+at_step()

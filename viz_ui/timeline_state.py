@@ -1,0 +1,129 @@
+"""Streamlit caching glue of the timeline page (the counterpart of :mod:`viz_ui.state` for training timelines):
+timelines loaded once per server process (shipped ones and ``--timeline`` ones) or kept in one session (uploads),
+their head-type scores, and each snapshot's trace and greedy sample of a text."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import streamlit as st
+
+from viz_model import CheckpointError
+from viz_model.sampling import generate
+from viz_model.tokenizer import IdTokenizer
+from viz_model.training.timeline import TIMELINE_FILE, LoadedTimeline, load_timeline, snapshot_scores
+
+from .trace import Trace, encode_text, run_trace, tokenizer_errors
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "assets" / "timelines"
+UPLOAD_PREFIX = "upload:"
+MAX_SESSION_TIMELINES = 2  # uploaded timelines kept per browser session (each holds every snapshot in memory)
+
+
+def command_line_timelines(argv: list[str] | None = None) -> dict[str, str]:
+    """Timelines given on the command line: ``streamlit run app.py -- --timeline PATH [--timeline PATH2]``
+    (a folder or a ``.zip`` of one), name → path."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--timeline", action="append", default=[])
+    args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    return {Path(p.rstrip("/")).name or p: p for p in args.timeline}
+
+
+def shipped_timelines() -> dict[str, str]:
+    """The folders of ``assets/timelines`` that hold a ``timeline.json``, name → path."""
+    return {p.parent.name: str(p.parent) for p in sorted(SHIPPED.glob(f"*/{TIMELINE_FILE}"))}
+
+
+def session_timelines() -> dict[str, tuple[str, LoadedTimeline]]:
+    """This session's uploaded timelines: key (``upload:<sha256>``) → (name, timeline), oldest first."""
+    return st.session_state.setdefault("_session_timelines", {})
+
+
+def add_session_timeline(data_hash: str, name: str, loaded: LoadedTimeline) -> str:
+    """Keep an uploaded timeline in this session (the last :data:`MAX_SESSION_TIMELINES`); return its key."""
+    key = f"{UPLOAD_PREFIX}{data_hash}"
+    kept = session_timelines()
+    kept[key] = (name, loaded)
+    while len(kept) > MAX_SESSION_TIMELINES:
+        kept.pop(next(iter(kept)))
+    return key
+
+
+def available_timelines() -> dict[str, str]:
+    """Every timeline this session may open, name → key: command-line ones first, then the shipped ones and this
+    session's uploads."""
+    found = {**command_line_timelines(), **shipped_timelines()}
+    found.update({name: key for key, (name, _) in session_timelines().items()})
+    return found
+
+
+@st.cache_resource(max_entries=4, show_spinner="Loading the timeline's snapshots…")
+def get_timeline(path: str) -> LoadedTimeline:
+    """Every snapshot of the timeline at ``path``, loaded once per server process and shared (read-only).
+
+    Raises:
+        CheckpointError: one line (Streamlit caches no call that raises).
+    """
+    return load_timeline(path)
+
+
+def resolve_timeline(key: str) -> LoadedTimeline:
+    """The loaded timeline of a key: a path (shared cache) or this session's upload.
+
+    Raises:
+        CheckpointError: the timeline cannot be loaded, or the upload belongs to another session.
+    """
+    if key.startswith(UPLOAD_PREFIX):
+        entry = session_timelines().get(key)
+        if entry is None:
+            raise CheckpointError("this uploaded timeline belongs to another session (upload it again here)")
+        return entry[1]
+    return get_timeline(key)
+
+
+def timeline_tokenizer(key: str):
+    """The timeline's tokenizer, or an :class:`IdTokenizer` when its checkpoints carry none (text = token ids)."""
+    loaded = resolve_timeline(key)
+    return loaded.tokenizer if loaded.tokenizer is not None else IdTokenizer(loaded.models[0].cfg.d_vocab)
+
+
+@st.cache_data(max_entries=8, show_spinner="Measuring every head at every step…")
+def get_timeline_scores(key: str) -> dict[str, np.ndarray]:
+    """Previous-token, duplicate-token and induction scores of every snapshot, measured on the snapshots themselves
+    (:func:`viz_model.training.timeline.snapshot_scores`): kind → ``[n_snapshots, n_layers, n_heads]``."""
+    return {k: v.numpy() for k, v in snapshot_scores(resolve_timeline(key).models).items()}
+
+
+@st.cache_resource(max_entries=256, ttl=3600, show_spinner=False)
+def get_step_trace(key: str, index: int, text: str) -> Trace:
+    """Every hook of snapshot ``index`` of the timeline over ``text`` (tokenized by the timeline's tokenizer), a
+    shared read-only :class:`viz_ui.trace.Trace`.
+
+    Raises:
+        ValueError: a text the tokenizer cannot encode, with one line.
+    """
+    loaded = resolve_timeline(key)
+    return run_trace(loaded.models[index], timeline_tokenizer(key), text)
+
+
+@st.cache_data(max_entries=256, ttl=3600, show_spinner=False)
+def get_step_sample(key: str, index: int, text: str, n_new: int) -> tuple[str, int, int]:
+    """The greedy continuation (temperature 0) of ``text`` by snapshot ``index``: ``(continuation text, prompt
+    tokens used, tokens of the text)``; the prompt is the text's last ``n_ctx - n_new`` tokens.
+
+    Raises:
+        ValueError: a text the tokenizer cannot encode or decode, with one line.
+    """
+    loaded = resolve_timeline(key)
+    model, tokenizer = loaded.models[index], timeline_tokenizer(key)
+    ids = encode_text(tokenizer, text).ids
+    if not ids:
+        raise ValueError("the text has no tokens")
+    prompt = ids[-max(1, model.cfg.n_ctx - n_new):]
+    steps = generate(model, prompt, n_new, temperature=0.0)
+    with tokenizer_errors("the continuation cannot be decoded"):
+        return tokenizer.decode([s.token_id for s in steps]), len(prompt), len(ids)
