@@ -35,7 +35,9 @@ PAGES = [  # (file, label, icon): the order follows the pipeline
     ("pages/heads.py", "3c · Head summaries", ":material/grid_view:"),
     ("pages/block.py", "3d · Residual stream & feed-forward", ":material/stacks:"),
     ("pages/logit_lens.py", "3e · Logit lens", ":material/layers:"),
+    ("pages/moe.py", "3f · Mixture of experts", ":material/hub:"),
     ("pages/output.py", "4 · Output probabilities", ":material/bar_chart:"),
+    ("pages/interventions.py", "4a · Cause and effect (ablation, patching, attribution)", ":material/science:"),
     ("pages/encoder_decoder.py", "5 · Encoder-decoder & cross-attention", ":material/swap_horiz:"),
     ("pages/timeline.py", "6 · Watch it learn (training timeline)", ":material/timelapse:"),
     ("pages/inspector.py", "Model inspector & upload", ":material/memory:"),
@@ -211,13 +213,16 @@ def shared_widget_key(key: str, default, valid=lambda value: True, cast=str) -> 
     return key
 
 
-def shared_widget(widget, *args, key: str, default, valid=lambda value: True, cast=str, link_default=None, **kwargs):
+def shared_widget(widget, *args, key: str, default, valid=lambda value: True, cast=str, link_default=None,
+                  to_link=None, **kwargs):
     """Draw ``widget(*args, **kwargs)`` (e.g. ``st.slider``, ``column.selectbox``) with a value shared by every
     page and kept in the link under ``key`` (see :func:`shared_widget_key`); return the value. The link holds
-    the value only when it differs from ``link_default`` (default: ``default``)."""
+    the value only when it differs from ``link_default`` (default: ``default``); ``to_link``: how the value is
+    written there (e.g. a list as ``"a,b"``; ``cast`` reads it back), default ``str``."""
     value = widget(*args, key=shared_widget_key(key, default, valid, cast), on_change=remember, args=(key,), **kwargs)
-    shown = str(value).lower() if isinstance(value, bool) else str(value)
-    _write_param(key, shown, default if link_default is None else link_default)
+    shown = to_link(value) if to_link else str(value).lower() if isinstance(value, bool) else str(value)
+    default = default if link_default is None else link_default
+    _write_param(key, shown, to_link(default) if to_link else default)
     return value
 
 

@@ -1,0 +1,383 @@
+"""Cause and effect: switch heads off (ablation), swap activations between a clean and a corrupted text (activation
+patching), and split a logit into what each component writes (direct logit attribution)."""
+
+import pandas as pd
+import streamlit as st
+
+from viz_ui.preload import preload_plotly
+
+preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
+
+from viz_ui import intervention_code as code
+from viz_ui.generation import continuation_text, mask_positions
+from viz_ui.intervention_state import (get_ablation, get_attribution, get_corrupted, get_corrupted_logits,
+                                       get_default_corruption, get_head_effects, get_patch_lens, get_patching,
+                                       get_prompt)
+from viz_ui.interventions import (biggest_changes, generation_table, head_name, heads_text, lens_table,
+                                  parse_heads, prob_diff_table, softmax, token_pairs, top_ids)
+from viz_ui.interventions_view import component_bars, delta_bars, head_map, heatmap_frame, patch_map, prob_diff_bars, top_bars
+from viz_ui.layout import (MAX_CHARS, pick_index, require_trace, set_shared, setup_page, shared_widget, shared_widget_key,
+                           show_figure,
+                           show_link, show_table, side_by_side)
+from viz_ui.seq2seq_view import output_text
+from viz_ui.state import get_trace, get_vocab_labels
+from viz_ui.text import plain
+from viz_model.tokenizer import IdTokenizer
+
+TITLES = {"resid_pre": "Patching the residual stream entering each layer (resid_pre)",
+          "attn_out": "Patching each layer's attention output (attn_out)",
+          "mlp_out": "Patching each layer's MLP output (mlp_out)", "head": "Patching each head (hook_z)"}
+PATCH_MAX_TOKENS = 64  # patching runs one copy of the text per cell: layers × positions × 3 + heads copies
+
+state = setup_page("Cause and effect",
+                   "Intervene on the running model: switch heads off, swap activations between two texts, split a "
+                   "logit into what each part wrote. Each result comes from runs of the model with hooks, not from "
+                   "reading the attention maps.")
+trace = require_trace(state)
+model, cfg, path, text = state.model, state.model.cfg, state.model_path, trace.text
+if not model.has_lm_head:
+    st.info("This checkpoint has no language-model head: it ends in hidden states, so there is no output whose "
+            "change could be measured. The other pages work on it.", icon=":material/block:")
+    show_link(state)
+    st.stop()
+vocab = get_vocab_labels(path)
+seq2seq, masked_lm = trace.is_encoder_decoder, not cfg.causal
+has_tokenizer = not isinstance(state.tokenizer, IdTokenizer)
+lecture = state.display.lecture
+
+if seq2seq:
+    st.caption(":material/swap_horiz: Encoder-decoder: every run below is the **decoder's**, over its own output for "
+               "the source text (the start token, then the greedy output), with the source read by the encoder. "
+               "Ablation switches off decoder self-attention heads; patching swaps decoder activations between the "
+               "source and a corrupted source; attribution needs a pre-LN model.")
+elif masked_lm:
+    st.caption(":material/info: Encoder (masked LM): the output is the token the model fills in *at* a position "
+               "(write [MASK] in the text), not a next token, so there is no generation here. Ablation and patching "
+               "work as on a decoder, except that a patch can reach every position in both directions; attribution "
+               "needs a pre-LN model without an embedding LayerNorm.")
+
+PARTS = {"ablation": "Ablation: switch heads off", "patching": "Activation patching: clean vs corrupted",
+         "attribution": "Direct logit attribution"}
+part = shared_widget(st.radio, "View", list(PARTS), key="part", default="ablation", valid=PARTS.__contains__,
+                     horizontal=True, format_func=PARTS.get, label_visibility="collapsed")
+n = trace.n_tokens
+if masked_lm:
+    masks = mask_positions(state.tokenizer, trace.ids)
+    pos = pick_index(st, "Prediction at position", "query", n, masks[0] if masks else n - 1,
+                     lambda i: f"{i} {trace.labels[i]}")
+    where = f"at position {pos} (“{trace.labels[pos]}”)"
+elif seq2seq:
+    pos = pick_index(st, "Decoder position (its prediction is the next output token)", "query", n, 0,
+                     lambda i: f"{i} {trace.labels[i]}")
+    where = f"after decoder position {pos} (“{trace.labels[pos]}”)"
+else:
+    pos = pick_index(st, "Prediction after position", "query", n, n - 1, lambda i: f"{i} {trace.labels[i]}")
+    where = f"after “{trace.labels[pos]}” (position {pos})"
+intact_logits = trace.arrays["hook_logits"][pos]
+unit = "token here" if masked_lm else "next token"
+
+
+def export(view: str, source: str) -> None:
+    """The view's numbers as Python with the project's API (hidden in lecture mode, like every download)."""
+    if lecture:
+        return
+    with st.expander("Export as code", icon=":material/code:"):
+        st.caption("This script reproduces the numbers above from the same checkpoint and text with the project's "
+                   "public API, and prints them.")
+        st.code(source, language="python")
+        st.download_button("Download the script (.py)", source, file_name=f"{view}.py", mime="text/x-python",
+                           key=f"code_{view}", icon=":material/download:")
+
+
+def pick_token(options: list[int], default: int, label: str, help: str | None = None) -> int:
+    """An output token chosen among ``options`` (ids), shared by the parts and kept in the link as ``token``."""
+    return shared_widget(st.selectbox, label, options, key="token", default=default, valid=options.__contains__,
+                         cast=int, format_func=lambda i: f"{vocab[i]}  (id {i})", help=help)
+
+
+# ---- Ablation -------------------------------------------------------------------------------------------------
+
+def ablation_part() -> None:
+    names = [head_name(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
+    canonical = lambda v: heads_text(parse_heads(",".join(v) if isinstance(v, list) else v, cfg.n_layers, cfg.n_heads))  # noqa: E731
+    st.markdown("Switch heads off and watch what the model does without them. **Zero** ablation sets a head's output "
+                "(its `hook_z`, the input to W_O) to 0; **mean** ablation replaces it by its mean over the positions "
+                "of a text, keeping the average signal and removing what is specific to each token.")
+    c1, c2 = st.columns([3, 2])
+    chosen = shared_widget(c1.multiselect, "Heads switched off", names, key="ablate", default=[],
+                           cast=lambda v: [x for x in canonical(v).split(",") if x],
+                           valid=lambda v: isinstance(v, list) and set(v) <= set(names),
+                           to_link=canonical, placeholder="Choose heads, or click them in the map below")
+    heads = parse_heads(",".join(chosen), cfg.n_layers, cfg.n_heads)
+    kind = shared_widget(c2.radio, "Ablation", ["zero", "mean"], key="ablation", default="zero",
+                         valid=("zero", "mean").__contains__, horizontal=True)
+    mean_text = ""
+    if kind == "mean":
+        mean_text = shared_widget(st.text_input, "Mean over the positions of (empty: this text)", key="mean_text",
+                                  default="", cast=lambda v: str(v)[:MAX_CHARS], max_chars=MAX_CHARS,
+                                  placeholder="this text")
+    key = heads_text(heads)
+    try:
+        view = get_ablation(path, text, key, kind, mean_text, pos)
+    except ValueError as exc:  # the reference text cannot be run
+        st.error(f"The reference text cannot be run: {plain(str(exc))}.")
+        return
+    options = top_ids(intact_logits) + [i for i in top_ids(view.ablated, 5) if i not in top_ids(intact_logits)]
+    token = pick_token(options, options[0], f"Effect map: the change in log p of this {unit}",
+                       help="The map shows, for every head, how the log-probability of this token changes when that "
+                            "head is switched off too (on top of the heads already off).")
+    effects = get_head_effects(path, text, key, kind, mean_text, pos, token)
+    counter = st.session_state.setdefault("_effect_map_n", 0)
+    select_key = f"effect_map_{counter}"
+
+    def toggle() -> None:  # a click switches the head off, or back on; a fresh chart key forgets the selection
+        points = st.session_state[select_key].selection.points
+        if points and points[0].get("curve_number") == 1:
+            name = head_name(*divmod(points[0]["point_index"], cfg.n_heads))
+            now = set(st.session_state.get("_ablate", []))
+            set_shared("ablate", [x for x in canonical(",".join(now ^ {name})).split(",") if x])
+            st.session_state["_effect_map_n"] = counter + 1
+
+    fig = head_map(effects, f"Each head switched off: Δ log p({vocab[token]})",
+                   "Δ log p (nats)", marked=heads, click_hint="click: switch this head off / on",
+                   cell_text=cfg.n_heads <= 16 and state.display.scale <= 1.5)
+    show_figure(fig, state, f"ablation_effects_{key or 'none'}", select_key=select_key, on_select=toggle,
+                data=lambda: heatmap_frame(effects, [f"L{i}" for i in range(cfg.n_layers)],
+                                           [f"H{i}" for i in range(cfg.n_heads)]))
+    st.caption(f"The change in the log-probability of {plain(vocab[token])} {plain(where)} when each head is switched off "
+               + (f"on top of the {len(heads)} already off (✕, which show 0)" if heads else "alone")
+               + ". Blue: switching the head off lowers it (the head helped predict it); red: raises it. All heads run "
+               "batched. Click a head to switch it off, or back on.")
+    if not heads:
+        st.info("No head is switched off yet: choose heads above or click them in the map. The output, the logit "
+                "lens and the generation below then show the model without them.", icon=":material/touch_app:")
+        export("ablation", code.ablation_code(path, text, get_prompt(path, text), has_tokenizer, trace.truncated,
+                                              heads, kind, "", None, False, pos, token, cfg.causal))
+        return
+    st.subheader(f"The output {where}: intact vs ablated")
+    left, right = side_by_side(state, [3, 2])
+    with left:
+        table = prob_diff_table(view.intact, view.ablated, vocab)
+        show_figure(prob_diff_bars(table, f"Intact vs {key.replace(',', ', ')} off"), state,
+                    f"ablation_output_{key}", data=lambda: table)
+    with right:
+        changes = biggest_changes(view.intact, view.ablated, vocab)
+        if len(changes):
+            show_figure(delta_bars(changes, "Largest rises and falls"), state, f"ablation_delta_{key}",
+                        data=lambda: changes)
+            st.caption("Over the whole vocabulary; changes under 0.1 percentage point are left out.")
+        else:
+            st.info("No token's probability changed by 0.1 percentage point or more.")
+    p0, p1 = softmax(view.intact), softmax(view.ablated)
+    top0, top1 = int(p0.argmax()), int(p1.argmax())
+    st.markdown(f"Top {unit}: **{plain(vocab[top0])}** ({p0[top0]:.1%}) intact → **{plain(vocab[top1])}** "
+                f"({p1[top1]:.1%}) ablated." + (" The top prediction changed." if top0 != top1 else ""))
+    lens_col, gen_col = side_by_side(state, 2)
+    with lens_col:
+        st.markdown(f"**Logit lens {where}**: the top {unit} after each layer (the residual stream decoded with the "
+                    "model's own final norm and unembedding)")
+        show_table(lens_table(view, vocab), state, hide_index=True)
+    with gen_col:
+        if cfg.causal:
+            try:
+                if seq2seq:
+                    end = cfg.decoder_end_id
+                    shown = [output_text(state.tokenizer, view.gen_intact, end),
+                             output_text(state.tokenizer, view.gen_ablated, end)]
+                    st.markdown("**The output, greedy**, intact and with the heads off")
+                else:
+                    ids = trace.ids.tolist()
+                    shown = [continuation_text(state.tokenizer, ids, view.gen_intact),
+                             continuation_text(state.tokenizer, ids, view.gen_ablated)]
+                    st.markdown(f"**{len(view.gen_intact)} greedy tokens after the text**, intact and with the heads "
+                                "off (the ablation applies at every step)")
+                st.code(f"intact : {shown[0]!r}\nablated: {shown[1]!r}", language=None, wrap_lines=True)
+            except ValueError as exc:  # an uploaded tokenizer that fails on these ids
+                st.error(plain(str(exc)))
+            show_table(generation_table(view, vocab), state, hide_index=True)
+        else:
+            st.caption("An encoder fills in positions all at once: there is no generation.")
+    mean_prompt = get_prompt(path, mean_text) if kind == "mean" and mean_text else None
+    export("ablation", code.ablation_code(path, text, get_prompt(path, text), has_tokenizer, trace.truncated, heads,
+                                          kind, mean_text, mean_prompt, bool(mean_prompt and get_trace(path, mean_text).truncated),
+                                          pos, token, cfg.causal))
+
+
+# ---- Activation patching --------------------------------------------------------------------------------------
+
+def parse_cell(value: str, n_layers: int, n_pos: int, n_heads: int) -> tuple[str, int, int] | None:
+    try:
+        site, layer, index = str(value).split(":")
+        layer, index = int(layer), int(index)
+    except ValueError:
+        return None
+    ok = site in TITLES and 0 <= layer < n_layers and 0 <= index < (n_heads if site == "head" else n_pos)
+    return (site, layer, index) if ok else None
+
+
+def patching_part() -> None:
+    st.markdown("Run a **corrupted** text, but take one activation from the run of the **clean** text (the one in "
+                "the sidebar): how much of the clean answer comes back? Each cell is one such run. "
+                "Values are normalised: **1** = the clean metric fully restored, **0** = no effect "
+                "((patched − corrupted) / (clean − corrupted)).")
+    ss = st.session_state
+    default = get_default_corruption(path, text)
+    if ss.get("_corrupt_for") != text:  # the clean text changed: the corrupted text follows it until edited
+        if "_corrupt_for" in ss:
+            set_shared("corrupt", default)
+        ss["_corrupt_for"] = text
+    corrupted_text = shared_widget(st.text_area, "Corrupted " + ("source " if seq2seq else "") + "text", key="corrupt",
+                                   default=default, cast=lambda v: str(v)[:MAX_CHARS], max_chars=MAX_CHARS, height=90,
+                                   help="Prefilled with the one-word edit (a name, he/she, a number, …) that changes "
+                                        "the model's output most. Press Ctrl+Enter to apply an edit.")
+    if not corrupted_text.strip():
+        st.info("The corrupted text is empty: type a version of the clean text with one word changed.")
+        return
+    try:
+        corrupted_trace = get_trace(path, corrupted_text)
+    except ValueError as exc:
+        st.error(f"The corrupted text cannot be run: {plain(str(exc))}.")
+        return
+    clean_labels = trace.src_labels if seq2seq else trace.labels
+    bad_labels = corrupted_trace.src_labels if seq2seq else corrupted_trace.labels
+    pairs = token_pairs(clean_labels, bad_labels)
+    differ = pairs[pairs["differs"] != ""]
+    if not seq2seq and len(clean_labels) != len(bad_labels):
+        st.error(f"The clean text has {len(clean_labels)} tokens and the corrupted one {len(bad_labels)}: activation "
+                 "patching swaps activations position by position, so both must have the same number of tokens. "
+                 "Change words for words of the same token length (the table marks where they part).",
+                 icon=":material/straighten:")
+        show_table(pairs, state, hide_index=True, height=320)
+        return
+    if differ.empty:
+        st.info("The corrupted text has the same tokens as the clean text: change a word (a name, he/she, a number) "
+                "to see which layers and positions carry the difference.", icon=":material/edit:")
+        return
+    where_differ = ", ".join(f"{r.position} ({r.clean} → {r.corrupted})" for r in differ.head(6).itertuples())
+    st.caption(f"{'Source tokens differ' if seq2seq else 'They differ'} at position{'s' * (len(differ) > 1)} "
+               f"{plain(where_differ)}{' …' if len(differ) > 6 else ''}."
+               + (f" Source lengths may differ: the patched activations are the decoder's, which reads the same "
+                  "output in both runs." if seq2seq else ""))
+    with st.expander("The two texts token by token"):
+        show_table(pairs, state, hide_index=True, height=320)
+    if n > PATCH_MAX_TOKENS:
+        st.info(f"Patching runs one copy of the text per cell ({cfg.n_layers} layers × {n} positions × 3, plus every "
+                f"head): this page patches texts of up to {PATCH_MAX_TOKENS} tokens. Shorten the text to patch it.",
+                icon=":material/timer:")
+        return
+    corrupted_logits = get_corrupted_logits(path, text, corrupted_text, pos)
+    c1, c2, c3 = st.columns([2, 2, 2])
+    metric = shared_widget(c1.radio, "Metric", ["logit_diff", "prob"], key="metric", default="logit_diff",
+                           valid=("logit_diff", "prob").__contains__,
+                           format_func={"logit_diff": "logit difference", "prob": "probability of the answer"}.get)
+    clean_top, bad_top = top_ids(intact_logits), top_ids(corrupted_logits)
+    options = clean_top + [i for i in bad_top if i not in clean_top]
+    fmt = lambda i: f"{vocab[i]}  (id {i})"  # noqa: E731
+    answer = shared_widget(c2.selectbox, "Answer (the clean run's)", options, key="answer", default=clean_top[0],
+                           valid=options.__contains__, cast=int, format_func=fmt)
+    rise = softmax(corrupted_logits) - softmax(intact_logits)
+    rise[answer] = -1.0
+    default_wrong = bad_top[0] if bad_top[0] != answer else int(rise.argmax())
+    wrong_options = [i for i in options if i != answer] + ([default_wrong] if default_wrong not in options else [])
+    wrong = answer
+    if metric == "logit_diff":
+        wrong = shared_widget(c3.selectbox, "Against (the corrupted run's)", wrong_options, key="wrong",
+                              default=default_wrong, valid=wrong_options.__contains__, cast=int, format_func=fmt,
+                              help="Default: the corrupted run's top token, or when both runs agree on the top token, "
+                                   "the token whose probability the corruption raised most.")
+    try:
+        view = get_patching(path, text, corrupted_text, metric, answer, wrong, pos)
+    except ValueError as exc:
+        st.error(plain(str(exc)))
+        return
+    name = (f"logit({vocab[answer]}) − logit({vocab[wrong]})" if metric == "logit_diff" else f"p({vocab[answer]})")
+    m1, m2 = st.columns(2)
+    m1.metric(f"Clean run: {name} {where}", f"{view.clean_value:.4f}")
+    m2.metric("Corrupted run", f"{view.corrupted_value:.4f}")
+    if view.normalised is None:
+        st.info("Both runs give the same metric, so there is nothing to restore: choose other tokens, or another "
+                "edit.", icon=":material/block:")
+        return
+    valid_cell = lambda v: v == "" or parse_cell(v, cfg.n_layers, n, cfg.n_heads) is not None  # noqa: E731
+    cell = parse_cell(st.session_state[shared_widget_key("cell", "", valid_cell)], cfg.n_layers, n, cfg.n_heads)
+    labels = trace.labels
+    layers = [f"L{i}" for i in range(cfg.n_layers)]
+
+    def choose(site: str, width: int) -> None:  # on_select of a patching map: the clicked cell opens the patch lens
+        points = st.session_state[f"patch_{site}"].selection.points
+        if points and points[0].get("curve_number") == 1:
+            layer, index = divmod(points[0]["point_index"], width)
+            set_shared("cell", f"{site}:{layer}:{index}")
+
+    positions = [f"{i} {t}" for i, t in enumerate(labels)]
+    for site in ("resid_pre", "attn_out", "mlp_out"):
+        values, title = view.normalised[site], TITLES[site]
+        selected = (cell[1], cell[2]) if cell and cell[0] == site else None
+        show_figure(patch_map(values, labels, title, selected), state, f"patching_{site}", select_key=f"patch_{site}",
+                    on_select=lambda site=site: choose(site, n), data=lambda v=values: heatmap_frame(v, layers, positions))
+    head_col, lens_col = side_by_side(state, 2)
+    with head_col:
+        values = view.normalised["head"]
+        selected = (cell[1], cell[2]) if cell and cell[0] == "head" else None
+        show_figure(head_map(values, TITLES["head"], "restored", marked=[selected] if selected else [],
+                             click_hint="click: what changed downstream", zmax=max(1.0, float(abs(values).max())),
+                             cell_text=False, marker="square-open"),
+                    state, "patching_head", select_key="patch_head", on_select=lambda: choose("head", cfg.n_heads),
+                    data=lambda: heatmap_frame(values, layers, [f"H{i}" for i in range(cfg.n_heads)]))
+    if cell is not None and st.query_params.get("cell") != ":".join(map(str, cell)):  # the chosen cell in the link
+        st.query_params["cell"] = ":".join(map(str, cell))
+    elif cell is None and "cell" in st.query_params:
+        del st.query_params["cell"]
+    with lens_col:
+        if cell is None:
+            st.info("Click a cell of a map to see what it changed downstream: which later heads' and MLPs' outputs "
+                    "moved most (a patch lens).", icon=":material/touch_app:")
+        else:
+            site, layer, index = cell
+            what = f"head L{layer}H{index}" if site == "head" else f"{site}, L{layer}, position {index}"
+            moved = get_patch_lens(path, text, corrupted_text, site, layer, index)
+            show_figure(top_bars(moved, f"Patch lens: {what}", "‖Δ output‖ (patched − corrupted run)", k=12), state,
+                        "patch_lens", data=lambda: pd.DataFrame({"component": list(moved),
+                                                                 "norm of change": list(moved.values())}))
+            st.caption(f"Patching {'head' if site == 'head' else 'the'} {plain(what)}"
+                       + ("" if site == "head" else f" (“{plain(labels[index])}”)") + " moved what each of these later "
+                       "heads and MLPs writes into the residual stream by this much (Frobenius norm over positions). "
+                       "Components before it do not move.")
+    export("patching", code.patching_code(path, text, corrupted_text, get_prompt(path, text),
+                                          get_corrupted(path, text, corrupted_text), has_tokenizer, trace.truncated,
+                                          corrupted_trace.truncated, metric, answer, wrong, pos, cell))
+
+
+# ---- Direct logit attribution ---------------------------------------------------------------------------------
+
+def attribution_part() -> None:
+    st.markdown("In a pre-LN model the last residual stream is a **sum**: the embeddings plus what every head and "
+                "MLP wrote. With the final norm's scale frozen at its value in this run (TransformerLens' "
+                "`apply_ln_to_stack`), the logit of a token splits exactly into one term per component: what that "
+                "component wrote, read along the token's unembedding direction.")
+    options = top_ids(intact_logits)
+    token = pick_token(options, options[0], f"The {unit} whose logit is split")
+    try:
+        parts, logit = get_attribution(path, text, token, pos)
+    except ValueError as exc:
+        st.info(f"Direct logit attribution is not available for this model: {plain(str(exc))}.",
+                icon=":material/block:")
+        return
+    total = sum(parts.values())
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Sum of the contributions", f"{total:.4f}")
+    m2.metric(f"The model's logit of {plain(vocab[token])}", f"{logit:.4f}")
+    m3.metric("Difference", f"{total - logit:.1e}")
+    show_figure(component_bars(parts, f"Direct contribution of every component to the logit of {vocab[token]} {where}",
+                               "logit units"), state, f"attribution_{token}",
+                data=lambda: pd.DataFrame({"component": list(parts), "logit": list(parts.values())}))
+    st.caption("Bars in the order of the forward pass (embeddings, then per layer each head L·H·, the attention "
+               "output bias, the MLP; `bias` is the constant rest: the final norm's bias and b_U). Blue raises the "
+               "logit, red lowers it. A direct contribution leaves out what a component does through later layers.")
+    show_figure(top_bars(parts, "The largest contributions", "logit units"), state, f"attribution_top_{token}")
+    export("attribution", code.attribution_code(path, text, get_prompt(path, text), has_tokenizer, trace.truncated,
+                                                token, pos))
+
+
+{"ablation": ablation_part, "patching": patching_part, "attribution": attribution_part}[part]()
+show_link(state)
