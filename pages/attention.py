@@ -75,8 +75,12 @@ if cfg.causal:
                 "the mask were not there; middle: the same scores with −∞ above the diagonal (what the model "
                 "uses); right: the weights softmax would give without the mask. Without it, a token would take "
                 "information from tokens that come after it, which a decoder cannot know when it generates text."
-                + (f" This model also has a sliding window of {cfg.attn_window}: the middle panel hides keys that far "
-                   "back too." if cfg.attn_window else ""))
+                + (f" This layer also has a sliding window of {state.model.blocks[layer].attn.cfg.attn_window}: the "
+                   "middle panel hides keys that far back too." if state.model.blocks[layer].attn.cfg.attn_window
+                   else f" This model's other layers ({', '.join(map(str, cfg.window_layers))}) also have a sliding "
+                   f"window of {cfg.attn_window}; this one does not." if cfg.window_layers else "")
+                + (f" The scores are soft-capped, {cfg.attn_softcap:g}·tanh(score / {cfg.attn_softcap:g}), in all "
+                   "three panels." if cfg.attn_softcap is not None else ""))
     raw, free = unmasked_view(trace, cfg, layer, head)
     m1, m2, m3 = side_by_side(state, 3)
     with m1:

@@ -33,19 +33,30 @@ show_figure(stage_heatmap(adds, names, trace.labels, "‖what each sub-layer add
 st.header("Add & norm")
 placement = cfg.norm_placement
 st.markdown(
-    f"This model is **{placement}-LN**. "
+    f"This model is **{ {'pre': 'pre-LN', 'post': 'post-LN', 'sandwich': 'sandwich-norm', 'output': 'output-norm'}[placement]}**. "
     + ("Pre-LN (GPT-2, Llama): each sub-layer reads Norm(x) and adds its output to the un-normalised stream, "
        "x + Sublayer(Norm(x))"
        + ("; a final norm comes before the output head." if state.model.has_lm_head and cfg.final_norm else
           "; a final norm ends the stack." if cfg.final_norm else ".")
        if placement == "pre" else
+       "Sandwich norms (Gemma 2): each sub-layer reads Norm(x), and its output is normed again before it is added, "
+       "x + Norm_post(Sublayer(Norm(x))); a final norm comes before the output head."
+       if placement == "sandwich" else
+       "Output norms (OLMo 2): each sub-layer reads the stream itself, and only its output is normed before it is "
+       "added, x + Norm(Sublayer(x)); a final norm comes before the output head."
+       if placement == "output" else
        "Post-LN (the original transformer, BERT): LayerNorm is applied after each addition, LN(x + Sublayer(x))."))
+if cfg.parallel_residual:
+    st.info("Parallel residual (GPT-NeoX, Pythia): attention and the feed-forward network both read the block's "
+            "input resid_pre (through ln1 and ln2) and their outputs are added together, resid_post = resid_pre + "
+            "attn_out + mlp_out. The stage called resid_mid above is the partial sum resid_pre + attn_out: the "
+            "feed-forward network does not read it.", icon=":material/call_split:")
 st.markdown(norm_sentence(cfg) + ".")
 st.latex(norm_formula(cfg))
 c1, c2, _ = st.columns(3)
 layer = pick_index(c1, "Layer", "layer", cfg.n_layers)
 pos = pick_position(c2, trace, "Token")
-stats = layernorm_stats(trace, layer, pos, placement)
+stats = layernorm_stats(trace, layer, pos, placement, state.model)
 show_table(pd.DataFrame({f"{s.name} ({s.role}: {s.before_name} → {s.after_name})": s.summary for s in stats})
            .T.style.format("{:.4f}"), state)
 st.caption("Before normalising, mean and variance vary from token to token; the (x − μ)/σ step makes them 0 and 1, "
@@ -55,8 +66,8 @@ st.caption("Before normalising, mean and variance vary from token to token; the 
            "is not forced to 0; the learned scale w then changes each dimension.")
 ln1 = stats[0]
 both = np.stack([ln1.before, ln1.after])
-show_figure(matrix_heatmap(both, [f"ln1 input: {ln1.before_name}", f"ln1 output: {ln1.after_name}"],
-                           f"ln1 ({ln1.role}) of layer {layer}, token {pos} {trace.labels[pos]}"),
+show_figure(matrix_heatmap(both, [f"{ln1.name} input: {ln1.before_name}", f"{ln1.name} output: {ln1.after_name}"],
+                           f"{ln1.name} ({ln1.role}) of layer {layer}, token {pos} {trace.labels[pos]}"),
             state, f"layernorm_L{layer}_pos{pos}")
 
 st.header("The feed-forward network")
@@ -69,4 +80,4 @@ show_figure(matrix_heatmap(post[wa:wb], trace.labels[wa:wb], f"Hidden activation
                            x_title="neuron", value_name="activation", offset=wa), state, f"mlp_post_L{layer}")
 idx, vals = top_neurons(post[pos])
 show_figure(value_bar([f"neuron {i}" for i in idx], vals, f"Most active neurons of layer {layer} for "
-                      f"{pos} {trace.labels[pos]}", f"activation (after {ACT_NAMES[cfg.mlp]}{' gate × linear' if cfg.mlp == 'swiglu' else ''})"), state, f"top_neurons_L{layer}_pos{pos}")
+                      f"{pos} {trace.labels[pos]}", f"activation (after {ACT_NAMES[cfg.mlp]}{' gate × linear' if cfg.mlp in ('swiglu', 'geglu') else ''})"), state, f"top_neurons_L{layer}_pos{pos}")

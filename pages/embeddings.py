@@ -80,12 +80,23 @@ with tab_e:
                                offset=ra), state, "token_embeddings")
 with tab_p:
     if cfg.positional == "rotary":
+        d_rot = cfg.d_rotary
         st.markdown("Rotary embeddings (RoFormer, Su et al. 2021) add nothing to x. In every layer, the query and "
-                    "key of the token at position m are split into d_head/2 pairs of numbers, and pair i is rotated "
-                    f"by the angle m·θ_i with θ_i = {cfg.rotary_base:g}^(−2i/d_head): fast turns in the first pairs, "
+                    f"key of the token at position m are split into {d_rot}/2 pairs of numbers, and pair i is rotated "
+                    f"by the angle m·θ_i with θ_i = {cfg.rotary_base:g}^(−2i/{d_rot}): fast turns in the first pairs, "
                     "slow ones in the last. Below: the angles of the typed positions (wrapped to 0…2π).")
-        show_figure(angle_heatmap(angle_table(trace.n_tokens, cfg.d_head, cfg.rotary_base), trace.labels,
-                                  f"Rotation angle m·θ_i  [{trace.n_tokens} positions × {cfg.d_head // 2} pairs]"),
+        if d_rot < cfg.d_head:
+            st.info(f"Partial rotary: only the first {d_rot} of the {cfg.d_head} dimensions of each query and key are "
+                    f"rotated; the other {cfg.d_head - d_rot} are left as they are, so that part of q·k ignores "
+                    "position entirely.", icon=":material/rotate_right:")
+        if cfg.rotary_scaling != "none":
+            st.caption(f"This model rescales the frequencies for a longer context ({cfg.rotary_scaling} scaling, factor "
+                       f"{cfg.rotary_factor:g}); the angles below are the rescaled ones it really uses.")
+        if cfg.rotary_base_local is not None:
+            st.caption(f"Its sliding-window layers use their own base, {cfg.rotary_base_local:g}, without scaling; the "
+                       "angles below are those of the full-attention layers.")
+        show_figure(angle_heatmap(angle_table(trace.n_tokens, d_rot, cfg.rotary_base, cfg), trace.labels,
+                                  f"Rotation angle m·θ_i  [{trace.n_tokens} positions × {d_rot // 2} pairs]"),
                     state, "rotary_angles")
         st.markdown("Because rotating q by m·θ and k by n·θ leaves a rotation by (m − n)·θ between them, the score "
                     "q·k depends on the two tokens and on their **distance**, not on where they stand. The curve "
@@ -95,15 +106,17 @@ with tab_p:
         layer, head = pick_layer_head(state, c1, c2)
         key_pos = c3.selectbox("Key token", range(trace.n_tokens), index=0, key="rope_key",
                                format_func=lambda i: f"{i} {trace.labels[i]}")
-        q = trace.arrays[f"blocks.{layer}.attn.hook_q"][-1, head]
-        k = trace.arrays[f"blocks.{layer}.attn.hook_k"][key_pos, cfg.kv_head(head)]
+        normed = "q_norm.hook_normalized" if cfg.qk_norm != "none" else "hook_q"  # what is rotated (after q/k norm)
+        q = trace.arrays[f"blocks.{layer}.attn.{normed}"][-1, head]
+        k = trace.arrays[f"blocks.{layer}.attn.{normed.replace('q', 'k', 1)}"][key_pos, cfg.kv_head(head)]
         span = min(cfg.n_ctx, max(256, trace.n_tokens))
         delta = trace.n_tokens - 1 - key_pos
         recorded = float(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head, -1, key_pos])
         if not np.isfinite(recorded):
             st.caption(f"This pair is {delta} positions apart, outside the sliding window of {cfg.attn_window}: its "
                        "recorded score is −∞ (masked), so no dot is drawn.")
-        show_figure(relative_score_curve(relative_scores(q, k, cfg.rotary_base, span),
+        layer_cfg = state.model.blocks[layer].attn.cfg
+        show_figure(relative_score_curve(relative_scores(q, k, layer_cfg.rotary_base, span, layer_cfg),
                                          f"Layer {layer}, head {head}: score of “{trace.labels[-1]}” → "
                                          f"“{trace.labels[key_pos]}” at every distance",
                                          [(delta, recorded, f"recorded: Δ = {delta}")] if np.isfinite(recorded) else []),

@@ -29,8 +29,11 @@ fmt = "{:.4f}"
 
 st.header("1 · The input x")
 norm_name = "RMSNorm" if cfg.norm == "rmsnorm" else "LayerNorm"
-st.markdown(f"The attention sub-layer reads the residual stream"
-            f"{f' after {norm_name} ln1 (this model is pre-LN)' if cfg.norm_placement == 'pre' else ' directly (post-LN)'}: "
+READS = {"pre": f" after {norm_name} ln1 (this model is pre-LN)",
+         "sandwich": f" after {norm_name} ln1 (this model norms each sub-layer's input and, with ln1_post, its output)",
+         "output": f" directly (this model norms the sub-layer's output instead, with ln1_post)",
+         "post": " directly (post-LN)"}
+st.markdown(f"The attention sub-layer reads the residual stream{READS[cfg.norm_placement]}: "
             f"one row of d_model = {cfg.d_model} numbers per token.")
 xa, xb = position_window(st, trace, cfg.d_model, query)
 show_figure(matrix_heatmap(s.x[xa:xb], trace.labels[xa:xb], f"x  [{n} × {cfg.d_model}]", offset=xa), state,
@@ -46,11 +49,24 @@ if cfg.n_kv_heads < cfg.n_heads:
             f"head{'s' if cfg.n_kv_heads > 1 else ''}. Head {head} reads key/value head {s.kv_head}, shared with heads "
             f"{', '.join(map(str, group))}: their k and v below are the same numbers, only q differs.",
             icon=":material/call_split:")
+if cfg.qk_norm != "none":
+    st.info("q/k norm: right after the projection, q and k are divided by their root mean square "
+            + ("over each head's d_head numbers" if cfg.qk_norm == "head" else "over all heads of the token at once")
+            + " and scaled by a learned weight (hooks attn.q_norm / attn.k_norm), before any rotation.",
+            icon=":material/straighten:")
 if s.rotated:
-    st.info("Rotary positions: after the projection, q and k of the token at position m are rotated by angles "
-            "m·θ_i (θ_i = base^(−2i/d_head), one angle per pair of dimensions). The q and k below are the "
-            "rotated ones (hooks hook_rot_q / hook_rot_k), the ones the dot product uses; v is not rotated.",
-            icon=":material/rotate_right:")
+    layer_cfg = state.model.blocks[layer].attn.cfg
+    partial = (f" Only the first {cfg.d_rotary} of the {cfg.d_head} dimensions of each head are rotated (partial "
+               f"rotary); dimensions {cfg.d_rotary} to {cfg.d_head - 1} keep their values, so they carry no position."
+               if cfg.d_rotary < cfg.d_head else "")
+    scaled = {"linear": f" This model divides every θ_i by {layer_cfg.rotary_factor:g} (linear scaling, for a longer "
+                        "context).",
+              "llama3": f" This model slows the low-frequency pairs by {layer_cfg.rotary_factor:g} (Llama 3.1 "
+                        "scaling, for a longer context) and keeps the fast ones."}.get(layer_cfg.rotary_scaling, "")
+    st.info(f"Rotary positions: after the projection, q and k of the token at position m are rotated by angles "
+            f"m·θ_i (θ_i = base^(−2i/d), base {layer_cfg.rotary_base:g} in this layer, one angle per pair of "
+            f"dimensions).{scaled}{partial} The q and k below are the rotated ones (hooks hook_rot_q / hook_rot_k), "
+            "the ones the dot product uses; v is not rotated.", icon=":material/rotate_right:")
 tabs = st.tabs([f"q  [{n} × {cfg.d_head}]", f"k  [{n} × {cfg.d_head}]", f"v  [{n} × {cfg.d_head}]"])
 for tab, name, mat in zip(tabs, "qkv", (s.q, s.k, s.v)):
     with tab:
@@ -61,16 +77,27 @@ st.markdown(f"The query of token {query}, **{plain(trace.labels[query])}** (firs
 show_table(vector_table({f"q[{query}]": s.q[query]}, SHOW_DIMS).style.format(fmt), state)
 
 st.header("3 · Scores, mask and softmax" if cfg.causal else "3 · Scores and softmax (no mask)")
-st.latex(r"\text{score}_j = \frac{q \cdot k_j}{\sqrt{d_k}}"
+divided = r"\frac{q \cdot k_j}{\sqrt{d_k}}" if cfg.attn_scale is None else r"\frac{q \cdot k_j}{s}"
+if cfg.attn_softcap is not None:
+    divided = rf"c\,\tanh\!\Big({divided}\Big/c\Big)"
+st.latex(r"\text{score}_j = " + divided
          + (r"\;(+\,{-\infty}\ \text{if}\ j > i)" if cfg.causal else "")
          + r",\qquad w_j = \frac{e^{\text{score}_j}}{\sum_{j'} e^{\text{score}_{j'}}}")
-st.markdown(f"√d_k = √{cfg.d_head} = {cfg.d_head ** 0.5:.4f}. Dividing by it keeps the scores in a range where "
-            "softmax is not saturated. "
-            + mask_sentence(cfg) + " "
+scale_words = (f"√d_k = √{cfg.d_head} = {cfg.d_head ** 0.5:.4f}. Dividing by it keeps the scores in a range where "
+               "softmax is not saturated. " if cfg.attn_scale is None else
+               f"This model divides by s = {s.divisor:.4f} (set by its config, e.g. Gemma's √query_pre_attn_scalar) "
+               f"instead of √d_k = {cfg.d_head ** 0.5:.4f}. ")
+if cfg.attn_softcap is not None:
+    scale_words += (f"Then the scores are soft-capped, c·tanh(score / c) with c = {cfg.attn_softcap:g}: small scores "
+                    f"barely change, large ones are squashed to stay within ±{cfg.attn_softcap:g}. The table shows "
+                    "them before and after the cap. ")
+scaled_name = "q·k / √d_k" if cfg.attn_scale is None else "q·k / s"
+st.markdown(scale_words + mask_sentence(state.model.blocks[layer].attn.cfg) + " "
             + "Check the softmax by hand: each weight is its exp(score − max) divided by the sum of that column.")
-table = score_table(trace.labels, s.dots, s.scaled, s.scores, s.weights)
-show_table(table.style.format({c: fmt for c in ("q·k", "q·k / √d_k", "exp(score − max)", "weight")}), state,
-           hide_index=True)
+table = score_table(trace.labels, s.dots, s.scaled, s.scores, s.weights, s.capped, scaled_name,
+                    f"c·tanh(· / c), c = {cfg.attn_softcap:g}" if cfg.attn_softcap is not None else "")
+show_table(table.style.format({c: fmt for c in table.columns if c not in ("key position", "token", "mask", "score")}),
+           state, hide_index=True)
 total = table["exp(score − max)"].sum()
 st.markdown(f"Sum of exp(score − max) = **{total:.4f}**; the weights sum to **{s.weights.sum():.4f}**.")
 order = largest_weights(s)
@@ -93,7 +120,13 @@ st.latex(r"\text{attn\_out} = \mathrm{Concat}(z_1, \dots, z_h)\,W_O + b_O,\qquad
 st.markdown(f"The {cfg.n_heads} heads' z vectors are concatenated into {cfg.n_heads} × {cfg.d_head} = "
             f"{cfg.n_heads * cfg.d_head} numbers and multiplied by W_O [{cfg.n_heads * cfg.d_head} × {cfg.d_model}]. "
             f"This head's share is z·W_O[rows of head {head}]."
-            + (" In this post-LN model, LayerNorm then normalises the sum." if cfg.norm_placement == "post" else ""))
+            + (" In this post-LN model, LayerNorm then normalises the sum." if cfg.norm_placement == "post" else "")
+            + (f" In this model the sum Concat(z) W_O is itself normed ({norm_name} ln1_post) before it is added: "
+               "attn_out below is that normed vector, so the heads' parts no longer add up to it." if cfg.output_norm
+               else "")
+            + (" This model has a parallel residual (GPT-NeoX): its feed-forward network reads resid_pre, not "
+               "resid_pre + attn_out, and both outputs are added to the stream together." if cfg.parallel_residual
+               else ""))
 show_table(vector_table({"this head's part z·W_O[h]": s.head_out, "attn_out (all heads + b_O)": s.attn_out,
                          "resid_pre": s.resid_pre, "resid_pre + attn_out": s.resid_mid}, SHOW_DIMS).style.format(fmt), state)
 st.caption("Norms: " + ", ".join(f"{name} {value:.3f}" for name, value in s.norms.items()) + ".")

@@ -68,23 +68,47 @@ class NormStats:
                 "mean after": float(self.after.mean()), "variance after": float(self.after.var())}
 
 
-def layernorm_stats(trace: Trace, layer: int, pos: int, placement: str) -> list[NormStats]:
+def _output_norm_stats(trace: Trace, model: VizTransformer, layer: int, pos: int) -> list[NormStats]:
+    """``ln1_post`` and ``ln2_post`` (OLMo 2's only norms): their inputs, the sub-layers' raw outputs, are no hook's
+    value but exact functions of recorded ones, ``concat(z) W_O + b_O`` and ``hook_post W_out + b_out``."""
+    a, p, block = trace.arrays, f"blocks.{layer}.", model.blocks[layer]
+    with torch.no_grad():
+        attn, mlp = block.attn, block.mlp
+        z = torch.tensor(a[p + "attn.hook_z"][pos]).reshape(-1)
+        raw_attn = z @ attn.W_O.detach().float().reshape(-1, model.cfg.d_model)
+        raw_attn = raw_attn if attn.b_O is None else raw_attn + attn.b_O.detach().float()
+        raw_mlp = torch.tensor(a[p + "mlp.hook_post"][pos]) @ mlp.W_out.detach().float()
+        raw_mlp = raw_mlp if mlp.b_out is None else raw_mlp + mlp.b_out.detach().float()
+    return [NormStats("ln1_post", raw_attn.numpy(), a[p + "ln1_post.hook_normalized"][pos], "attention's output",
+                      "attn_out (added to the stream)", "the norm on the attention's output"),
+            NormStats("ln2_post", raw_mlp.numpy(), a[p + "ln2_post.hook_normalized"][pos], "the MLP's output",
+                      "mlp_out (added to the stream)", "the norm on the feed-forward output")]
+
+
+def layernorm_stats(trace: Trace, layer: int, pos: int, placement: str,
+                    model: VizTransformer | None = None) -> list[NormStats]:
     """Input and output of ``ln1`` and ``ln2`` of one block at one position.
 
-    Pre-LN: ln1 normalises ``resid_pre`` and ln2 ``resid_mid`` (the sub-layers read the normed copy,
-    the stream itself is not normed). Post-LN: ln1 normalises ``resid_pre + attn_out`` (its output is
+    Pre-LN (and sandwich norms, whose ln1 and ln2 sit where pre-LN's do): ln1 normalises ``resid_pre`` and ln2
+    ``resid_mid`` (the sub-layers read the normed copy, the stream itself is not normed); a parallel residual
+    (GPT-NeoX) feeds ln2 from ``resid_pre`` too. Post-LN: ln1 normalises ``resid_pre + attn_out`` (its output is
     ``resid_mid``) and ln2 normalises ``resid_mid + mlp_out`` (its output is ``resid_post``). In decoder
-    blocks with cross-attention, ``resid_mid_cross`` takes the place of ``resid_mid`` for ln2.
+    blocks with cross-attention, ``resid_mid_cross`` takes the place of ``resid_mid`` for ln2. Output norms
+    (OLMo 2, ``placement == "output"``, ``model`` needed): ``ln1_post`` and ``ln2_post`` on the sub-layers' outputs.
     """
+    if placement == "output":
+        return _output_norm_stats(trace, model, layer, pos)
+    placement = "pre" if placement == "sandwich" else placement
+    parallel = model is not None and model.cfg.parallel_residual
     a, p = trace.arrays, f"blocks.{layer}."
     # a decoder block with cross-attention feeds ln2 (and the MLP) from the stream after cross-attention
-    before_mlp = a.get(p + "hook_resid_mid_cross", a[p + "hook_resid_mid"])
+    before_mlp = a[p + "hook_resid_pre"] if parallel else a.get(p + "hook_resid_mid_cross", a[p + "hook_resid_mid"])
     if placement == "pre":
         inputs = (a[p + "hook_resid_pre"][pos], before_mlp[pos])
     else:
         inputs = (a[p + "hook_resid_pre"][pos] + a[p + "hook_attn_out"][pos], before_mlp[pos] + a[p + "hook_mlp_out"][pos])
     outputs = [a[p + f"ln{i + 1}.hook_normalized"][pos] for i in range(2)]
-    mid = "resid_mid_cross" if p + "hook_resid_mid_cross" in a else "resid_mid"
+    mid = "resid_pre" if parallel else "resid_mid_cross" if p + "hook_resid_mid_cross" in a else "resid_mid"
     if placement == "pre":
         names = (("resid_pre", "read by attention", "the norm before attention"),
                  (mid, "read by the MLP", "the norm before the feed-forward network"))

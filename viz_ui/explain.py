@@ -4,22 +4,24 @@ from __future__ import annotations
 
 from viz_model import Config
 
-ACT_NAMES = {"gelu": "GELU", "gelu_tanh": "GELU", "relu": "ReLU", "swiglu": "SiLU"}
+ACT_NAMES = {"gelu": "GELU", "gelu_tanh": "GELU", "relu": "ReLU", "swiglu": "SiLU", "geglu": "GELU"}
+GATED = {"swiglu": "SwiGLU", "geglu": "GeGLU"}  # gated feed-forward kinds (Shazeer, 2020) and their names
 
 
 def ffn_formula(cfg: Config) -> str:
-    """LaTeX of the feed-forward network this model uses (SwiGLU: Shazeer, 2020; else Vaswani et al., 3.3)."""
-    if cfg.mlp == "swiglu":
-        return r"\mathrm{FFN}(x) = \big(\mathrm{SiLU}(x\,W_{gate}) \odot x\,W_{in}\big)\,W_{out}"
+    """LaTeX of the feed-forward network this model uses (SwiGLU, GeGLU: Shazeer, 2020; else Vaswani et al., 3.3)."""
+    if cfg.mlp in GATED:
+        return rf"\mathrm{{FFN}}(x) = \big(\mathrm{{{ACT_NAMES[cfg.mlp]}}}(x\,W_{{gate}}) \odot x\,W_{{in}}\big)\,W_{{out}}"
     b_in, b_out = (r" + b_{in}", r" + b_{out}") if cfg.mlp_bias else ("", "")
     return rf"\mathrm{{FFN}}(x) = \mathrm{{{ACT_NAMES[cfg.mlp]}}}(x\,W_{{in}}{b_in})\,W_{{out}}{b_out}"
 
 
 def ffn_sentence(cfg: Config) -> str:
     """One sentence on the feed-forward network's shape and activation."""
-    if cfg.mlp == "swiglu":
-        return (f"d_model {cfg.d_model} → {cfg.d_mlp} → {cfg.d_model} as a SwiGLU: a gate SiLU(x W_gate) multiplies "
-                "a second linear branch x W_in element by element before W_out")
+    if cfg.mlp in GATED:
+        act = "SiLU" if cfg.mlp == "swiglu" else "GELU_tanh"
+        return (f"d_model {cfg.d_model} → {cfg.d_mlp} → {cfg.d_model} as a {GATED[cfg.mlp]}: a gate {act}(x W_gate) "
+                "multiplies a second linear branch x W_in element by element before W_out")
     act = "GELU (tanh approximation, as GPT-2)" if cfg.mlp == "gelu_tanh" else ACT_NAMES[cfg.mlp]
     return f"d_model {cfg.d_model} → {cfg.d_mlp} → {cfg.d_model}, with a {act} in between"
 

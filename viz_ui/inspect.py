@@ -10,8 +10,42 @@ import torch
 from viz_model import VizTransformer
 
 FAMILY_NAMES = {"viz": "native (this project)", "gpt2": "GPT-2", "nanogpt": "nanoGPT", "bert": "BERT",
-                "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
-MLP_NAMES = {"gelu": "GELU", "gelu_tanh": "GELU (tanh approximation)", "relu": "ReLU", "swiglu": "SwiGLU"}
+                "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "olmo2": "OLMo 2",
+                "gpt_neox": "GPT-NeoX / Pythia", "opt": "OPT", "distilbert": "DistilBERT", "roberta": "RoBERTa",
+                "gemma": "Gemma", "gemma2": "Gemma 2", "gemma3_text": "Gemma 3", "phi3": "Phi-3", "bart": "BART"}
+MLP_NAMES = {"gelu": "GELU", "gelu_tanh": "GELU (tanh approximation)", "relu": "ReLU", "swiglu": "SwiGLU",
+             "geglu": "GeGLU (gate through GELU, tanh approximation)"}
+PLACEMENTS = {"pre": "pre-LN", "post": "post-LN", "sandwich": "sandwich (normed input and output of each sub-layer)",
+              "output": "on each sub-layer's output"}
+
+
+def _positions(cfg) -> str:
+    """The positions row: kind, and for rotary the base, the rotated width and any scaling."""
+    if cfg.positional != "rotary":
+        return cfg.positional
+    parts = [f"base {cfg.rotary_base:g}"]
+    if cfg.rotary_base_local is not None:
+        parts.append(f"windowed layers: base {cfg.rotary_base_local:g}")
+    if cfg.d_rotary < cfg.d_head:
+        parts.append(f"partial: {cfg.d_rotary} of {cfg.d_head} dimensions turn")
+    if cfg.rotary_scaling != "none":
+        parts.append(f"{cfg.rotary_scaling} scaling ×{cfg.rotary_factor:g}")
+    return f"rotary ({'; '.join(parts)})"
+
+
+def _attention(cfg) -> str:
+    """The attention row: kind, window (and which layers), q/k norm, divisor, soft cap."""
+    text = attention_kind(cfg.n_heads, cfg.n_kv_heads)
+    if cfg.attn_window:
+        layers = "" if cfg.window_layers is None else f" in layers {', '.join(map(str, cfg.window_layers))}"
+        text += f", sliding window of {cfg.attn_window}{layers}"
+    if cfg.qk_norm != "none":
+        text += ", q/k norm " + ("per head" if cfg.qk_norm == "head" else "over all heads")
+    if cfg.attn_scale is not None:
+        text += f", scores divided by {cfg.attn_scale:.4g} (not √d_head)"
+    if cfg.attn_softcap is not None:
+        text += f", scores soft-capped at ±{cfg.attn_softcap:g}"
+    return text
 
 MATRIX_ORDER = ("W_Q", "W_K", "W_V", "W_O", "W_gate", "W_in", "W_out")  # the order of the computation
 
@@ -39,19 +73,20 @@ def architecture_table(model: VizTransformer) -> pd.DataFrame:
         ("layers (n_layers)", cfg.n_layers),
         ("attention heads (n_heads)", cfg.n_heads),
         ("key/value heads (n_kv_heads)", cfg.n_kv_heads),
-        ("attention", attention_kind(cfg.n_heads, cfg.n_kv_heads)
-         + (f", sliding window of {cfg.attn_window}" if cfg.attn_window else "")),
+        ("attention", _attention(cfg)),
         ("d_model", cfg.d_model),
         ("d_head (d_k)", cfg.d_head),
         ("d_mlp", cfg.d_mlp),
         ("feed-forward", MLP_NAMES.get(cfg.mlp, cfg.mlp)),
-        ("positions", cfg.positional + (f" (base {cfg.rotary_base:g})" if cfg.positional == "rotary" else "")),
-        ("normalisation", f"{'RMSNorm' if cfg.norm == 'rmsnorm' else 'LayerNorm'}, {cfg.norm_placement}-LN"
+        ("positions", _positions(cfg)),
+        ("normalisation", f"{'RMSNorm' if cfg.norm == 'rmsnorm' else 'LayerNorm'}, {PLACEMENTS[cfg.norm_placement]}"
                           + (", final norm" if cfg.final_norm else "") + (", embedding norm" if cfg.embed_norm else "")),
+        ("residual", "parallel: post = pre + attn_out + mlp_out" if cfg.parallel_residual else "sequential"),
         ("vocabulary (d_vocab)", cfg.d_vocab),
         ("context (n_ctx)", cfg.n_ctx),
         ("output head", {"unembed": "unembedding → next-token logits", "mlm": "masked-LM head → logits at [MASK]",
-                         "none": "none (outputs hidden states)"}[cfg.lm_head]),
+                         "none": "none (outputs hidden states)"}[cfg.lm_head]
+         + (f", logits soft-capped at ±{cfg.logit_softcap:g}" if cfg.logit_softcap is not None else "")),
         ("embeddings", "tied (W_U = W_Eᵀ)" if cfg.tied_embeddings and cfg.lm_head != "none" else
                        "untied" if cfg.lm_head != "none" else "—"),
         ("parameters", f"{model.n_params():,}"),
@@ -62,7 +97,7 @@ def architecture_table(model: VizTransformer) -> pd.DataFrame:
 def _component(name: str) -> str:
     if name.startswith("blocks."):
         sub = name.split(".")[2]
-        return {"attn": "attention", "mlp": "feed-forward", "ln1": "norms", "ln2": "norms"}.get(sub, sub)
+        return {"attn": "attention", "mlp": "feed-forward"}.get(sub, "norms" if sub.startswith("ln") else sub)
     return {"embed": "token embedding", "pos_embed": "positional embedding", "W_token_type": "token-type embedding",
             "ln_embed": "norms", "ln_final": "norms", "mlm_head": "masked-LM head", "W_U": "unembedding",
             "b_U": "unembedding"}.get(name.split(".")[0], name.split(".")[0])

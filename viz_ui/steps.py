@@ -7,12 +7,12 @@ of recorded ones. Formulas: Vaswani et al. (2017), "Attention Is All You Need", 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from viz_model import VizTransformer
+from viz_model.components import attn_divisor
 
 from .trace import Trace
 
@@ -33,7 +33,7 @@ class HeadSteps:
     k: np.ndarray  # [pos, d_head] (hook_k of this head's key/value head; hook_rot_k in rotary models)
     v: np.ndarray  # [pos, d_head] (hook_v of this head's key/value head)
     dots: np.ndarray  # [key_pos] q_query . k_j, before scaling and masking
-    scaled: np.ndarray  # [key_pos] dots / sqrt(d_head)
+    scaled: np.ndarray  # [key_pos] dots / sqrt(d_head) (or the model's own divisor, attn_scale)
     scores: np.ndarray  # [key_pos] after the mask (-inf for j > query when causal) (hook_attn_scores)
     weights: np.ndarray  # [key_pos] softmax(scores) (hook_pattern)
     z: np.ndarray  # [d_head] sum_j weights_j v_j (hook_z)
@@ -45,6 +45,8 @@ class HeadSteps:
     resid_mid: np.ndarray  # [d_model] after adding attn_out (before LayerNorm in post-LN models)
     kv_head: int = 0  # the key/value head this query head reads (grouped-query attention)
     rotated: bool = False  # q and k are shown after the rotary rotation
+    capped: np.ndarray | None = None  # [key_pos] cap * tanh(scaled / cap) when the model soft-caps scores (Gemma 2)
+    divisor: float = 0.0  # what q.k is divided by (sqrt(d_head) unless the config sets attn_scale)
 
 
     @property
@@ -70,15 +72,17 @@ def head_steps(model: VizTransformer, trace: Trace, layer: int, head: int, query
         raise IndexError(f"layer {layer}, head {head}, query {query} out of range")
     a, p = trace.arrays, f"blocks.{layer}."
     attn = model.blocks[layer].attn
-    x = a[p + "ln1.hook_normalized"] if cfg.norm_placement == "pre" else a[p + "hook_resid_pre"]
+    x = a[p + "ln1.hook_normalized"] if cfg.input_norm else a[p + "hook_resid_pre"]
     q, k, v, g = _qkv(trace, cfg, layer, head)
     dots = k @ q[query]
+    divisor, cap = attn_divisor(cfg), cfg.attn_softcap
     z_all = a[p + "attn.hook_z"][query].reshape(-1)
     W_O = _np(attn.W_O).reshape(cfg.n_heads * cfg.d_head, cfg.d_model)
     return HeadSteps(
         layer=layer, head=head, query=query, d_head=cfg.d_head, x=x,
         W_Q=_np(attn.W_Q[head]), W_K=_np(attn.W_K[g]), W_V=_np(attn.W_V[g]), q=q, k=k, v=v,
-        dots=dots, scaled=dots / math.sqrt(cfg.d_head),
+        dots=dots, scaled=dots / divisor, divisor=divisor,
+        capped=None if cap is None else cap * np.tanh(dots / divisor / cap),
         scores=a[p + "attn.hook_attn_scores"][head, query], weights=a[p + "attn.hook_pattern"][head, query],
         z=a[p + "attn.hook_z"][query, head], z_all=z_all, W_O=W_O,
         head_out=z_all[head * cfg.d_head:(head + 1) * cfg.d_head] @ W_O[head * cfg.d_head:(head + 1) * cfg.d_head],
@@ -99,12 +103,14 @@ def _qkv(trace: Trace, cfg, layer: int, head: int) -> tuple[np.ndarray, np.ndarr
 def unmasked_view(trace: Trace, cfg, layer: int, head: int) -> tuple[np.ndarray, np.ndarray]:
     """One head's scores and pattern as they would be without the causal mask (``cfg``: the model's Config).
 
-    ``scores = q k^T / sqrt(d_head)`` for every (query, key) pair, from the recorded q and k (rotated, in
-    rotary models; the head's key/value head under grouped-query attention), and ``softmax(scores)`` over
-    all keys. Returns two ``[query_pos, key_pos]`` arrays.
+    ``scores = q k^T / sqrt(d_head)`` (the model's divisor and soft cap, when it has them) for every (query, key)
+    pair, from the recorded q and k (rotated, in rotary models; the head's key/value head under grouped-query
+    attention), and ``softmax(scores)`` over all keys. Returns two ``[query_pos, key_pos]`` arrays.
     """
     q, k, _, _ = _qkv(trace, cfg, layer, head)
-    scores = q @ k.T / math.sqrt(cfg.d_head)
+    scores = q @ k.T / attn_divisor(cfg)
+    if cfg.attn_softcap is not None:
+        scores = cfg.attn_softcap * np.tanh(scores / cfg.attn_softcap)
     e = np.exp(scores - scores.max(-1, keepdims=True))
     return scores, e / e.sum(-1, keepdims=True)
 

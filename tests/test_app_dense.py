@@ -1,0 +1,124 @@
+"""Pages on the further dense families (issue 16): each renders without error, and the views that read a family's
+mechanism say what the model does (soft-capped scores before and after the cap, partial rotary, parallel residual,
+sandwich and output norms, encoder wording)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT, plotly_array
+from hf_models import build, save, transformers
+from test_app import PAGES, figure_titled
+from viz_model import load_model
+from viz_ui.state import SessionModel
+
+V = 320  # the test tokenizer's vocabulary
+SPECS = {
+    "llama3": ("LlamaForCausalLM", lambda: transformers.LlamaConfig(
+        vocab_size=V, hidden_size=50, intermediate_size=76, num_hidden_layers=2, num_attention_heads=5,
+        num_key_value_heads=1, head_dim=10, max_position_embeddings=256,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
+    "qwen3": ("Qwen3ForCausalLM", lambda: transformers.Qwen3Config(
+        vocab_size=V, hidden_size=50, intermediate_size=76, num_hidden_layers=2, num_attention_heads=5,
+        num_key_value_heads=5, head_dim=10, max_position_embeddings=256)),
+    "olmo2": ("Olmo2ForCausalLM", lambda: transformers.Olmo2Config(
+        vocab_size=V, hidden_size=60, intermediate_size=76, num_hidden_layers=2, num_attention_heads=6,
+        num_key_value_heads=3, max_position_embeddings=256)),
+    "neox": ("GPTNeoXForCausalLM", lambda: transformers.GPTNeoXConfig(
+        vocab_size=V, hidden_size=36, num_hidden_layers=2, num_attention_heads=3, intermediate_size=58,
+        max_position_embeddings=64, rotary_pct=0.5)),
+    "opt": ("OPTForCausalLM", lambda: transformers.OPTConfig(
+        vocab_size=V, hidden_size=30, num_hidden_layers=2, ffn_dim=46, num_attention_heads=5,
+        max_position_embeddings=64, word_embed_proj_dim=22, do_layer_norm_before=False)),
+    "distilbert": ("DistilBertForMaskedLM", lambda: transformers.DistilBertConfig(
+        vocab_size=V, dim=30, n_layers=2, n_heads=5, hidden_dim=44, max_position_embeddings=64)),
+    "roberta": ("RobertaForMaskedLM", lambda: transformers.RobertaConfig(
+        vocab_size=V, hidden_size=42, num_hidden_layers=2, num_attention_heads=3, intermediate_size=50,
+        max_position_embeddings=66, type_vocab_size=1)),
+    "gemma": ("GemmaForCausalLM", lambda: transformers.GemmaConfig(
+        vocab_size=V, hidden_size=42, intermediate_size=62, num_hidden_layers=3, num_attention_heads=3,
+        num_key_value_heads=1, head_dim=14, max_position_embeddings=64)),
+    "gemma2": ("Gemma2ForCausalLM", lambda: transformers.Gemma2Config(
+        vocab_size=V, hidden_size=42, intermediate_size=62, num_hidden_layers=3, num_attention_heads=3,
+        num_key_value_heads=1, head_dim=14, max_position_embeddings=64, sliding_window=4, query_pre_attn_scalar=20,
+        attn_logit_softcapping=1.5, final_logit_softcapping=2.0)),
+    "phi3": ("Phi3ForCausalLM", lambda: transformers.Phi3Config(
+        vocab_size=V, hidden_size=50, intermediate_size=66, num_hidden_layers=2, num_attention_heads=5,
+        num_key_value_heads=5, max_position_embeddings=64, sliding_window=6, partial_rotary_factor=0.4,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+}
+
+
+def dense_models(root, tokenizer, names=None) -> dict:
+    """name -> (model, tokenizer), each converted from a saved `transformers` folder through `load_model`."""
+    return {name: (load_model(save(build(cls, make()), root / name))[0], tokenizer)
+            for name, (cls, make) in SPECS.items() if names is None or name in names}
+
+
+def open_page(models, name: str, page: str | None, text: str = "The cat sat on the mat. The cat") -> AppTest:
+    model, tok = models[name]
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.session_state["_session_models"] = {f"upload:{name}": SessionModel(name, model, tok, name)}
+    at.session_state["_model"] = name
+    at.session_state["_text"] = text
+    at.session_state["_layer"], at.session_state["_head"] = 0, 0
+    at.run()
+    if page:
+        at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, tokenizer):
+    return dense_models(tmp_path_factory.mktemp("dense"), tokenizer, ("gemma2", "neox", "olmo2", "roberta"))
+
+
+@pytest.mark.parametrize("page", [None, *PAGES])
+def test_every_page_renders_on_gemma2(models, page):
+    """Gemma 2 holds most new switches at once: sandwich norms, GeGLU, soft caps, a divisor of its own,
+    alternating windows, scaled embeddings (the other families were run through every page by hand)."""
+    open_page(models, "gemma2", page)
+
+
+def test_soft_capped_scores_are_shown_before_and_after_the_cap(models):
+    at = open_page(models, "gemma2", "pages/head_steps.py")
+    table = next(d.value for d in at.dataframe if "q·k" in d.value.columns)
+    cap = models["gemma2"][0].cfg.attn_softcap
+    before, after = table["q·k / s"].to_numpy(), table[f"c·tanh(· / c), c = {cap:g}"].to_numpy()
+    np.testing.assert_allclose(after, cap * np.tanh(before / cap), atol=1e-6)
+    visible = table["mask"] == "0"
+    np.testing.assert_allclose(after[visible], table["score"][visible].astype(float), atol=1e-4)  # the model's own
+    assert np.abs(before).max() > cap > np.abs(after).max()  # the cap bites in this tiny model
+    assert "soft-capped" in " ".join(m.value for m in at.markdown)
+
+
+def test_partial_rotary_and_parallel_residual_are_explained(models):
+    at = open_page(models, "neox", "pages/embeddings.py")
+    cfg = models["neox"][0].cfg
+    assert any(f"only the first {cfg.d_rotary} of the {cfg.d_head} dimensions" in i.value for i in at.info)
+    at = open_page(models, "neox", "pages/block.py")
+    assert any("Parallel residual" in i.value for i in at.info)
+
+
+def test_output_norms_are_shown_with_their_inputs(models):
+    """OLMo 2 norms only the sub-layers' outputs: the block page shows ln1_post's input (the attention's raw
+    output, recomputed from hook_z and W_O) and its output, which must be RMSNorm(input) * w."""
+    model = models["olmo2"][0]
+    at = open_page(models, "olmo2", "pages/block.py")
+    assert "output-norm" in " ".join(m.value for m in at.markdown)
+    before, after = plotly_array(figure_titled(at, "ln1_post (")["data"][0]["z"])
+    w = model.blocks[0].ln1_post.w.detach().numpy()
+    expected = before / np.sqrt((before ** 2).mean() + model.cfg.layer_norm_eps) * w
+    np.testing.assert_allclose(after, expected, atol=1e-4)
+    assert np.abs(before - after).max() > 0.1  # the input is not the output
+
+
+def test_roberta_is_described_as_an_encoder(models):
+    words = " ".join(m.value for page in ("pages/output.py", "pages/head_steps.py", None)
+                     for at in [open_page(models, "roberta", page)] for m in (*at.markdown, *at.caption, *at.info))
+    assert "next token" not in words.lower() and "encoder" in words.lower()
