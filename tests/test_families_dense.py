@@ -144,3 +144,36 @@ def test_phi3_fused_projections(tmp_path, kw):
     if kw:
         assert model.cfg.rotary_dim == 4 and model.cfg.attn_window == 6
         assert cache["blocks.1.attn.hook_pattern"][0, :, -1, :-6].abs().max() == 0
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(norm="rmsnorm", mlp="geglu", qk_norm="head", norm_placement="sandwich", attn_window=3, window_layers=[0]),
+    dict(qk_norm="all", norm_placement="output", n_kv_heads=2, n_encoder_layers=2),
+    dict(positional="rotary", rotary_dim=4, parallel_residual=True)])
+def test_count_params_is_exact_with_the_new_switches(overrides):
+    from conftest import small_config
+    from viz_model import VizTransformer
+    from viz_model.limits import count_params
+    cfg = small_config(**overrides)
+    with torch.device("meta"):
+        model = VizTransformer(cfg)
+    assert count_params(cfg) == model.n_params()
+
+
+def test_unsupported_settings_of_the_new_families_are_refused_with_one_line(tmp_path):
+    import json
+
+    from viz_model import CheckpointError
+    folder = save(build("Gemma2ForCausalLM", transformers.Gemma2Config(**GEMMA, sliding_window=4)), tmp_path / "g2")
+    config = json.loads((folder / "config.json").read_text())
+    for change, words in (({"layer_types": ["sliding_attention"]}, "layer_types"),
+                          ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}}, "yarn"),
+                          ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4}}, "factor"),
+                          ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                "partial_rotary_factor": 2.0}}, "partial_rotary_factor"),
+                          ({"attn_logit_softcapping": "50"}, "attn_logit_softcapping"),
+                          ({"hidden_activation": "silu"}, "hidden_activation")):
+        (folder / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(CheckpointError, match=words) as err:
+            load_model(folder)
+        assert "\n" not in str(err.value)
