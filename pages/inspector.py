@@ -22,7 +22,8 @@ from viz_ui.text import error_line, plain, recoverable
 
 state = setup_page("Model inspector & upload",
                    "What the chosen model is made of, and a place to load your own checkpoint: a nanoGPT ckpt.pt, a "
-                   "Hugging Face GPT-2 / BERT / Llama / Mistral / Qwen2 folder as a .zip, or this app's .safetensors.")
+                   "Hugging Face folder as a .zip (GPT-2, BERT, RoBERTa, DistilBERT, Llama, Mistral, Qwen, Gemma, "
+                   "OLMo, Pythia, OPT, Phi-3, BART, ...), or this app's .safetensors.")
 
 cap_mb = min(MAX_UPLOAD_MB, int(st.get_option("server.maxUploadSize")))  # Streamlit's own cap applies too
 with st.container(border=True):
