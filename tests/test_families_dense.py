@@ -177,3 +177,36 @@ def test_unsupported_settings_of_the_new_families_are_refused_with_one_line(tmp_
         with pytest.raises(CheckpointError, match=words) as err:
             load_model(folder)
         assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kw", [dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False),  # v1.1
+                                dict(num_decoder_layers=2, d_kv=12)])  # original T5: ReLU, scaled tied head
+def test_t5_relative_position_buckets(tmp_path, kw):
+    """Encoder, decoder (masked) and cross-attention patterns and the logits against transformers' T5, on texts
+    longer than the exact buckets so that the log-spaced ones are used."""
+    base = dict(vocab_size=99, d_model=36, d_kv=10, d_ff=50, num_layers=2, num_decoder_layers=3, num_heads=3,
+                relative_attention_num_buckets=12, relative_attention_max_distance=20)
+    ref = build("T5ForConditionalGeneration", transformers.T5Config(**{**base, **kw}))
+    model, _ = load_model(save(ref, tmp_path / "t5"))
+    cfg = model.cfg
+    assert cfg.rel_pos_buckets == 12 and cfg.attn_scale == 1.0 and cfg.positional == "none"
+    src, tgt = ids_for(99, n=27), ids_for(99, n=23, seed=1)
+    with torch.no_grad():
+        out = ref(input_ids=src, decoder_input_ids=tgt, output_attentions=True)
+    logits, cache = model.run_with_cache(tgt, src_tokens=src)
+    assert (logits - out.logits).abs().max().item() <= 1e-4
+    kinds = (("encoder.blocks.{}.attn", out.encoder_attentions), ("blocks.{}.attn", out.decoder_attentions),
+             ("blocks.{}.cross_attn", out.cross_attentions))
+    for name, ref_patterns in kinds:
+        for i, ref_pattern in enumerate(ref_patterns):
+            assert (cache[name.format(i) + ".hook_pattern"] - ref_pattern).abs().max().item() <= 1e-5, name.format(i)
+    bias = cache["encoder.rel_pos.hook_bias"][0]  # [head, query, key]: a function of key - query only
+    assert bias.shape == (3, 27, 27) and torch.equal(bias[:, 5, 3], bias[:, 9, 7]) and not torch.equal(bias[:, 5, 3], bias[:, 3, 5])
+    # greedy generation with our KV cache picks the tokens transformers' full forward passes pick
+    from viz_model import generate
+    steps = generate(model, [cfg.decoder_start_id], 4, temperature=0.0, src_ids=src[0].tolist())
+    prefix = [cfg.decoder_start_id]
+    with torch.no_grad():
+        for step in steps:
+            assert int(ref(input_ids=src, decoder_input_ids=torch.tensor([prefix])).logits[0, -1].argmax()) == step.token_id
+            prefix.append(step.token_id)

@@ -138,6 +138,57 @@ def make_norm(cfg: Config) -> nn.Module:
     return RMSNorm(cfg) if cfg.norm == "rmsnorm" else LayerNorm(cfg)
 
 
+def relative_position_bucket(relative: torch.Tensor, bidirectional: bool, n_buckets: int,
+                             max_distance: int) -> torch.Tensor:
+    """T5's bucket of each relative position ``key - query`` (Raffel et al., 2020; transformers'
+    ``T5Attention._relative_position_bucket``): half the buckets (a quarter per direction when ``bidirectional``)
+    count exact distances 0, 1, 2, ...; the rest cover distances up to ``max_distance`` on a log scale, and
+    everything farther shares the last one. Returns int64 buckets in ``[0, n_buckets)``, shaped like ``relative``."""
+    buckets = torch.zeros_like(relative)
+    if bidirectional:
+        n_buckets //= 2
+        buckets += (relative > 0).long() * n_buckets
+        relative = relative.abs()
+    else:
+        relative = -torch.clamp(relative, max=0)
+    exact = n_buckets // 2
+    large = exact + (torch.log(relative.float() / exact) / math.log(max_distance / exact)
+                     * (n_buckets - exact)).long()
+    large = torch.clamp(large, max=n_buckets - 1)
+    return buckets + torch.where(relative < exact, relative, large)
+
+
+class RelativePositionBias(nn.Module):
+    """T5's relative position bias (Raffel et al., 2020, section 2.1): a learned scalar per head and distance bucket,
+    ``W_rel`` ``[n_buckets, n_heads]``, added to every self-attention layer's scores of its stack (the encoder's
+    looks both ways, the decoder's only back). It replaces positional embeddings: nothing is added to the tokens.
+
+    ``forward(n_q, n_k)`` records ``hook_bias`` ``[1, head_index, query_pos, key_pos]`` (the same for every batch
+    entry; the stack calls it once per forward pass); the layers read the same values through :meth:`bias`.
+    """
+
+    def __init__(self, cfg: Config, bidirectional: bool) -> None:
+        super().__init__()
+        self.W_rel = nn.Parameter(torch.empty(cfg.rel_pos_buckets, cfg.n_heads))
+        self.bidirectional, self.max_distance = bidirectional, cfg.rel_pos_max_distance
+        self.hook_bias = HookPoint()
+
+    def buckets(self, n_q: int, n_k: int, first: int | None = None) -> torch.Tensor:
+        """``[n_q, n_k]`` bucket of every (query, key) pair; the queries are the last ``n_q`` of ``n_k`` positions
+        (or the ``n_q`` from ``first`` on), as in :func:`attention_mask`."""
+        first = n_k - n_q if first is None else first
+        q_pos = torch.arange(first, first + n_q, device=self.W_rel.device)[:, None]
+        k_pos = torch.arange(n_k, device=self.W_rel.device)[None, :]
+        return relative_position_bucket(k_pos - q_pos, self.bidirectional, self.W_rel.shape[0], self.max_distance)
+
+    def bias(self, n_q: int, n_k: int, first: int | None = None) -> torch.Tensor:
+        """``[n_heads, n_q, n_k]``: ``W_rel`` at each pair's bucket."""
+        return self.W_rel[self.buckets(n_q, n_k, first)].permute(2, 0, 1)
+
+    def forward(self, n_q: int, n_k: int, first: int | None = None) -> torch.Tensor:
+        return self.hook_bias(self.bias(n_q, n_k, first).unsqueeze(0))
+
+
 class Attention(nn.Module):
     """Multi-head self-attention, computed explicitly (Vaswani et al., 2017, section 3.2).
 
@@ -157,9 +208,11 @@ class Attention(nn.Module):
     output ``context`` ``[batch, src_pos, d_model]``: no mask, key_pos runs over the source tokens.
     """
 
-    def __init__(self, cfg: Config, cross: bool = False) -> None:
+    def __init__(self, cfg: Config, cross: bool = False, rel_pos: "RelativePositionBias | None" = None) -> None:
         super().__init__()
         self.cfg = cfg
+        # T5: the stack's relative position bias, owned (and saved) by the stack, not by this layer
+        object.__setattr__(self, "rel_pos", None if cross else rel_pos)
         self.cross = cross  # cross-attention: keys and values from the encoder's output, no mask, no rotation
         h, g, d, k = cfg.n_heads, cfg.n_kv_heads, cfg.d_model, cfg.d_head
         self.W_Q = nn.Parameter(torch.empty(h, d, k))
@@ -188,7 +241,7 @@ class Attention(nn.Module):
         """:func:`masked_scores` with this layer's config (cross-attention: nothing masked). Used by ``forward``
         and, recomputing the very same operations, by ``run_with_cache`` to give ``hook_attn_scores`` without
         storing it."""
-        return masked_scores(q, k, self.cfg, self.cross)
+        return masked_scores(q, k, self.cfg, self.cross, self.rel_pos)
 
     def _fused_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``[W_Q | W_K | W_V]`` as one ``[d_model, (n_heads + 2 n_kv_heads) d_head]`` matrix (and bias), so that
@@ -245,7 +298,7 @@ class Attention(nn.Module):
         listened = self.hook_attn_scores.active or self.hook_pattern.active
         if not listened and attention_bytes(q.shape[0] * cfg.n_heads, q.shape[1], k.shape[1], q.element_size()) \
                 > attn_budget_bytes():
-            z = self.hook_z(chunked_attention(q, k, v, self.cfg, self.cross))
+            z = self.hook_z(chunked_attention(q, k, v, self.cfg, self.cross, rel_pos=self.rel_pos))
         else:
             scores = self.hook_attn_scores(self.masked_scores(q, k))
             pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
@@ -290,7 +343,7 @@ def max_tokens_for_budget(n_heads: int, budget: int | None = None, element_size:
 
 
 def chunked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Config, cross: bool = False,
-                      budget: int | None = None) -> torch.Tensor:
+                      budget: int | None = None, rel_pos: "RelativePositionBias | None" = None) -> torch.Tensor:
     """``softmax(masked_scores(q, k)) v`` computed a block of (batch·head, query rows) at a time so that the
     block's scores and pattern stay within ``budget`` bytes (default :func:`attn_budget_bytes`) whatever the
     number of heads or tokens: the same operations as ``Attention.forward`` on each block (every query row's
@@ -322,6 +375,8 @@ def chunked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Co
         for h0 in range(0, b * h, heads):
             h1 = min(b * h, h0 + heads)
             scores = scale_scores(qh[h0:h1, r0:r1] @ kh[h0:h1].transpose(1, 2), cfg)
+            if rel_pos is not None:  # T5: [head, rows, key] bias, the same for every batch entry
+                scores += rel_pos.bias(r1 - r0, n_k, first + r0).repeat(b, 1, 1)[h0:h1]
             if hidden is not None:
                 scores.masked_fill_(hidden, float("-inf"))
             pattern = torch.softmax(scores, dim=-1)
@@ -350,16 +405,20 @@ def scale_scores(dots: torch.Tensor, cfg: Config) -> torch.Tensor:
     return dots if cfg.attn_softcap is None else soft_cap(dots, cfg.attn_softcap)
 
 
-def masked_scores(q: torch.Tensor, k: torch.Tensor, cfg: Config, cross: bool = False) -> torch.Tensor:
+def masked_scores(q: torch.Tensor, k: torch.Tensor, cfg: Config, cross: bool = False,
+                  rel_pos: "RelativePositionBias | None" = None) -> torch.Tensor:
     """``q k^T / sqrt(d_head)`` (see :func:`scale_scores`: another divisor or a soft cap where the config asks)
     with -inf where the mask hides a key: ``[batch, head_index, query_pos, key_pos]``
     from q ``[batch, query_pos, n_heads, d_head]`` and k ``[batch, key_pos, n_kv_heads, d_head]`` (after
     rotation; the last query sits at the last key's position). ``cross``: cross-attention, where every source
-    position is visible. Source: "Attention Is All You Need", eq. 1 (scaled dot-product attention)."""
+    position is visible. ``rel_pos`` (T5): the stack's relative position bias, added before the mask.
+    Source: "Attention Is All You Need", eq. 1 (scaled dot-product attention)."""
     if cfg.n_rep > 1:  # every query head reads its group's key head (transformers' repeat_kv)
         k = k.repeat_interleave(cfg.n_rep, dim=2)
     # scaled and masked in place: at 1,024 tokens each copy would be 50 MB per layer
     scores = scale_scores(q.transpose(1, 2) @ k.permute(0, 2, 3, 1), cfg)
+    if rel_pos is not None:
+        scores += rel_pos.bias(q.shape[1], k.shape[1])
     hidden = None if cross else attention_mask(q.shape[1], k.shape[1], cfg.causal, cfg.attn_window, q.device)
     if hidden is not None:
         scores.masked_fill_(hidden, float("-inf"))
@@ -487,13 +546,13 @@ class Block(nn.Module):
     ``[batch, pos, d_model]``.
     """
 
-    def __init__(self, cfg: Config, cross: bool = False) -> None:
+    def __init__(self, cfg: Config, cross: bool = False, rel_pos: RelativePositionBias | None = None) -> None:
         super().__init__()
         self.placement = cfg.norm_placement
         self.pre_ln = cfg.norm_placement == "pre"
         self.parallel = cfg.parallel_residual
         self.ln1 = make_norm(cfg) if cfg.norm_placement != "output" else None
-        self.attn = Attention(cfg)
+        self.attn = Attention(cfg, rel_pos=rel_pos)
         if cfg.output_norm:
             self.ln1_post = make_norm(cfg)
         if cross:

@@ -114,6 +114,8 @@ class Config:
     attn_softcap: float | None = None  # Gemma 2: scores -> c tanh(scores / c), kept within (-c, c), before the mask
     logit_softcap: float | None = None  # Gemma 2: the same soft cap on the final logits
     parallel_residual: bool = False  # GPT-NeoX: attention and MLP both read resid_pre, post = pre + attn + mlp
+    rel_pos_buckets: int = 0  # T5: a learned bias per head and bucket of key - query distance on the scores; 0 = none
+    rel_pos_max_distance: int = 128  # T5: distances from here on share the last bucket (log-spaced buckets below)
     n_token_types: int = 0  # segment (token type) embeddings added to the input (BERT); 0 = none
     embed_scale: float = 1.0  # token embeddings are multiplied by this (sqrt(d_model) in Vaswani et al. 3.4; BART option)
     embed_norm: bool = False  # a LayerNorm over embeddings + positions before the first block (BERT)
@@ -242,6 +244,8 @@ class Config:
         if self.rotary_scaling == "llama3" and self.rotary_high_freq_factor <= self.rotary_low_freq_factor:
             raise ConfigError("rotary_high_freq_factor must be above rotary_low_freq_factor (llama3 scaling)")
         self._check_window_layers()
+        if self.rel_pos_buckets and (self.rel_pos_buckets < 4 or self.rel_pos_max_distance <= self.rel_pos_buckets // 2):
+            raise ConfigError("rel_pos_buckets must be 0 or at least 4, and rel_pos_max_distance above half of it")
         if self.parallel_residual and (self.norm_placement != "pre" or self.n_encoder_layers):
             raise ConfigError("parallel_residual needs a pre-LN decoder-only model (norm_placement = pre)")
         return self

@@ -37,6 +37,8 @@ INT_RANGES = {
     "d_shared_mlp": (0, 262_144),  # Qwen1.5-MoE's shared expert: 5,632
     "rotary_dim": (2, 16_384),  # or null (every dimension of a head turns); even and at most d_head
     "rotary_original_ctx": (1, 1_048_576),  # Llama 3.1's 8,192
+    "rel_pos_buckets": (0, 1_024),  # T5: 32
+    "rel_pos_max_distance": (1, 1_048_576),  # T5: 128
 }
 # Fields that may also be null (JSON null = Python None: the mechanism is off).
 OPTIONAL_FIELDS = ("attn_window", "rotary_dim", "rotary_base_local", "attn_scale", "attn_softcap", "logit_softcap")
@@ -140,6 +142,7 @@ def count_params(cfg: "Config") -> int:
     total += final
     if cfg.n_encoder_layers:
         total += pos + (2 * d if cfg.embed_norm else 0) + cfg.n_encoder_layers * _block_params(cfg, False) + final
+    total += cfg.rel_pos_buckets * cfg.n_heads * (2 if cfg.n_encoder_layers else 1)  # T5: one bias table per stack
     if cfg.lm_head != "none":
         if cfg.lm_head == "mlm":
             total += d * d + d + 2 * d
@@ -163,6 +166,7 @@ def estimate_parts(cfg: "Config") -> dict[str, int]:
     load = params + BYTES * h * d * k + pos_build  # the file's weights, one reshaped matrix in flight, the sinusoid
     t = min(cfg.n_ctx, ESTIMATE_TOKENS)
     attention = min(2 * BYTES * h * t * t, _attn_budget()) + t * t  # scores + pattern of one layer, and the mask
+    attention += (BYTES + 8) * h * t * t if cfg.rel_pos_buckets else 0  # T5: the bias and its int64 buckets
     # a mixture of experts: its k experts' intermediates per token, every expert's units side by side (hook_post), the
     # shared expert's
     ffn = 3 * m if not cfg.n_experts else (3 * cfg.experts_per_token + cfg.n_experts) * m + 3 * cfg.d_shared_mlp

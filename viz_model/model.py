@@ -8,7 +8,7 @@ import math
 import torch
 from torch import nn
 
-from .components import ACTIVATIONS, Block, Embed, LayerKV, LayerNorm, PosEmbed, make_norm, soft_cap
+from .components import ACTIVATIONS, Block, Embed, LayerKV, LayerNorm, PosEmbed, RelativePositionBias, make_norm, soft_cap
 from .config import Config
 from .hooks import HookedModule, HookPoint
 
@@ -66,12 +66,15 @@ class Encoder(nn.Module):
         self.pos_embed = PosEmbed(enc)
         self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
         self.ln_embed = LayerNorm(cfg) if cfg.embed_norm else None
-        self.blocks = nn.ModuleList(Block(enc.for_layer(i)) for i in range(cfg.n_encoder_layers))
+        self.rel_pos = RelativePositionBias(enc, bidirectional=True) if cfg.rel_pos_buckets else None  # T5
+        self.blocks = nn.ModuleList(Block(enc.for_layer(i), rel_pos=self.rel_pos) for i in range(cfg.n_encoder_layers))
         self.ln_final = make_norm(cfg) if cfg.final_norm else None
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, embed: "Embed", tokens: torch.Tensor) -> torch.Tensor:
         resid = self.hook_embed(embed(tokens)) + self.hook_pos_embed(self.pos_embed(tokens))
+        if self.rel_pos is not None:
+            self.rel_pos(tokens.shape[1], tokens.shape[1])  # recorded once (hook_bias); every layer adds it
         if self.ln_embed is not None:
             resid = self.ln_embed(resid)
         resid = self.drop(resid)
@@ -104,7 +107,10 @@ class VizTransformer(HookedModule):
         self.ln_embed = LayerNorm(cfg) if cfg.embed_norm else None
         self.drop = nn.Dropout(cfg.dropout)
         self.encoder = Encoder(cfg) if cfg.is_encoder_decoder else None
-        self.blocks = nn.ModuleList(Block(cfg.for_layer(i), cross=cfg.is_encoder_decoder) for i in range(cfg.n_layers))
+        # T5: one relative position bias for all self-attention layers (bidirectional in an encoder-only model)
+        self.rel_pos = RelativePositionBias(cfg, bidirectional=not cfg.causal) if cfg.rel_pos_buckets else None
+        self.blocks = nn.ModuleList(Block(cfg.for_layer(i), cross=cfg.is_encoder_decoder, rel_pos=self.rel_pos)
+                                    for i in range(cfg.n_layers))
         self.ln_final = make_norm(cfg) if cfg.final_norm else None
         self.mlm_head = MLMHead(cfg) if cfg.lm_head == "mlm" else None
         has_head = cfg.lm_head != "none"
@@ -211,6 +217,8 @@ class VizTransformer(HookedModule):
             resid = resid + self.hook_token_type_embed(self.W_token_type[types])
         if self.ln_embed is not None:
             resid = self.ln_embed(resid)
+        if self.rel_pos is not None:
+            self.rel_pos(tokens.shape[1], offset + tokens.shape[1])  # recorded once (hook_bias); every layer adds it
         resid = self.drop(resid)
         for i, block in enumerate(self.blocks):
             resid = block(resid, kv_cache.layers[i] if kv_cache is not None else None, encoder_out)

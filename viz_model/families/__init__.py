@@ -15,7 +15,7 @@ import torch
 from ..config import Config, _show
 from ..weights import CheckpointError, check_config
 from . import bart, bert, gpt2, llama
-from . import distilbert, gemma, gemma2, gpt_neox, olmo2, opt, phi3, qwen3, roberta  # dense families of issue 16
+from . import distilbert, gemma, gemma2, gpt_neox, olmo2, opt, phi3, qwen3, roberta, t5  # dense families of issue 16
 from . import mixtral, olmoe, qwen2_moe  # mixture-of-experts families of issue 16
 
 HF_FAMILIES = {"gpt2": gpt2.from_hf, "bert": bert.from_hf, "llama": llama.from_hf, "mistral": llama.from_hf,
@@ -25,7 +25,7 @@ HF_CONFIGS = {"gpt2": gpt2.config_from_hf, "bert": bert.config_from_hf, "llama":
 # Further dense families (issue 16), one module each with config_from_hf and from_hf: model_type -> module
 DENSE = {"qwen3": qwen3, "olmo2": olmo2, "gpt_neox": gpt_neox, "opt": opt,
          "distilbert": distilbert, "roberta": roberta, "gemma": gemma, "gemma2": gemma2, "gemma3_text": gemma2,
-         "phi3": phi3}
+         "phi3": phi3, "t5": t5}
 HF_FAMILIES.update({name: module.from_hf for name, module in DENSE.items()})
 HF_CONFIGS.update({name: module.config_from_hf for name, module in DENSE.items()})
 # Mixture-of-experts families (issue 16; viz_model/moe.py), one module each: model_type -> module
