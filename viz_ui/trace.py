@@ -34,14 +34,16 @@ class Arrays(dict):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        # name -> (q name, k name, config, cross-attention, softmax: pattern rather than scores)
-        self.derived: dict[str, tuple[str, str, Config, bool, bool]] = {}
+        # name -> (q name, k name, config, cross-attention, softmax: pattern rather than scores, the layer's
+        # relative position bias module or None: T5)
+        self.derived: dict[str, tuple] = {}
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name in self.derived:
-            q_name, k_name, cfg, cross, pattern = self.derived[name]
+            q_name, k_name, cfg, cross, pattern, rel_pos = self.derived[name]
             q, k = (torch.tensor(self[n]).unsqueeze(0) for n in (q_name, k_name))  # copies: stored arrays are read-only
-            scores = masked_scores(q, k, cfg, cross)
+            with torch.no_grad():
+                scores = masked_scores(q, k, cfg, cross, rel_pos)
             return (torch.softmax(scores, dim=-1) if pattern else scores)[0].numpy()
         value = super().__getitem__(name)
         return value.astype(np.float32) if value.dtype == np.float16 else value
@@ -67,7 +69,7 @@ def _arrays(cache, model: VizTransformer, derive: bool) -> Arrays:
         kind = score_kind(name)
         if derive and kind:
             attn, q_name, k_name = model.score_inputs(name)
-            out.derived[name] = (q_name, k_name, attn.cfg, attn.cross, kind == "hook_pattern")
+            out.derived[name] = (q_name, k_name, attn.cfg, attn.cross, kind == "hook_pattern", attn.rel_pos)
             continue
         out[name] = cache.take(name)[0].numpy()
         out[name].flags.writeable = False  # traces are shared between sessions (viz_ui.state.get_trace)
