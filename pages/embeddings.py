@@ -10,8 +10,8 @@ from viz_ui.preload import preload_plotly
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
 from viz_ui.explain import input_name, positional_sentence
-from viz_ui.figures import (angle_heatmap, matrix_heatmap, pca_scatter, position_curves, relative_score_curve,
-                            similarity_heatmap)
+from viz_ui.figures import (angle_heatmap, attention_heatmap, matrix_heatmap, pca_scatter, position_curves,
+                            relative_score_curve, similarity_heatmap)
 from viz_ui.layout import (needs_window, pick_layer_head, pick_position, position_window, require_trace, setup_page,
                            show_figure, show_table)
 from viz_ui.rotary_view import angle_table, relative_scores
@@ -74,7 +74,8 @@ if windowed:
 ra, rb = position_window(st, trace, cfg.d_model, centre)
 rows = trace.labels[ra:rb]
 tab_e, tab_p, tab_x = st.tabs(["E: token embeddings",
-                               "Rotary positions" if cfg.positional == "rotary" else "P: positional encodings", x_name])
+                               "Rotary positions" if cfg.positional == "rotary" else
+                               "Relative position bias" if cfg.rel_pos_buckets else "P: positional encodings", x_name])
 with tab_e:
     show_figure(matrix_heatmap(E[ra:rb], rows, f"Token embeddings E  [{trace.n_tokens} × {cfg.d_model}]",
                                offset=ra), state, "token_embeddings")
@@ -121,6 +122,17 @@ with tab_p:
                                          f"“{trace.labels[key_pos]}” at every distance",
                                          [(delta, recorded, f"recorded: Δ = {delta}")] if np.isfinite(recorded) else []),
                     state, f"rotary_relative_L{layer}_H{head}")
+    elif cfg.rel_pos_buckets:  # T5: no P; a learned bias per head and distance bucket on every self-attention score
+        st.markdown(f"T5 adds nothing to x. Each self-attention score q·k gets a learned number added that depends "
+                    f"only on the head and on the distance key − query, grouped into {cfg.rel_pos_buckets} buckets: "
+                    f"exact distances for the near ones, log-spaced ones up to {cfg.rel_pos_max_distance}, and one "
+                    "bucket for everything farther" + (" (the encoder's buckets look both ways, the decoder's only "
+                    "back)" if cfg.is_encoder_decoder else "") + ". Every layer of this stack adds the same matrix.")
+        rel_head = st.selectbox("Head", range(cfg.n_heads), key="rel_pos_head", format_func=lambda h: f"head {h}")
+        bias = trace.arrays[prefix + "rel_pos.hook_bias"][rel_head]  # [query_pos, key_pos]
+        show_figure(attention_heatmap(bias[ra:rb, ra:rb], rows, f"Relative position bias of head {rel_head} "
+                                      f"[{trace.n_tokens} × {trace.n_tokens}], added to every layer's scores",
+                                      "scores", offset=ra), state, f"rel_pos_bias_H{rel_head}")
     else:
         show_figure(matrix_heatmap(P[ra:rb], rows, f"Positional encodings P  [{trace.n_tokens} × {cfg.d_model}]",
                                    offset=ra), state, "positional_encodings")

@@ -77,7 +77,10 @@ st.markdown(f"The query of token {query}, **{plain(trace.labels[query])}** (firs
 show_table(vector_table({f"q[{query}]": s.q[query]}, SHOW_DIMS).style.format(fmt), state)
 
 st.header("3 · Scores, mask and softmax" if cfg.causal else "3 · Scores and softmax (no mask)")
-divided = r"\frac{q \cdot k_j}{\sqrt{d_k}}" if cfg.attn_scale is None else r"\frac{q \cdot k_j}{s}"
+divided = r"\frac{q \cdot k_j}{\sqrt{d_k}}" if cfg.attn_scale is None else \
+    r"q \cdot k_j" if cfg.attn_scale == 1 else r"\frac{q \cdot k_j}{s}"
+if cfg.rel_pos_buckets:
+    divided += r" + b_{h}(j - i)"
 if cfg.attn_softcap is not None:
     divided = rf"c\,\tanh\!\Big({divided}\Big/c\Big)"
 st.latex(r"\text{score}_j = " + divided
@@ -85,17 +88,23 @@ st.latex(r"\text{score}_j = " + divided
          + r",\qquad w_j = \frac{e^{\text{score}_j}}{\sum_{j'} e^{\text{score}_{j'}}}")
 scale_words = (f"√d_k = √{cfg.d_head} = {cfg.d_head ** 0.5:.4f}. Dividing by it keeps the scores in a range where "
                "softmax is not saturated. " if cfg.attn_scale is None else
+               "This model (T5) does not divide q·k by √d_k: its initialisation keeps the scores in range instead. "
+               if cfg.attn_scale == 1 else
                f"This model divides by s = {s.divisor:.4f} (set by its config, e.g. Gemma's √query_pre_attn_scalar) "
                f"instead of √d_k = {cfg.d_head ** 0.5:.4f}. ")
 if cfg.attn_softcap is not None:
     scale_words += (f"Then the scores are soft-capped, c·tanh(score / c) with c = {cfg.attn_softcap:g}: small scores "
                     f"barely change, large ones are squashed to stay within ±{cfg.attn_softcap:g}. The table shows "
                     "them before and after the cap. ")
-scaled_name = "q·k / √d_k" if cfg.attn_scale is None else "q·k / s"
+if cfg.rel_pos_buckets:
+    scale_words += ("Then the relative position bias b_h(j − i) is added: a learned number for this head and the "
+                    "bucket of the distance between key j and query i, the same in every layer (page 2 shows it as a "
+                    "matrix). ")
+scaled_name = "q·k / √d_k" if cfg.attn_scale is None else "q·k" + ("" if cfg.attn_scale == 1 else " / s")
 st.markdown(scale_words + mask_sentence(state.model.blocks[layer].attn.cfg) + " "
             + "Check the softmax by hand: each weight is its exp(score − max) divided by the sum of that column.")
 table = score_table(trace.labels, s.dots, s.scaled, s.scores, s.weights, s.capped, scaled_name,
-                    f"c·tanh(· / c), c = {cfg.attn_softcap:g}" if cfg.attn_softcap is not None else "")
+                    f"c·tanh(· / c), c = {cfg.attn_softcap:g}" if cfg.attn_softcap is not None else "", s.rel_bias)
 show_table(table.style.format({c: fmt for c in table.columns if c not in ("key position", "token", "mask", "score")}),
            state, hide_index=True)
 total = table["exp(score − max)"].sum()

@@ -49,6 +49,10 @@ SPECS = {
         vocab_size=V, hidden_size=50, intermediate_size=66, num_hidden_layers=2, num_attention_heads=5,
         num_key_value_heads=5, max_position_embeddings=64, sliding_window=6, partial_rotary_factor=0.4,
         pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "t5": ("T5ForConditionalGeneration", lambda: transformers.T5Config(
+        vocab_size=V, d_model=36, d_kv=10, d_ff=50, num_layers=2, num_decoder_layers=2, num_heads=3,
+        relative_attention_num_buckets=12, relative_attention_max_distance=20, feed_forward_proj="gated-gelu",
+        n_positions=128)),
 }
 
 
@@ -75,7 +79,7 @@ def open_page(models, name: str, page: str | None, text: str = "The cat sat on t
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, tokenizer):
-    return dense_models(tmp_path_factory.mktemp("dense"), tokenizer, ("gemma2", "neox", "olmo2", "roberta"))
+    return dense_models(tmp_path_factory.mktemp("dense"), tokenizer, ("gemma2", "neox", "olmo2", "roberta", "t5"))
 
 
 @pytest.mark.parametrize("page", [None, *PAGES])
@@ -122,3 +126,19 @@ def test_roberta_is_described_as_an_encoder(models):
     words = " ".join(m.value for page in ("pages/output.py", "pages/head_steps.py", None)
                      for at in [open_page(models, "roberta", page)] for m in (*at.markdown, *at.caption, *at.info))
     assert "next token" not in words.lower() and "encoder" in words.lower()
+
+
+def test_t5_relative_position_bias_as_a_matrix_and_in_the_scores(models):
+    model = models["t5"][0]
+    at = open_page(models, "t5", "pages/embeddings.py")
+    shown = plotly_array(figure_titled(at, "Relative position bias of head 0")["data"][0]["z"])
+    n = shown.shape[0]
+    rel = model.encoder.rel_pos  # the page opens on the encoder stack: buckets in both directions
+    np.testing.assert_allclose(shown, rel.W_rel[rel.buckets(n, n), 0].detach().numpy(), atol=1e-6)
+    assert not np.allclose(shown, shown.T)
+    at = open_page(models, "t5", "pages/head_steps.py")
+    table = next(d.value for d in at.dataframe if "q·k" in d.value.columns)
+    visible = (table["mask"] == "0").to_numpy()
+    total = (table["q·k"] + table["+ position bias"]).to_numpy()
+    np.testing.assert_allclose(total[visible], table["score"][visible].astype(float), atol=1e-4)
+    assert "does not divide" in " ".join(m.value for m in at.markdown)

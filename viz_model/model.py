@@ -264,11 +264,13 @@ class VizTransformer(HookedModule):
                 continue
             attn, q_name, k_name = self.score_inputs(name)
             extra += [q_name, k_name]
+            # read after the forward pass, maybe with autograd on: no_grad keeps parameters (T5's relative position
+            # bias) from attaching a graph to a cached value
             if kind == "hook_attn_scores":
-                lazy[name] = lambda aux, out, attn=attn, q=q_name, k=k_name: attn.masked_scores(aux[q], aux[k])
+                lazy[name] = torch.no_grad()(lambda aux, out, attn=attn, q=q_name, k=k_name: attn.masked_scores(aux[q], aux[k]))
             else:  # softmax of the same scores, as in forward
-                lazy[name] = lambda aux, out, attn=attn, q=q_name, k=k_name: torch.softmax(
-                    attn.masked_scores(aux[q], aux[k]), dim=-1)
+                lazy[name] = torch.no_grad()(lambda aux, out, attn=attn, q=q_name, k=k_name: torch.softmax(
+                    attn.masked_scores(aux[q], aux[k]), dim=-1))
         return lazy, list(dict.fromkeys(extra))
 
     def new_kv_cache(self) -> KVCache:

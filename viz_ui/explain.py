@@ -43,6 +43,9 @@ def norm_sentence(cfg: Config) -> str:
 
 def positional_sentence(cfg: Config) -> str:
     """How positions enter this model, in one or two sentences."""
+    if cfg.rel_pos_buckets:
+        return ("Nothing is added to the embeddings: a learned relative position bias (T5), one number per head and "
+                "bucket of distance between query and key, is added to every self-attention score.")
     return {
         "sinusoidal": "A fixed sinusoidal positional encoding P is added to each token's embedding (x = E + P).",
         "learned": "A learned positional embedding P (one trained row per position) is added (x = E + P).",
@@ -117,3 +120,25 @@ def mask_sentence(cfg: Config) -> str:
         text += (f"; the sliding window also hides keys {cfg.attn_window} or more positions back "
                  f"(each query sees at most {cfg.attn_window} keys)")
     return text + "."
+
+
+def mlp_width(cfg: Config) -> int:
+    """Columns of a layer's ``mlp.hook_post``: ``d_mlp``, or ``n_experts · d_mlp`` in a mixture of experts (every
+    expert's units side by side, :class:`viz_model.moe.MoE`)."""
+    return cfg.d_mlp * max(1, cfg.n_experts)
+
+
+def unit_label(cfg: Config, i: int) -> str:
+    """The name of column ``i`` of ``mlp.hook_post``: ``neuron i``, or ``E{e} unit {u}`` in a mixture of experts."""
+    return f"neuron {i}" if not cfg.n_experts else f"E{i // cfg.d_mlp} unit {i % cfg.d_mlp}"
+
+
+def moe_note(cfg: Config) -> str:
+    """A sentence (Markdown) on a mixture of experts' feed-forward layers and how their hidden activations are laid
+    out; empty for a dense model."""
+    if not cfg.n_experts:
+        return ""
+    return (f" This model is a **mixture of experts**: each layer has {cfg.n_experts} such networks (experts) and a "
+            f"router sends each token to {cfg.experts_per_token} of them. The hidden activations below put the "
+            f"experts' units side by side (expert e's units are columns {cfg.d_mlp}·e to {cfg.d_mlp}·(e + 1) − 1), "
+            "0 where the token was not sent to that expert; page 3f shows the routing.")

@@ -47,6 +47,7 @@ class HeadSteps:
     rotated: bool = False  # q and k are shown after the rotary rotation
     capped: np.ndarray | None = None  # [key_pos] cap * tanh(scaled / cap) when the model soft-caps scores (Gemma 2)
     divisor: float = 0.0  # what q.k is divided by (sqrt(d_head) unless the config sets attn_scale)
+    rel_bias: np.ndarray | None = None  # [key_pos] T5's relative position bias for this head and query (rel_pos.hook_bias)
 
 
     @property
@@ -89,6 +90,7 @@ def head_steps(model: VizTransformer, trace: Trace, layer: int, head: int, query
         attn_out=a[p + "hook_attn_out"][query], resid_pre=a[p + "hook_resid_pre"][query],
         resid_mid=(a[p + "hook_resid_pre"][query] + a[p + "hook_attn_out"][query]),
         kv_head=g, rotated=cfg.positional == "rotary",
+        rel_bias=a["rel_pos.hook_bias"][head, query] if cfg.rel_pos_buckets else None,
     )
 
 
@@ -111,6 +113,8 @@ def unmasked_view(trace: Trace, cfg, layer: int, head: int) -> tuple[np.ndarray,
     scores = q @ k.T / attn_divisor(cfg)
     if cfg.attn_softcap is not None:
         scores = cfg.attn_softcap * np.tanh(scores / cfg.attn_softcap)
+    if cfg.rel_pos_buckets:  # T5: the decoder's relative position bias, as the forward pass adds it
+        scores = scores + trace.arrays["rel_pos.hook_bias"][head]
     e = np.exp(scores - scores.max(-1, keepdims=True))
     return scores, e / e.sum(-1, keepdims=True)
 

@@ -59,9 +59,9 @@ def topk_table(probs: np.ndarray, logits: np.ndarray, labels: list[str], k: int)
 
 def score_table(labels: list[str], dots: np.ndarray, scaled: np.ndarray, scores: np.ndarray,
                 weights: np.ndarray, capped: np.ndarray | None = None, scaled_name: str = "q·k / √d_k",
-                capped_name: str = "after the soft cap") -> pd.DataFrame:
+                capped_name: str = "after the soft cap", bias: np.ndarray | None = None) -> pd.DataFrame:
     """One row per key position: q·k, q·k/√d_k, the soft-capped value (``capped``, models that cap their
-    scores: Gemma 2), the mask, the score, exp(score − max score), the weight.
+    scores: Gemma 2), the relative position bias (``bias``: T5), the mask, the score, exp(score − max score), the weight.
 
     ``weight = exp(score − max) / Σ exp(score − max)``: the softmax, written so it can be checked by hand.
     """
@@ -73,6 +73,7 @@ def score_table(labels: list[str], dots: np.ndarray, scaled: np.ndarray, scores:
         "q·k": dots,
         scaled_name: scaled,
         **({} if capped is None else {capped_name: capped}),
+        **({} if bias is None else {"+ position bias": bias}),
         "mask": np.where(finite, "0", "−∞"),
         "score": np.where(finite, np.round(scores, 4).astype(str), "−∞"),
         "exp(score − max)": shifted,
