@@ -166,6 +166,10 @@ NATIVE_FIELDS = [
     ("logit_softcap", "30", ("logit_softcap",)),
     ("logit_softcap", float("inf"), ("logit_softcap",)),
     ("parallel_residual", "yes", ("parallel_residual",)),
+    ("rel_pos_buckets", 2, ("rel_pos_buckets",)),
+    ("rel_pos_buckets", 10**6, ("rel_pos_buckets",)),
+    ("rel_pos_buckets", True, ("rel_pos_buckets",)),
+    ("rel_pos_max_distance", 0, ("rel_pos_max_distance",)),
     # booleans: only JSON true / false
     ("causal", "no", ("causal", "true or false")),
     ("causal", "false", ("causal",)),
