@@ -22,6 +22,7 @@ SOURCES = {"shipped": "the shipped stories (TinyStories, 200 KB)", "paste": "a t
            "upload": "a .txt file you upload"}
 STEPS = [20, 50, 100, 200, 300, 500, 1000, 2000, 3000]
 POLL_SECONDS = 1.0
+PROBE = "The cat sat on the mat. The cat sat on the mat."
 ss = st.session_state
 
 
@@ -108,10 +109,10 @@ st.caption(plain(size_text(settings), limit=None) + ". The defaults train in abo
 if size_error:
     st.error(f"Too large: {plain(size_error)}.", icon=":material/error:")
 
-b1, b2, _ = st.columns([1, 1, 4]) if not lecture else st.columns([1, 1, 1])
-start = b1.button("Start training", type="primary", icon=":material/play_arrow:", disabled=running or bool(size_error),
+buttons = st.container(horizontal=True)
+start = buttons.button("Start training", type="primary", icon=":material/play_arrow:", disabled=running or bool(size_error),
                   key="train_start")
-cancel = b2.button("Cancel", icon=":material/stop:", disabled=not running, key="train_cancel")
+cancel = buttons.button("Cancel", icon=":material/stop:", disabled=not running, key="train_cancel")
 if start:
     session = ss.setdefault("_train_session", uuid.uuid4().hex)
     try:
@@ -122,6 +123,8 @@ if start:
         st.error(f"Cannot start: {plain(str(exc))}.", icon=":material/error:")
     else:
         ss["_train_job"], ss["_train_adopted"] = new, None
+        for key in ("train_layer", "train_head"):  # the new model may have fewer layers or heads
+            ss.pop(key, None)
         ss.pop("_train_message", None)
         st.rerun()
 if cancel and job is not None:
@@ -151,22 +154,29 @@ def live_view() -> None:
     with left:
         show_figure(loss_figure(p), state, "training_loss")
         if p.snapshot_steps:
+            kept = ", ".join(map(str, p.snapshot_steps[:6])) + ("…" if len(p.snapshot_steps) > 6 else "")
             st.caption(f"Blue: the loss of each step's batch. Red: the loss on the held-out 10 % at the "
-                       f"{len(p.snapshot_steps)} snapshots kept so far (steps {', '.join(map(str, p.snapshot_steps[:6]))}"
-                       f"{'…' if len(p.snapshot_steps) > 6 else ''}). ln {p.d_vocab} = "
-                       f"{math.log(max(p.d_vocab, 1)):.2f} is guessing uniformly among the "
+                       f"{len(p.snapshot_steps)} snapshots kept{' so far' if p.running else ''} (steps {kept}). "
+                       f"ln {p.d_vocab} = {math.log(max(p.d_vocab, 1)):.2f} is guessing uniformly among the "
                        f"{p.d_vocab:,} tokens.")
     with right:
-        model = job.latest_model()
-        if model is None:
+        newest = job.latest_model()
+        if newest is None:
             st.info("The tokenizer is being trained; the model appears in a moment.", icon=":material/hourglass_top:")
             return
-        cfg = model.cfg
-        probe = st.text_input("Probe text", value="The cat sat on the mat. The cat sat on the mat.", key="train_probe",
-                              max_chars=2_000)
+        cfg = newest.cfg
+        probe = st.text_input("Probe text", value=PROBE, key="train_probe", max_chars=2_000)
         h1, h2 = st.columns(2)
         layer = h1.selectbox("Layer", range(cfg.n_layers), index=cfg.n_layers - 1, key="train_layer")
         head = h2.selectbox("Head", range(cfg.n_heads), key="train_head")
+        # the snapshots (a timeline); the last one is the newest model itself (float32), earlier ones float16
+        options = [*p.snapshot_steps[:-1], "newest"] if p.running else p.snapshot_steps
+        shown = st.select_slider("Weights after step", options, value=options[-1], disabled=len(options) < 2,
+                                 key=f"train_snapshot_{'live' if p.running else job.id}",
+                                 format_func=lambda v: f"newest ({p.step:,})" if v == "newest" else f"{v:,}")
+        at_end = shown == "newest" or shown == p.snapshot_steps[-1]
+        model = newest if at_end else job.snapshot_model(p.snapshot_steps.index(shown))
+        step = p.step if at_end else shown
         if not probe.strip():
             st.info("Type a probe text to see the head's attention on it.")
             return
@@ -175,10 +185,13 @@ def live_view() -> None:
         except ValueError as exc:
             st.error(f"The probe text cannot be run: {plain(error_line(exc))}.")
             return
-        when = f"after {p.step:,} steps" if p.step else "at initialisation"
-        show_figure(attention_heatmap(matrix, labels, f"Layer {layer}, head {head} {when}"), state, "training_attention")
-        st.caption("The newest weights, redrawn every few steps while training runs. A repeated sentence lets an "
-                   "induction head show itself: tokens of the second copy look at the token after their first copy.")
+        fig = attention_heatmap(matrix, labels, f"Layer {layer}, head {head}, step {step:,}")
+        if not lecture:  # a square map in half the page: more height would only add space around it
+            fig.update_layout(height=min(fig.layout.height, 560))
+        show_figure(fig, state, "training_attention")
+        st.caption(("The newest weights, redrawn every few steps while training runs. " if p.running else "")
+                   + "A repeated sentence lets an induction head show itself: tokens of the second copy look at the "
+                   "token after their first copy.")
     show_link(state)
 
 

@@ -109,7 +109,7 @@ def test_the_size_limit_refuses_before_allocating(monkeypatch):
     monkeypatch.setattr(live, "VizTransformer", no_model)
     monkeypatch.setattr(live, "train_bpe", no_model)
     big = TrainSettings(n_layers=4, n_heads=8, d_model=256, n_ctx=256, vocab_size=4096)
-    with pytest.raises(TrainingRefused, match=r"MB to train .* above this server's 512 MB \(VIZ_MAX_TRAIN_MB\)"):
+    with pytest.raises(TrainingRefused, match=r"MB to train .* above this server's 1,024 MB \(VIZ_MAX_TRAIN_MB\)"):
         TrainJob(TEXT, big)
     monkeypatch.setenv("VIZ_MAX_TRAIN_MB", "1")
     with pytest.raises(TrainingRefused, match="above this server's 1 MB"):
@@ -172,7 +172,7 @@ def test_the_page_trains_shows_the_jobs_numbers_and_adopts_the_model():
     probe = at.text_input(key="train_probe").value
     model = job.latest_model()
     _, cache = model.run_with_cache(torch.tensor([job.tokenizer.encode(probe).ids]))
-    shown = plotly_array(figure(at, "Layer 0, head 0 after 20 steps")["data"][0]["z"])
+    shown = plotly_array(figure(at, "Layer 0, head 0, step 20")["data"][0]["z"])
     np.testing.assert_allclose(shown, cache["blocks.0.attn.hook_pattern"][0, 0].numpy(), atol=1e-6)
     name = at.selectbox(key="model").value
     assert name.startswith("trained: shipped stories") and "Trained for 20 steps" in at.success[0].value
