@@ -10,11 +10,13 @@ from viz_ui.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
+from viz_model import CheckpointError
 from viz_model.training.live import (REGISTRY, SHIPPED_TEXT, TrainingRefused, TrainSettings, ServerBusy, check_size,
                                      setting)
 from viz_ui.figures import attention_heatmap
 from viz_ui.layout import EXAMPLES, set_shared, setup_page, show_figure, show_link, side_by_side
 from viz_ui.state import add_session_model, upload_hash
+from viz_ui.timeline_state import add_session_timeline
 from viz_ui.text import error_line, plain
 from viz_ui.train_view import loss_figure, model_name, probe_pattern, size_text, status_text
 
@@ -198,12 +200,30 @@ def live_view() -> None:
 if job is not None:
     st.subheader("3 · Training")
     live_view()
-    if not running and job.progress().step >= 1 and not lecture:
-        st.download_button("Download the model (.safetensors)", data=job.checkpoint_bytes,
-                           file_name="trained-model.safetensors", mime="application/octet-stream",
-                           icon=":material/download:", key="train_download",
-                           help="A native checkpoint (weights, config and tokenizer in one file): open it with "
-                                "--model, load_model or the Model inspector's upload.")
+    if not running and job.progress().step >= 1:
+        after = st.container(horizontal=True)
+        if after.button("Watch it learn: open the snapshots on page 6", icon=":material/timelapse:", key="train_open_timeline",
+                        help="The snapshots as a training timeline: scrub through the steps, every head's scores "
+                             "across training, greedy samples at each step (this session only)."):
+            try:
+                with st.spinner("Writing and loading the snapshots…"):
+                    loaded = job.loaded_timeline()
+            except (RuntimeError, CheckpointError) as exc:
+                st.error(f"The snapshots cannot be opened as a timeline: {plain(error_line(exc))}.")
+            else:
+                name = model_name(job.source, job.settings, job.progress().step)
+                add_session_timeline(upload_hash(job.id.encode(), b"timeline"), name, loaded)
+                set_shared("timeline", name)
+                st.switch_page("pages/timeline.py")
+        if not lecture:
+            after.download_button("Model (.safetensors)", data=job.checkpoint_bytes, file_name="trained-model.safetensors",
+                                  mime="application/octet-stream", icon=":material/download:", key="train_download",
+                                  help="A native checkpoint (weights, config and tokenizer in one file): open it with "
+                                       "--model, load_model or the Model inspector's upload.")
+            after.download_button("Timeline (.zip)", data=job.timeline_zip, file_name="trained-timeline.zip",
+                                  mime="application/zip", icon=":material/download:", key="train_download_timeline",
+                                  help="Every snapshot (float16) and timeline.json: open it on page 6 (Open another "
+                                       "timeline) or with --timeline.")
 else:
     st.info(f"{REGISTRY.running()} of {int(setting('VIZ_MAX_TRAININGS'))} trainings are running on this server now.",
             icon=":material/dns:")

@@ -178,6 +178,14 @@ def test_the_page_trains_shows_the_jobs_numbers_and_adopts_the_model():
     assert name.startswith("trained: shipped stories") and "Trained for 20 steps" in at.success[0].value
     at.switch_page("pages/tokens.py").run()  # the trained model is this session's model on the other pages
     assert at.selectbox(key="model").value == name and not at.exception
+    at.switch_page("pages/train.py").run()
+    at.button(key="train_open_timeline").click().run()  # the snapshots open as a timeline on page 6
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="timeline").value == name
+    curves = {t["name"]: t for t in figure(at, "Loss")["data"] if t.get("name", "").endswith("loss")}
+    timeline = job.timeline()
+    np.testing.assert_allclose(plotly_array(curves["validation loss"]["y"]), timeline["valid_loss"], atol=1e-5)
+    np.testing.assert_allclose(plotly_array(curves["train loss"]["y"]), timeline["train_loss"], atol=1e-5)
 
 
 def test_the_page_refuses_with_one_line_and_cancels(monkeypatch):

@@ -22,11 +22,13 @@ imported, under a lock: the training uses ``VIZ_TRAIN_THREADS`` threads, and the
 
 from __future__ import annotations
 
+import io
 import logging
 import tempfile
 import threading
 import time
 import uuid
+import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,10 +40,12 @@ from tokenizers import Tokenizer
 from ..checkpoint import first_line, save_checkpoint
 from ..config import Config
 from ..model import VizTransformer
+from ..sources import private_dir
 from ..tokenizer import iter_chunks, train_bpe
 from .loop import lm_batches, train_steps
 from .live_limits import (DEFAULTS, MAX_SNAPSHOTS, MIN_CHARS, RANGES, ServerBusy, TrainingRefused,  # noqa: F401
                           TrainSettings, check_size, check_text, setting, train_bytes)
+from .timeline import LoadedTimeline, load_timeline, write_timeline
 from .train import encode
 
 log = logging.getLogger(__name__)
@@ -244,6 +248,52 @@ class TrainJob:
         snaps = self.snapshots
         return {"steps": [s.step for s in snaps], "train_loss": [s.train_loss for s in snaps],
                 "valid_loss": [s.valid_loss for s in snaps]}
+
+    def write_timeline(self, folder: str | Path) -> Path:
+        """Write the snapshots as a training timeline (:mod:`viz_model.training.timeline`) into ``folder``: one
+        native checkpoint per snapshot (``step_NNNNNN.safetensors``, float16 as kept) and ``timeline.json`` with
+        the steps, losses and the recipe; return the path of ``timeline.json``.
+
+        Raises:
+            RuntimeError: when the job has no snapshot yet.
+            CheckpointError: from :func:`viz_model.training.timeline.write_timeline`.
+        """
+        folder, snaps = Path(folder), self.snapshots
+        if not snaps:
+            raise RuntimeError("the training has no snapshot yet")
+        names = []
+        for snap in snaps:
+            names.append(f"step_{snap.step:06d}.safetensors")
+            save_checkpoint(self._build(snap.state), self.tokenizer, folder / names[-1],
+                            {"step": str(snap.step), "source": self.source[:200]}, dtype=torch.float16)
+        return write_timeline(folder, [s.step for s in snaps], names, [s.train_loss for s in snaps],
+                              [s.valid_loss for s in snaps], source=self.source[:200], recipe=asdict(self.settings),
+                              trained_by="viz_model.training.live (the Train your own page)",
+                              losses="nats/token: train_loss on the first 2,048 training tokens, valid_loss on the "
+                                     "first 2,048 tokens of the held-out last 10 % of the text")
+
+    def loaded_timeline(self) -> LoadedTimeline:
+        """The snapshots as a :class:`viz_model.training.timeline.LoadedTimeline` (what the timeline page shows),
+        written to a private temporary folder and read back with the checks of any timeline; the folder is
+        removed before this returns.
+
+        Raises:
+            RuntimeError, CheckpointError: as :meth:`write_timeline` and :func:`load_timeline`.
+        """
+        with private_dir("timeline") as folder:
+            self.write_timeline(folder)
+            return load_timeline(folder, label=f"trained: {self.source[:60]}")
+
+    def timeline_zip(self) -> bytes:
+        """The timeline folder of :meth:`write_timeline` as a ``.zip`` (files at its root), as the timeline page's
+        upload takes it."""
+        with private_dir("timeline") as folder:
+            self.write_timeline(folder)
+            buffer = io.BytesIO()
+            with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:  # weights barely compress
+                for path in sorted(folder.iterdir()):
+                    archive.write(path, path.name)
+            return buffer.getvalue()
 
     # -- the thread ------------------------------------------------------------------------------------------
     def _build(self, state: dict[str, torch.Tensor]) -> VizTransformer:
