@@ -65,8 +65,13 @@ def embeddings() -> None:
 def one_head() -> None:
     s = head_steps(model, trace, 0, 0, last)
     st.markdown(f"Layer 0, head 0, with the last token as the query (position {last}, **{plain(trace.labels[last])}**). "
-                f"√d_k = √{cfg.d_head}: without this "
-                "division the dot products grow with d_k and softmax would put almost all weight on one token. "
+                + (f"√d_k = √{cfg.d_head}: without this division the dot products grow with d_k and softmax would "
+                   "put almost all weight on one token. " if cfg.attn_scale is None else
+                   "This model does not divide q·k by √d_k (T5); the score also adds a learned relative position "
+                   "bias (page 3a shows it). " if cfg.attn_scale == 1 else
+                   f"This model divides q·k by {cfg.attn_scale:.4g} instead of √d_k"
+                   + (f" and soft-caps the scores at ±{cfg.attn_softcap:g}" if cfg.attn_softcap is not None else "")
+                   + " (page 3a shows every step). ")
                 + ("The causal mask (−∞) hides later tokens; here the query is the last token, so it sees everything."
                    if cfg.causal else "This model has no causal mask: every token sees every other token."))
     show_table(score_table(trace.labels, s.dots, s.scaled, s.scores, s.weights).style.format(
