@@ -68,7 +68,9 @@ with right:
                                       f"Decoder L{layer} H{head}: weights"), state, f"decoder_self_L{layer}_H{head}")
 
 st.subheader("Cross-attention: the decoder reads the source")
-st.latex(r"\mathrm{CrossAttention} = \mathrm{softmax}\!\left(\frac{Q_{dec}\,K_{enc}^\top}{\sqrt{d_k}}\right)V_{enc},"
+st.latex(r"\mathrm{CrossAttention} = \mathrm{softmax}\!\left("
+         + (r"\frac{Q_{dec}\,K_{enc}^\top}{\sqrt{d_k}}" if cfg.attn_scale is None else r"Q_{dec}\,K_{enc}^\top"
+            if cfg.attn_scale == 1 else rf"\frac{{Q_{{dec}}\,K_{{enc}}^\top}}{{{cfg.attn_scale:.4g}}}") + r"\right)V_{enc},"
          r"\quad Q = x_{dec}W_Q,\; K = h_{enc}W_K,\; V = h_{enc}W_V")
 st.markdown("Each row is a decoder position (the token it has just read, predicting the next one); each column a "
             "source token. No mask: the whole source is known."
