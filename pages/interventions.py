@@ -1,6 +1,8 @@
 """Cause and effect: switch heads off (ablation), swap activations between a clean and a corrupted text (activation
 patching), and split a logit into what each component writes (direct logit attribution)."""
 
+import html
+
 import pandas as pd
 import streamlit as st
 
@@ -14,10 +16,11 @@ from viz_ui.intervention_state import (get_ablation, get_attribution, get_corrup
                                        get_default_corruption, get_head_effects, get_patch_lens, get_patching,
                                        get_prompt)
 from viz_ui.interventions import (biggest_changes, generation_table, head_name, heads_text, lens_table,
-                                  parse_heads, prob_diff_table, softmax, token_pairs, top_ids)
-from viz_ui.interventions_view import component_bars, delta_bars, head_map, heatmap_frame, patch_map, prob_diff_bars, top_bars
-from viz_ui.layout import (MAX_CHARS, pick_index, require_trace, set_shared, setup_page, shared_widget, shared_widget_key,
-                           show_figure,
+                                  parse_heads, prob_diff_table, prompt_of, softmax, token_pairs, top_ids)
+from viz_ui.interventions_view import (component_bars, delta_bars, head_map, heatmap_frame, patch_map, prob_diff_bars,
+                                       top_bars)
+from viz_ui.layout import (MAX_CHARS, pick_index, require_trace, set_shared, setup_page, shared_widget,
+                           shared_widget_key, show_figure,
                            show_link, show_table, side_by_side)
 from viz_ui.seq2seq_view import output_text
 from viz_ui.state import get_trace, get_vocab_labels
@@ -99,7 +102,8 @@ def pick_token(options: list[int], default: int, label: str, help: str | None = 
 
 def ablation_part() -> None:
     names = [head_name(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
-    canonical = lambda v: heads_text(parse_heads(",".join(v) if isinstance(v, list) else v, cfg.n_layers, cfg.n_heads))  # noqa: E731
+    def canonical(value) -> str:  # a head list (or its link form) as "L0H1,L2H3", sorted
+        return heads_text(parse_heads(",".join(value) if isinstance(value, list) else value, cfg.n_layers, cfg.n_heads))
     st.markdown("Switch heads off and watch what the model does without them. **Zero** ablation sets a head's output "
                 "(its `hook_z`, the input to W_O) to 0; **mean** ablation replaces it by its mean over the positions "
                 "of a text, keeping the average signal and removing what is specific to each token.")
@@ -138,13 +142,14 @@ def ablation_part() -> None:
             set_shared("ablate", [x for x in canonical(",".join(now ^ {name})).split(",") if x])
             st.session_state["_effect_map_n"] = counter + 1
 
-    fig = head_map(effects, f"Each head switched off: Δ log p({vocab[token]})",
+    fig = head_map(effects, f"Each head switched off: Δ log p({html.escape(vocab[token])})",
                    "Δ log p (nats)", marked=heads, click_hint="click: switch this head off / on",
                    cell_text=cfg.n_heads <= 16 and state.display.scale <= 1.5)
     show_figure(fig, state, f"ablation_effects_{key or 'none'}", select_key=select_key, on_select=toggle,
                 data=lambda: heatmap_frame(effects, [f"L{i}" for i in range(cfg.n_layers)],
                                            [f"H{i}" for i in range(cfg.n_heads)]))
-    st.caption(f"The change in the log-probability of {plain(vocab[token])} {plain(where)} when each head is switched off "
+    st.caption(f"The change in the log-probability of {plain(vocab[token])} {plain(where)} when each head is switched "
+               "off "
                + (f"on top of the {len(heads)} already off (✕, which show 0)" if heads else "alone")
                + ". Blue: switching the head off lowers it (the head helped predict it); red: raises it. All heads run "
                "batched. Click a head to switch it off, or back on.")
@@ -197,10 +202,10 @@ def ablation_part() -> None:
             show_table(generation_table(view, vocab), state, hide_index=True)
         else:
             st.caption("An encoder fills in positions all at once: there is no generation.")
-    mean_prompt = get_prompt(path, mean_text) if kind == "mean" and mean_text else None
+    reference = get_trace(path, mean_text) if kind == "mean" and mean_text else None
     export("ablation", code.ablation_code(path, text, get_prompt(path, text), has_tokenizer, trace.truncated, heads,
-                                          kind, mean_text, mean_prompt, bool(mean_prompt and get_trace(path, mean_text).truncated),
-                                          pos, token, cfg.causal))
+                                          kind, mean_text, reference and prompt_of(reference),
+                                          bool(reference and reference.truncated), pos, token, cfg.causal))
 
 
 # ---- Activation patching --------------------------------------------------------------------------------------
@@ -314,7 +319,8 @@ def patching_part() -> None:
         values, title = view.normalised[site], TITLES[site]
         selected = (cell[1], cell[2]) if cell and cell[0] == site else None
         show_figure(patch_map(values, labels, title, selected), state, f"patching_{site}", select_key=f"patch_{site}",
-                    on_select=lambda site=site: choose(site, n), data=lambda v=values: heatmap_frame(v, layers, positions))
+                    on_select=lambda site=site: choose(site, n),
+                    data=lambda v=values: heatmap_frame(v, layers, positions))
     head_col, lens_col = side_by_side(state, 2)
     with head_col:
         values = view.normalised["head"]
@@ -336,12 +342,14 @@ def patching_part() -> None:
             site, layer, index = cell
             what = f"head L{layer}H{index}" if site == "head" else f"{site}, L{layer}, position {index}"
             moved = get_patch_lens(path, text, corrupted_text, site, layer, index)
-            show_figure(top_bars(moved, f"Patch lens: {what}", "‖Δ output‖ (patched − corrupted run)", k=12), state,
-                        "patch_lens", data=lambda: pd.DataFrame({"component": list(moved),
+            show_figure(top_bars(moved, f"Patch lens: {what}", "‖Δ output‖ (patched − corrupted run)", k=12),
+                        state, "patch_lens", data=lambda: pd.DataFrame({"component": list(moved),
                                                                  "norm of change": list(moved.values())}))
-            st.caption(f"Patching {'head' if site == 'head' else 'the'} {plain(what)}"
-                       + ("" if site == "head" else f" (“{plain(labels[index])}”)") + " moved what each of these later "
-                       "heads and MLPs writes into the residual stream by this much (Frobenius norm over positions). "
+            taken = (f"head L{layer}H{index}'s output (at every position)" if site == "head" else
+                     f"{site} of layer {layer} at position {index} (“{labels[index]}”)")
+            st.caption(f"Taking {plain(taken)} from the clean run moved what each of these later heads and MLPs "
+                       "writes into the residual stream by this much (Frobenius norm over positions, patched − "
+                       "corrupted run). "
                        "Components before it do not move.")
     export("patching", code.patching_code(path, text, corrupted_text, get_prompt(path, text),
                                           get_corrupted(path, text, corrupted_text), has_tokenizer, trace.truncated,
@@ -368,12 +376,14 @@ def attribution_part() -> None:
     m1.metric("Sum of the contributions", f"{total:.4f}")
     m2.metric(f"The model's logit of {plain(vocab[token])}", f"{logit:.4f}")
     m3.metric("Difference", f"{total - logit:.1e}")
-    show_figure(component_bars(parts, f"Direct contribution of every component to the logit of {vocab[token]} {where}",
+    title = html.escape(f"Direct contribution of every component to the logit of {vocab[token]} {where}")
+    show_figure(component_bars(parts, title,
                                "logit units"), state, f"attribution_{token}",
                 data=lambda: pd.DataFrame({"component": list(parts), "logit": list(parts.values())}))
-    st.caption("Bars in the order of the forward pass (embeddings, then per layer each head L·H·, the attention "
-               "output bias, the MLP; `bias` is the constant rest: the final norm's bias and b_U). Blue raises the "
-               "logit, red lowers it. A direct contribution leaves out what a component does through later layers.")
+    st.caption("Bars in the order of the forward pass: the embeddings, then per layer each head (L·H·), the "
+               "attention output bias b_O and the MLP; the last bar, “bias”, is the constant rest (the final norm's "
+               "bias and b_U). Blue raises the logit, red lowers it. Hover a bar for its name. A direct contribution "
+               "leaves out what a component does through later layers.")
     show_figure(top_bars(parts, "The largest contributions", "logit units"), state, f"attribution_top_{token}")
     export("attribution", code.attribution_code(path, text, get_prompt(path, text), has_tokenizer, trace.truncated,
                                                 token, pos))

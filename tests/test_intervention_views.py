@@ -19,7 +19,7 @@ from conftest import ROOT, plotly_array
 from viz_model import ablation, load_model, patching
 from viz_ui.trace import token_label
 
-TEXT = "Tom threw the ball to Sue, and Sue threw it back to"  # 13 tokens: quick sweeps
+TEXT = "Sue gave Tom a red ball. He said"  # 9 tokens: quick sweeps
 
 
 def page(**query) -> AppTest:
@@ -110,12 +110,12 @@ def test_patching_heatmaps_are_normalised_patching_results_and_the_exported_scri
     inputs are checked here against the page's widgets, and its results against every heatmap (one sweep, not two:
     the test suite's time is short)."""
     model, tok, _ = shipped
-    at = page(text=TEXT, part="patching", cell="resid_pre:2:0")
+    at = page(text=TEXT, part="patching", cell="resid_pre:2:7")
     corrupted_text = at.text_area(key="corrupt").value
     assert corrupted_text != TEXT and not at.error
     ns = exported(at, shipped, monkeypatch)
     assert ns["clean_tokens"].tolist() == [tok.encode(TEXT).ids]
-    assert ns["corrupted_tokens"].tolist() == [tok.encode(corrupted_text).ids] and ns["pos"] == 12
+    assert ns["corrupted_tokens"].tolist() == [tok.encode(corrupted_text).ids] and ns["pos"] == 8
     assert (ns["answer"], ns["wrong"]) == (at.selectbox(key="answer").value, at.selectbox(key="wrong").value)
     with torch.no_grad():  # the metric of each run, recomputed
         clean_logits, bad_logits = model(ns["clean_tokens"])[0, -1], model(ns["corrupted_tokens"])[0, -1]
@@ -134,7 +134,7 @@ def test_patching_heatmaps_are_normalised_patching_results_and_the_exported_scri
 
 def test_texts_of_different_token_counts_get_a_clear_message_and_both_token_lists():
     at = page(text=TEXT, part="patching", corrupt=TEXT + " the")
-    assert "has 13 tokens and the corrupted one 14" in at.error[0].value
+    assert "has 9 tokens and the corrupted one 10" in at.error[0].value
     table = at.table[0].value if at.table else at.dataframe[0].value
     assert list(table["differs"]).count("◆ differs") == 1 and table["corrupted"].iloc[-1] == "·the"
     assert not at.get("plotly_chart")

@@ -67,15 +67,16 @@ def ablation_code(path: str, text: str, prompt: Prompt, has_tokenizer: bool, cut
     lines += ["",
               "with torch.no_grad():",
               "    p_intact = torch.softmax(model(tokens, **kw)[0, pos].float(), dim=-1)",
-              "    p_ablated = torch.softmax(ablation.ablate_heads(model, tokens, heads, kind, means, **kw)[0, pos].float(),"
-              " dim=-1)",
+              "    ablated = ablation.ablate_heads(model, tokens, heads, kind, means, **kw)",
+              "    p_ablated = torch.softmax(ablated[0, pos].float(), dim=-1)",
               "shown = p_intact.topk(8).indices.tolist()",
               "shown += [i for i in p_ablated.topk(8).indices.tolist() if i not in shown]",
               "print(f\"{'token':>14} {'id':>6} {'p intact':>9} {'p ablated':>9} {'Δp':>9}\")",
               "for i in shown:",
               "    print(f\"{tokenizer.id_to_token(i)!r:>14} {i:6d} {p_intact[i]:9.4f} {p_ablated[i]:9.4f} "
               "{p_ablated[i] - p_intact[i]:+9.4f}\")" if has_tokenizer else
-              "    print(f\"{i!r:>14} {i:6d} {p_intact[i]:9.4f} {p_ablated[i]:9.4f} {p_ablated[i] - p_intact[i]:+9.4f}\")",
+              "    print(f\"{i!r:>14} {i:6d} {p_intact[i]:9.4f} {p_ablated[i]:9.4f} "
+              "{p_ablated[i] - p_intact[i]:+9.4f}\")",
               "",
               f"token_id = {token_id}  # the token whose log-probability each head's ablation changes",
               "effects = ablation.head_ablation_effects(model, tokens, token_id, pos, kind, means, base=heads, **kw)",
@@ -99,8 +100,8 @@ def ablation_code(path: str, text: str, prompt: Prompt, has_tokenizer: bool, cut
 
 
 def patching_code(path: str, clean_text: str, corrupted_text: str, clean: Prompt, corrupted: Prompt,
-                  has_tokenizer: bool, clean_cut: bool, corrupted_cut: bool, kind: str, answer: int, wrong: int, pos: int,
-                  cell: tuple[str, int, int] | None) -> str:
+                  has_tokenizer: bool, clean_cut: bool, corrupted_cut: bool, kind: str, answer: int, wrong: int,
+                  pos: int, cell: tuple[str, int, int] | None) -> str:
     """The patching view: ``results`` (raw) and ``normalised`` ``{site: [n_layers, pos] or [n_layers, n_heads]}``,
     ``clean_value``, ``corrupted_value`` and, for the chosen cell, ``moved`` (the patch lens)."""
     lines = _header("Activation patching", "load_model, patching", path)
@@ -127,7 +128,8 @@ def patching_code(path: str, clean_text: str, corrupted_text: str, clean: Prompt
               "    'resid_pre': patching.get_act_patch_resid_pre(model, corrupted_tokens, clean_cache, metric, **kw),",
               "    'attn_out': patching.get_act_patch_attn_out(model, corrupted_tokens, clean_cache, metric, **kw),",
               "    'mlp_out': patching.get_act_patch_mlp_out(model, corrupted_tokens, clean_cache, metric, **kw),",
-              "    'head': patching.get_act_patch_attn_head_out_all_pos(model, corrupted_tokens, clean_cache, metric, **kw),",
+              "    'head': patching.get_act_patch_attn_head_out_all_pos(model, corrupted_tokens, clean_cache, metric,",
+              "                                                         **kw),",
               "}",
               "# 1 = the clean value fully restored, 0 = no effect (raises ValueError when the two runs agree)",
               "normalised = {site: patching.normalise(r, clean_value, corrupted_value) for site, r in results.items()}",
@@ -137,7 +139,8 @@ def patching_code(path: str, clean_text: str, corrupted_text: str, clean: Prompt
     if cell is not None:
         site, layer, index = cell
         lines += ["", "# the patch lens of one cell: how much each later component's output moved",
-                  f"moved = patching.patch_downstream(model, corrupted_tokens, clean_cache, {site!r}, {layer}, {index}, **kw)",
+                  f"moved = patching.patch_downstream(model, corrupted_tokens, clean_cache, {site!r}, {layer},",
+                  f"                                   {index}, **kw)",
                   "for name, value in sorted(moved.items(), key=lambda kv: -kv[1])[:15]:",
                   "    print(f'{name:>10} {value:.4f}')"]
     return "\n".join(lines) + "\n"

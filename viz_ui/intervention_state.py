@@ -43,7 +43,8 @@ def get_ablation(path: str, text: str, heads: str, kind: str, mean_text: str, po
 
 
 @st.cache_data(max_entries=32, ttl=3600, show_spinner="Ablating every head in turn (batched)…")
-def get_head_effects(path: str, text: str, heads: str, kind: str, mean_text: str, pos: int, token_id: int) -> np.ndarray:
+def get_head_effects(path: str, text: str, heads: str, kind: str, mean_text: str, pos: int,
+                     token_id: int) -> np.ndarray:
     """:func:`viz_ui.interventions.head_effects`, with ``heads`` ablated in every run: ``[n_layers, n_heads]``."""
     model, _ = resolve(path)
     hs = parse_heads(heads, model.cfg.n_layers, model.cfg.n_heads)
@@ -71,7 +72,8 @@ def get_patching(path: str, clean_text: str, corrupted_text: str, kind: str, ans
 
 
 @st.cache_data(max_entries=32, ttl=3600, show_spinner="Patching one cell…")
-def get_patch_lens(path: str, clean_text: str, corrupted_text: str, site: str, layer: int, index: int) -> dict[str, float]:
+def get_patch_lens(path: str, clean_text: str, corrupted_text: str, site: str, layer: int,
+                   index: int) -> dict[str, float]:
     """:func:`viz_ui.interventions.patch_lens` for one cell."""
     model, _ = resolve(path)
     return patch_lens(model, get_prompt(path, clean_text), get_corrupted(path, clean_text, corrupted_text), site,

@@ -48,10 +48,11 @@ def prob_diff_bars(table: pd.DataFrame, title: str) -> go.Figure:
                hovertemplate="%{customdata}<br>intact p = %{x:.4f}<extra></extra>"),
         go.Bar(x=table["p ablated"], y=y, orientation="h", name="ablated", marker_color=ABLATED, customdata=labels,
                text=[f"{d:+.1%}" for d in table["Δp"]], textposition="outside", cliponaxis=False,
-               hovertemplate="%{customdata}<br>ablated p = %{x:.4f}<extra></extra>")])
+               textfont=dict(size=14), hovertemplate="%{customdata}<br>ablated p = %{x:.4f}<extra></extra>")])
     top = float(max(table["p intact"].max(), table["p ablated"].max())) if k else 1.0
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=y, ticktext=labels)
-    fig.update_xaxes(title="probability (beside each red bar: Δp, ablated − intact)", range=[0, min(1.0, top * 1.3 + 0.02)])
+    fig.update_xaxes(title="probability (beside each red bar: Δp, ablated − intact)",
+                     range=[0, min(1.0, top * 1.3 + 0.02)])
     fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.22), margin=dict(r=80))
     return _layout(fig, title, height=max(320, 120 + 44 * k))
 
@@ -63,6 +64,7 @@ def delta_bars(table: pd.DataFrame, title: str) -> go.Figure:
     fig = go.Figure(go.Bar(x=table["Δp"], y=list(range(k)), orientation="h", customdata=labels,
                            marker_color=[RISE if d >= 0 else FALL for d in table["Δp"]],
                            text=[f"{d:+.1%}" for d in table["Δp"]], textposition="auto", cliponaxis=False,
+                           textfont=dict(size=14),
                            hovertemplate="%{customdata}<br>Δp = %{x:+.5f}<extra></extra>"))
     lim = _limit(table["Δp"].to_numpy()) * 1.6
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(k)), ticktext=labels)
@@ -75,14 +77,17 @@ def head_map(values: np.ndarray, title: str, value_name: str, marked: list[tuple
              click_hint: str = "", zmax: float | None = None, cell_text: bool = True,
              marker: str = "x-thin-open") -> go.Figure:
     """A ``[n_layers, n_heads]`` signed map (diverging colours centred at 0; ``zmax`` fixes the range, default the
-    largest magnitude), with the value in each cell, ``marked`` heads marked with ``marker`` (a ✕), and a clickable point per
-    head (``point_index = layer * n_heads + head``)."""
+    largest magnitude), with the value in each cell, ``marked`` heads marked with ``marker`` (a ✕), and a clickable
+    point per head (``point_index = layer * n_heads + head``)."""
     n_layers, n_heads = values.shape
     lim = zmax if zmax is not None else _limit(values)
     heat = go.Heatmap(z=values, x=list(range(n_heads)), y=list(range(n_layers)), colorscale=DIVERGING, zmin=-lim,
                       zmax=lim, colorbar=dict(title=value_name), hoverinfo="skip")
-    if cell_text:
-        heat.update(texttemplate="%{z:.2f}", textfont=dict(size=13))
+    if cell_text:  # the value in each cell, but none under a mark
+        text = np.char.mod("%.2f", values).astype(object)
+        for layer, head in marked:
+            text[layer, head] = ""
+        heat.update(text=text, texttemplate="%{text}", textfont=dict(size=13))
     hover = [f"L{l}H{h}: {value_name} {values[l, h]:+.4f}" + (f"<br>{click_hint}" if click_hint else "")
              for l in range(n_layers) for h in range(n_heads)]
     fig = go.Figure([heat, _cell_points(n_layers, n_heads, hover)])
@@ -113,7 +118,7 @@ def patch_map(values: np.ndarray, labels: list[str], title: str, selected: tuple
     fig.update_yaxes(autorange="reversed", title="layer", tickmode="array", tickvals=list(range(n_layers)),
                      ticktext=[f"L{i}" for i in range(n_layers)])
     fig.update_xaxes(title="position · token", tickangle=-60, **position_ticks(labels))
-    return _layout(fig, title, height=max(280, 150 + 30 * n_layers))
+    return _layout(fig, title, height=max(320, 190 + 34 * n_layers))
 
 
 def component_bars(values: dict[str, float], title: str, y_title: str) -> go.Figure:
@@ -135,8 +140,7 @@ def component_bars(values: dict[str, float], title: str, y_title: str) -> go.Fig
     ends = [(0, names[0])] + ([(len(names) - 1, names[-1])] if layer_of[-1] is None and len(names) > 1 else [])
     ticks = sorted([*ends, *zip(centres, [f"L{l}" for l in layers])])
     fig.update_xaxes(tickmode="array", tickvals=[t for t, _ in ticks], ticktext=[n for _, n in ticks],
-                     title="component in the order of the forward pass; each band a layer: its heads, the attention "
-                           "bias, the MLP last")
+                     title="forward order; each band a layer: heads, b_O, MLP")
     fig.update_yaxes(title=y_title, zeroline=True)
     return _layout(fig, title, height=480)
 
@@ -148,6 +152,7 @@ def top_bars(values: dict[str, float], title: str, x_title: str, k: int = 15) ->
     fig = go.Figure(go.Bar(x=vals, y=list(range(len(names))), orientation="h", customdata=names,
                            marker_color=[RISE if v >= 0 else FALL for v in vals],
                            text=[f"{v:.3g}" for v in vals], textposition="outside", cliponaxis=False,
+                           textfont=dict(size=14),
                            hovertemplate="%{customdata}<br>%{x:.4f}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(len(names))), ticktext=names)
     lo, hi = min(0.0, float(vals.min(initial=0))), max(0.0, float(vals.max(initial=0)))
