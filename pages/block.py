@@ -10,7 +10,8 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 
 from viz_ui.block import layernorm_stats, residual_norms, sublayer_norms, top_neurons
 from viz_ui.figures import matrix_heatmap, stage_heatmap, value_bar
-from viz_ui.explain import ACT_NAMES, ffn_formula, ffn_sentence, norm_formula, norm_sentence
+from viz_ui.explain import (ACT_NAMES, ffn_formula, ffn_sentence, mlp_width, moe_note, norm_formula, norm_sentence,
+                             unit_label)
 from viz_ui.layout import (pick_index, pick_position, position_window, require_trace, setup_page, show_figure,
                            show_table)
 
@@ -73,11 +74,11 @@ show_figure(matrix_heatmap(both, [f"{ln1.name} input: {ln1.before_name}", f"{ln1
 st.header("The feed-forward network")
 st.latex(ffn_formula(cfg))
 st.markdown(f"Two layers applied to each position separately: {ffn_sentence(cfg)}. Here d_mlp = {cfg.d_mlp / cfg.d_model:g} × d_model (the original transformer used 4×: "
-            "512 → 2048). Each hidden unit (neuron) responds to some pattern in its input.")
+            "512 → 2048). Each hidden unit (neuron) responds to some pattern in its input." + moe_note(cfg))
 post = trace.arrays[f"blocks.{layer}.mlp.hook_post"]
-wa, wb = position_window(st, trace, cfg.d_mlp, pos)
-show_figure(matrix_heatmap(post[wa:wb], trace.labels[wa:wb], f"Hidden activations of layer {layer}  [{n} × {cfg.d_mlp}]",
+wa, wb = position_window(st, trace, mlp_width(cfg), pos)
+show_figure(matrix_heatmap(post[wa:wb], trace.labels[wa:wb], f"Hidden activations of layer {layer}  [{n} × {mlp_width(cfg)}]",
                            x_title="neuron", value_name="activation", offset=wa), state, f"mlp_post_L{layer}")
 idx, vals = top_neurons(post[pos])
-show_figure(value_bar([f"neuron {i}" for i in idx], vals, f"Most active neurons of layer {layer} for "
+show_figure(value_bar([unit_label(cfg, i) for i in idx], vals, f"Most active neurons of layer {layer} for "
                       f"{pos} {trace.labels[pos]}", f"activation (after {ACT_NAMES[cfg.mlp]}{' gate × linear' if cfg.mlp in ('swiglu', 'geglu') else ''})"), state, f"top_neurons_L{layer}_pos{pos}")

@@ -11,8 +11,8 @@ from viz_ui.block import layernorm_stats, residual_norms, top_neurons
 from viz_ui.figures import (attention_grid, attention_heatmap, matrix_heatmap, position_curves, stage_heatmap, topk_bar,
                             value_bar)
 from viz_ui.generation import next_token_view, shown_bars
-from viz_ui.explain import (ffn_formula, ffn_sentence, input_name, logits_formula, norm_formula, norm_sentence,
-                            output_sentence, positional_sentence, tokenizer_sentence)
+from viz_ui.explain import (ffn_formula, ffn_sentence, input_name, logits_formula, mlp_width, norm_formula, norm_sentence,
+                            output_sentence, positional_sentence, tokenizer_sentence, unit_label)
 from viz_ui.layout import (PAGES, position_window, require_trace, set_shared, setup_page, shared_number, shared_widget,
                            show_figure, show_link, show_table)
 from viz_ui.state import get_head_scores, get_logit_lens, get_positional_table, get_vocab_labels
@@ -101,11 +101,11 @@ def add_norm() -> None:
 
 def feed_forward() -> None:
     post = trace.arrays["blocks.0.mlp.hook_post"]
-    a, b = position_window(st, trace, cfg.d_mlp, last)
-    show_figure(matrix_heatmap(post[a:b], trace.labels[a:b], f"Layer 0 hidden activations [{n} × {cfg.d_mlp}]",
+    a, b = position_window(st, trace, mlp_width(cfg), last)
+    show_figure(matrix_heatmap(post[a:b], trace.labels[a:b], f"Layer 0 hidden activations [{n} × {mlp_width(cfg)}]",
                                "neuron", "activation", offset=a), state, "walk_mlp")
     idx, vals = top_neurons(post[last], 10)
-    show_figure(value_bar([f"neuron {i}" for i in idx], vals, f"Most active for {trace.labels[last]}", "activation"),
+    show_figure(value_bar([unit_label(cfg, i) for i in idx], vals, f"Most active for {trace.labels[last]}", "activation"),
                 state, "walk_neurons")
 
 

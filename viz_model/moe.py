@@ -115,3 +115,65 @@ def load_balancing_loss(router_logits: list[torch.Tensor], k: int) -> torch.Tens
     counts = torch.zeros(n_experts, device=probs.device).index_add_(
         0, chosen.reshape(-1), torch.ones(chosen.numel(), device=probs.device))
     return n_experts * (counts / chosen.numel() * probs.mean(0)).sum()
+
+
+def disable_experts(experts: list[int]):
+    """A hook function for ``blocks.{i}.mlp.hook_router_logits`` that takes ``experts`` out of the layer: their
+    router logits become -inf, so their probability is 0 and the other experts' probabilities are renormalised
+    (a softmax over the remaining experts: each remaining probability divided by their sum); the top-k is then
+    taken among the remaining experts and renormalised, or not, as the model's ``norm_topk_prob`` says. Tokens that
+    had chosen a disabled expert go to their next most probable one.
+
+    Raises:
+        ValueError: (when the hook runs) if ``experts`` would leave no expert.
+    """
+    chosen = sorted(set(experts))
+
+    def hook(logits: torch.Tensor, hook=None) -> torch.Tensor:
+        if len(chosen) >= logits.shape[-1]:
+            raise ValueError("at least one expert must stay enabled")
+        out = logits.clone()
+        out[..., chosen] = float("-inf")
+        return out
+
+    return hook
+
+
+def force_expert(expert: int, positions: list[int]):
+    """A hook function for ``blocks.{i}.mlp.hook_router_logits`` that sends the tokens at ``positions`` to
+    ``expert`` alone: every other logit of those tokens becomes -inf, so ``expert`` gets probability 1 and weight 1
+    (with or without ``norm_topk_prob``); the k - 1 other slots go to experts of weight 0, whose outputs add
+    nothing."""
+
+    def hook(logits: torch.Tensor, hook=None) -> torch.Tensor:
+        out = logits.clone()
+        rows = out[:, positions]
+        kept = rows[..., expert].clone()
+        rows.fill_(float("-inf"))
+        rows[..., expert] = kept
+        out[:, positions] = rows
+        return out
+
+    return hook
+
+
+@torch.no_grad()
+def run_with_routing(model: nn.Module, tokens: torch.Tensor, fwd_hooks=()) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                    torch.Tensor]:
+    """Run a mixture-of-experts model with ``fwd_hooks`` (``(hook name, fn)`` pairs, as ``run_with_hooks``) and
+    record where every token went.
+
+    Returns:
+        ``(logits [batch, pos, d_vocab], indices [n_layers, batch, pos, k] int64, weights [n_layers, batch, pos,
+        k])``: each layer's chosen experts and the weights their outputs were summed with, as the model used them.
+
+    Raises:
+        KeyError: for a hook name the model does not have; ValueError from the model's forward.
+    """
+    n = model.cfg.n_layers
+    names = [f"blocks.{i}.mlp.hook_{kind}" for kind in ("expert_indices", "topk_weights") for i in range(n)]
+    with model.hooks(list(fwd_hooks)):
+        logits, cache = model.run_with_cache(tokens, names_filter=names)
+    indices = torch.stack([cache[f"blocks.{i}.mlp.hook_expert_indices"] for i in range(n)])
+    weights = torch.stack([cache[f"blocks.{i}.mlp.hook_topk_weights"] for i in range(n)])
+    return logits, indices, weights

@@ -250,3 +250,53 @@ def get_salient_head(path: str, text: str) -> tuple[int, int]:
 
     model, _ = resolve(path)
     return salient_head(overview_patterns(get_trace(path, text).arrays, model.cfg.n_layers)[0])
+
+
+@st.cache_data(max_entries=4, ttl=600, show_spinner=False)
+def _moe_files(models: dict[str, str]) -> list[str]:
+    names = []
+    for name, key in models.items():
+        try:
+            if key.endswith(".safetensors"):  # native files: the config in the metadata, no weight read
+                config = json.loads(read_metadata(key).get("config", "{}"))
+                moe = isinstance(config, dict) and bool(config.get("n_experts", 0))
+            else:  # a Hugging Face folder given on the command line
+                from viz_model.families import MOE
+                config = json.loads((Path(key) / "config.json").read_text(encoding="utf-8"))
+                moe = isinstance(config, dict) and config.get("model_type") in MOE
+        except (CheckpointError, OSError, ValueError):
+            continue
+        if moe:
+            names.append(name)
+    return names
+
+
+def moe_model_names(models: dict[str, str]) -> list[str]:
+    """The names among ``models`` whose checkpoint is a mixture of experts (native files read from metadata only,
+    folders from their config.json, this session's uploads from their config)."""
+    uploads = session_models()
+    names = _moe_files({n: k for n, k in models.items() if not k.startswith(UPLOAD_PREFIX)})
+    return names + [n for n, k in models.items() if k in uploads and uploads[k].model.cfg.n_experts]
+
+
+@st.cache_data(max_entries=16, show_spinner="Running the model with the intervention…")
+def get_moe_intervention(path: str, text: str, kind: str, layer: int | None, expert: int,
+                         pos: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The model at ``path`` run again on the trace's tokens of ``text`` with its routing changed in ``layer``
+    (None: every layer): ``kind = "disable"`` takes ``expert`` out (:func:`viz_model.moe.disable_experts`),
+    ``"force"`` sends the token at ``pos`` to ``expert`` alone (:func:`viz_model.moe.force_expert`).
+
+    Returns:
+        ``(logits [pos, d_vocab], indices [n_layers, pos, k], weights [n_layers, pos, k])`` of that run.
+    """
+    import torch
+
+    from viz_model.moe import disable_experts, force_expert, run_with_routing
+
+    model, _ = resolve(path)
+    trace = get_trace(path, text)
+    fn = disable_experts([expert]) if kind == "disable" else force_expert(expert, [pos])
+    layers = range(model.cfg.n_layers) if layer is None else [layer]
+    logits, indices, weights = run_with_routing(model, torch.tensor(np.array([trace.ids])),
+                                                [(f"blocks.{i}.mlp.hook_router_logits", fn) for i in layers])
+    return logits[0].float().numpy(), indices[:, 0].numpy(), weights[:, 0].float().numpy()

@@ -235,7 +235,10 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
     n_ctx, memory_limit = token_limit(model.cfg, budget)
     limits = {"token_limit": n_ctx, "memory_limit": memory_limit, "n_ctx": model.cfg.n_ctx}
     ids = enc.ids[:n_ctx]
-    keep = lambda name: name != "hook_probs"  # noqa: E731  (softmax(hook_logits): halves what Streamlit copies)
+    # hook_probs is softmax(hook_logits): leaving it out halves what Streamlit copies; a mixture of experts' per-expert
+    # hooks (experts.{e}.*) hold only the tokens routed to that expert, [n_routed, d_mlp], not [pos, ...]: the
+    # layer's hook_post holds the same values per position
+    keep = lambda name: name != "hook_probs" and ".experts." not in name  # noqa: E731
     # long inputs: every value is kept in float16 but the logits and the q and k the attention is derived from
     # (hook_rot_q/k under rotary positions; see Arrays), which stay float32 (a GPT-2-small trace at 1,024 tokens
     # would otherwise hold 1.5 GB); views convert what they draw back to float32

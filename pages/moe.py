@@ -1,0 +1,140 @@
+"""Mixture of experts: which experts the router chose for each token in each layer and with what weight, how
+many tokens each expert received, the router's probabilities for one token, and what happens to the output when
+an expert is disabled or a token is forced to one expert."""
+
+import streamlit as st
+
+from viz_ui.preload import preload_plotly
+
+preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
+
+from viz_ui.layout import (pick_index, pick_position, require_trace, set_shared, setup_page, shared_widget,
+                           show_figure, show_link, side_by_side)
+from viz_ui.moe_view import (Routing, compare_bar, dense_weights, effect_by_position, expert_load, kl_bits,
+                             layer_weights_heatmap, load_heatmap, moved_tokens, rerouted, router_probs_heatmap,
+                             routing_from_arrays, routing_map, softmax)
+from viz_ui.state import available_models, get_moe_intervention, get_vocab_labels, moe_model_names
+from viz_ui.text import plain
+
+state = setup_page("Mixture of experts",
+                   "In a mixture-of-experts model each block has several feed-forward networks (experts) and a router "
+                   "that sends every token to a few of them: the parameters grow with the number of experts, the work "
+                   "per token does not.")
+cfg = state.model.cfg
+if not cfg.n_experts:
+    names = moe_model_names(available_models())
+    st.info(f"The loaded model, {plain(state.model_name)}, is **dense**: every token goes through the same "
+            "feed-forward network in every layer, so there is no router to show. "
+            + ("Choose " + ", ".join(f"**{plain(n)}**" for n in names) + " in the sidebar to see routing."
+               if names else "Load a mixture-of-experts model (Mixtral, Qwen2-MoE, OLMoE, or one trained with "
+               "`python -m viz_model.training --n-experts 8`) to see routing."), icon=":material/hub:")
+    show_link(state)
+    st.stop()
+trace = require_trace(state)
+n_exp, k, n_layers = cfg.n_experts, cfg.experts_per_token, cfg.n_layers
+routing = routing_from_arrays(trace.arrays, n_layers)
+labels = trace.labels
+kind = {"swiglu": "SwiGLU", "geglu": "GeGLU"}.get(cfg.mlp, cfg.mlp.upper())
+shared = (f" Every token also goes through a **shared expert** ({cfg.d_shared_mlp} units), scaled by "
+          "σ(x W_shared_gate), a gate between 0 and 1 of its own." if cfg.d_shared_mlp else "")
+weights_rule = ("those probabilities rescaled to sum to 1" if cfg.norm_topk_prob else
+                "those probabilities as they are (not rescaled: they sum to less than 1)")
+st.markdown(f"Each of the {n_layers} layers has **{n_exp} experts**, {kind} networks of d_mlp = {cfg.d_mlp} units. "
+            f"The router, a d_model × {n_exp} matrix W_router, scores the experts for each token; softmax turns the "
+            f"scores into probabilities p; the token goes to the **{k} most probable** experts, whose outputs are "
+            f"added with {weights_rule}.{shared}")
+gate = r"\tfrac{p_e}{\sum_{j \in \mathrm{top}_k} p_j}" if cfg.norm_topk_prob else "p_e"
+extra = r" + \sigma(x\,W_{\mathrm{shared\,gate}})\,\mathrm{FFN}_{\mathrm{shared}}(x)" if cfg.d_shared_mlp else ""
+st.latex(rf"p = \mathrm{{softmax}}(x\,W_{{\mathrm{{router}}}}),\qquad \mathrm{{MoE}}(x) = "
+         rf"\sum_{{e \in \mathrm{{top}}_{{{k}}}(p)}} {gate}\;\mathrm{{FFN}}_e(x){extra}")
+
+
+def _clicked() -> None:
+    """on_select of the token × layer map: the clicked cell's token and layer become the shared choices."""
+    points = st.session_state["moe_map"].selection.points
+    if points and points[0].get("curve_number") == 1:
+        set_shared("query", int(points[0]["x"]))
+        set_shared("layer", int(points[0]["y"]))
+
+
+st.header("Which experts each token used")
+show_figure(routing_map(routing, labels, n_exp, f"Chosen experts per token and layer (top-{k}; colour: the first "
+                        "choice)"), state, "moe_map", select_key="moe_map", on_select=_clicked)
+st.caption("Each cell is one token in one layer: its colour is the expert with the largest weight, the numbers are "
+           f"the {'experts chosen, first choice first' if k <= 2 else 'first choice'}; hover for every chosen "
+           "expert's weight. Click a cell to choose that token and layer below.")
+
+load = expert_load(routing.indices, n_exp)
+c1, c2 = st.columns(2)
+layer = pick_index(c1, "Layer", "layer", n_layers, 0, lambda i: f"layer {i}")
+pos = pick_position(c2, trace, "Token")
+left, right = side_by_side(state, 2)
+with left:
+    show_figure(layer_weights_heatmap(dense_weights(routing, n_exp)[layer], routing.probs[layer], labels,
+                                      f"Layer {layer}: each expert's weight for each token (0 = not chosen)"),
+                state, f"moe_layer_weights_L{layer}")
+with right:
+    show_figure(load_heatmap(load, f"Load: tokens each expert received ({trace.n_tokens} tokens × {k})"), state,
+                "moe_load")
+even = trace.n_tokens * k / n_exp
+busiest, idlest = int(load[layer].argmax()), int(load[layer].argmin())
+st.caption(f"An even split would give every expert {even:.1f} tokens per layer. In layer {layer}, E{busiest} received "
+           f"the most ({load[layer, busiest]}) and E{idlest} the fewest ({load[layer, idlest]}).")
+
+st.header(f"The router's probabilities for token {pos} {plain(labels[pos])}")
+chosen = dense_weights(routing, n_exp)[:, pos] > 0
+show_figure(router_probs_heatmap(routing.probs[:, pos], chosen, f"Router probabilities of {pos} {labels[pos]} in every "
+                                 "layer (✓ = chosen)"), state, f"moe_router_pos{pos}")
+st.caption(f"Each row is softmax(x W_router) in one layer for this token: it sums to 1 over the {n_exp} experts; the "
+           f"{k} largest are chosen.")
+
+st.header("Interventions: change the routing, watch the output")
+vocab = get_vocab_labels(state.model_path)
+actions = ["disable", "force"]
+c1, c2, c3 = st.columns([2, 1, 1])
+action = shared_widget(c1.radio, "Intervention", actions, key="moe_do", default="disable", valid=actions.__contains__,
+                       horizontal=True, format_func=lambda a: {"disable": "Disable an expert",
+                                                              "force": f"Send token {pos} to one expert"}[a])
+where = shared_widget(c2.selectbox, "In", [-1, *range(n_layers)], key="moe_layer", default=-1,
+                      valid=lambda v: -1 <= v < n_layers, cast=int,
+                      format_func=lambda i: "every layer" if i < 0 else f"layer {i}")
+expert = shared_widget(c3.selectbox, "Expert", list(range(n_exp)), key="moe_expert", default=busiest,
+                       valid=lambda v: 0 <= v < n_exp, cast=int, format_func=lambda e: f"E{e}")
+if action == "disable":
+    st.markdown(f"**E{expert} is taken out** of {'every layer' if where < 0 else f'layer {where}'}: its router logit "
+                "becomes −∞, so its probability is 0 and the other experts' probabilities are renormalised (softmax over "
+                f"the remaining experts); each token then goes to the {k} most probable remaining experts, weighted as "
+                f"this family does ({weights_rule}). Tokens that had chosen E{expert} move to their next best expert.")
+else:
+    st.markdown(f"**Token {pos} {plain(labels[pos])} is sent to E{expert} alone** in "
+                f"{'every layer' if where < 0 else f'layer {where}'}: its other router logits become −∞, so E{expert} "
+                "gets probability 1 and weight 1; every other token is routed as before.")
+try:
+    after_logits, after_idx, after_w = get_moe_intervention(state.model_path, trace.text, action,
+                                                            None if where < 0 else where, expert, pos)
+except ValueError as exc:
+    st.error(f"The intervention cannot be run: {plain(str(exc))}.")
+    st.stop()
+before = trace.arrays["hook_logits"]
+kl = kl_bits(before, after_logits)
+changed = rerouted(routing, Routing(after_idx, after_w), n_exp)  # [n_layers, pos]
+p_before, p_after = softmax(before[pos]), softmax(after_logits[pos])
+top = moved_tokens(p_before, p_after)
+what = f"after {pos} {labels[pos]}" if cfg.causal else f"at {pos} {labels[pos]}"
+m1, m2, m3 = st.columns(3)
+m1.metric("Routes changed (token × layer)", f"{int(changed.sum())} of {changed.size}")
+m2.metric(f"Output change at token {pos} (KL)", f"{kl[pos]:.4f} bits")
+m3.metric("Most likely token " + ("next" if cfg.causal else "here"), plain(vocab[int(p_after.argmax())]),
+          f"intact: {plain(vocab[int(p_before.argmax())])}", delta_color="off", delta_arrow="off")
+left, right = side_by_side(state, 2)
+with left:
+    show_figure(compare_bar([vocab[i] for i in top], p_before[top], p_after[top],
+                            f"Output {what}: intact and after"), state, f"moe_effect_pos{pos}")
+with right:
+    show_figure(effect_by_position(kl, labels, "How far each position's output moved (KL, bits)", changed.any(0)),
+                state, "moe_effect_by_position")
+st.caption("KL(intact ‖ after) of the output distribution at every position (T = 1); orange bars: positions whose "
+           "routing changed in some layer. "
+           + ("Later positions can move without a routing change of their own: attention reads the changed "
+              "positions." if cfg.causal else ""))
+show_link(state)
