@@ -210,3 +210,17 @@ def test_t5_relative_position_buckets(tmp_path, kw):
         for step in steps:
             assert int(ref(input_ids=src, decoder_input_ids=torch.tensor([prefix])).logits[0, -1].argmax()) == step.token_id
             prefix.append(step.token_id)
+
+
+def test_the_new_switches_train(tmp_path):
+    """Soft caps, q/k norm, sandwich norms, GeGLU and T5's bias under autograd: a backward pass reaches every switch's
+    weights (in-place operations that autograd cannot differentiate would raise here)."""
+    from conftest import small_config
+    from viz_model import VizTransformer
+    cfg = small_config(positional="rotary", norm="rmsnorm", mlp="geglu", norm_placement="sandwich", attn_softcap=5.0,
+                       logit_softcap=3.0, attn_scale=2.0, qk_norm="head", rel_pos_buckets=8, rel_pos_max_distance=20)
+    model = VizTransformer(cfg).train()
+    ids = torch.randint(0, cfg.d_vocab, (2, 12), generator=torch.Generator().manual_seed(0))
+    torch.nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.flatten()).backward()
+    for p in (model.rel_pos.W_rel, model.blocks[0].attn.q_norm.w, model.blocks[0].ln1_post.w, model.blocks[0].mlp.W_gate):
+        assert p.grad is not None and p.grad.abs().sum() > 0

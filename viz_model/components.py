@@ -394,7 +394,10 @@ def attn_divisor(cfg: Config) -> float:
 
 def soft_cap(x: torch.Tensor, cap: float) -> torch.Tensor:
     """``cap * tanh(x / cap)`` in place: about ``x`` for small values, never beyond ``±cap`` (Gemma 2's attention
-    and final-logit soft-capping; transformers' ``Gemma2`` eager attention)."""
+    and final-logit soft-capping; transformers' ``Gemma2`` eager attention). Out of place under autograd (tanh's
+    gradient needs its output unchanged)."""
+    if x.requires_grad:
+        return torch.tanh(x / cap) * cap
     return x.div_(cap).tanh_().mul_(cap)
 
 
