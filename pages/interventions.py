@@ -3,6 +3,7 @@ patching), and split a logit into what each component writes (direct logit attri
 
 import html
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -13,10 +14,10 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 from viz_ui import intervention_code as code
 from viz_ui.generation import continuation_text, mask_positions
 from viz_ui.intervention_state import (get_ablation, get_attribution, get_corrupted, get_corrupted_logits,
-                                       get_default_corruption, get_head_effects, get_patch_lens, get_patching,
-                                       get_prompt)
+                                       get_default_corruption, get_head_effects, get_patch_lens, get_patching_sweep,
+                                       get_patching_values, get_prompt)
 from viz_ui.interventions import (biggest_changes, generation_table, head_name, heads_text, lens_table,
-                                  parse_heads, prob_diff_table, prompt_of, softmax, token_pairs, top_ids)
+                                  normalised, parse_heads, prob_diff_table, prompt_of, softmax, token_pairs, top_ids)
 from viz_ui.interventions_view import (component_bars, delta_bars, head_map, heatmap_frame, patch_map, prob_diff_bars,
                                        top_bars)
 from viz_ui.layout import (MAX_CHARS, pick_index, require_trace, set_shared, setup_page, shared_widget,
@@ -290,16 +291,13 @@ def patching_part() -> None:
                               default=default_wrong, valid=wrong_options.__contains__, cast=int, format_func=fmt,
                               help="Default: the corrupted run's top token, or when both runs agree on the top token, "
                                    "the token whose probability the corruption raised most.")
-    try:
-        view = get_patching(path, text, corrupted_text, metric, answer, wrong, pos)
-    except ValueError as exc:
-        st.error(plain(str(exc)))
-        return
+    settings = (path, text, corrupted_text, metric, answer, wrong, pos)
+    clean_value, corrupted_value = get_patching_values(*settings)
     name = (f"logit({vocab[answer]}) − logit({vocab[wrong]})" if metric == "logit_diff" else f"p({vocab[answer]})")
     m1, m2 = st.columns(2)
-    m1.metric(f"Clean run: {name} {where}", f"{view.clean_value:.4f}")
-    m2.metric("Corrupted run", f"{view.corrupted_value:.4f}")
-    if view.normalised is None:
+    m1.metric(f"Clean run: {name} {where}", f"{clean_value:.4f}")
+    m2.metric("Corrupted run", f"{corrupted_value:.4f}")
+    if normalised(np.zeros(1), clean_value, corrupted_value) is None:
         st.info("Both runs give the same metric, so there is nothing to restore: choose other tokens, or another "
                 "edit.", icon=":material/block:")
         return
@@ -315,15 +313,18 @@ def patching_part() -> None:
             set_shared("cell", f"{site}:{layer}:{index}")
 
     positions = [f"{i} {t}" for i, t in enumerate(labels)]
+    def sweep(site: str) -> np.ndarray:  # one map's cells, normalised (each computed, and drawn, in turn)
+        return normalised(get_patching_sweep(*settings, site), clean_value, corrupted_value)
+
     for site in ("resid_pre", "attn_out", "mlp_out"):
-        values, title = view.normalised[site], TITLES[site]
+        values, title = sweep(site), TITLES[site]
         selected = (cell[1], cell[2]) if cell and cell[0] == site else None
         show_figure(patch_map(values, labels, title, selected), state, f"patching_{site}", select_key=f"patch_{site}",
                     on_select=lambda site=site: choose(site, n),
                     data=lambda v=values: heatmap_frame(v, layers, positions))
     head_col, lens_col = side_by_side(state, 2)
     with head_col:
-        values = view.normalised["head"]
+        values = sweep("head")
         selected = (cell[1], cell[2]) if cell and cell[0] == "head" else None
         show_figure(head_map(values, TITLES["head"], "restored", marked=[selected] if selected else [],
                              click_hint="click: what changed downstream", zmax=max(1.0, float(abs(values).max())),
@@ -349,8 +350,7 @@ def patching_part() -> None:
                      f"{site} of layer {layer} at position {index} (“{labels[index]}”)")
             st.caption(f"Taking {plain(taken)} from the clean run moved what each of these later heads and MLPs "
                        "writes into the residual stream by this much (Frobenius norm over positions, patched − "
-                       "corrupted run). "
-                       "Components before it do not move.")
+                       "corrupted run). Components before it do not move.")
     export("patching", code.patching_code(path, text, corrupted_text, get_prompt(path, text),
                                           get_corrupted(path, text, corrupted_text), has_tokenizer, trace.truncated,
                                           corrupted_trace.truncated, metric, answer, wrong, pos, cell))
@@ -389,5 +389,8 @@ def attribution_part() -> None:
                                                 token, pos))
 
 
-{"ablation": ablation_part, "patching": patching_part, "attribution": attribution_part}[part]()
+try:
+    {"ablation": ablation_part, "patching": patching_part, "attribution": attribution_part}[part]()
+except ValueError as exc:  # a run the model refuses (e.g. prompts of different lengths): one line, no traceback
+    st.error(f"The intervention cannot be run: {plain(str(exc))}.")
 show_link(state)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from .interventions import (AblationView, PatchingView, Prompt, ablation_means, ablation_view, attribution_view,
-                            corrupted_prompt, default_corruption, head_effects, parse_heads, patch_lens, patching_view,
+from .interventions import (AblationView, Prompt, ablation_means, ablation_view, attribution_view, corrupted_prompt,
+                            default_corruption, head_effects, parse_heads, patch_lens, patching_sweep, patching_values,
                             prompt_of)
 from .state import get_trace, resolve
 
@@ -58,17 +58,27 @@ def get_default_corruption(path: str, text: str) -> str:
     return default_corruption(model, tokenizer, get_prompt(path, text), text)
 
 
-@st.cache_data(max_entries=16, ttl=3600, show_spinner="Patching every layer, position and head (batched)…")
-def get_patching(path: str, clean_text: str, corrupted_text: str, kind: str, answer: int, wrong: int,
-                 pos: int) -> PatchingView:
-    """:func:`viz_ui.interventions.patching_view` of a clean / corrupted pair.
+@st.cache_data(max_entries=32, ttl=3600, show_spinner=False)
+def get_patching_values(path: str, clean_text: str, corrupted_text: str, kind: str, answer: int, wrong: int,
+                        pos: int) -> tuple[float, float]:
+    """The metric of the clean and the corrupted run (:func:`viz_ui.interventions.patching_values`)."""
+    model, _ = resolve(path)
+    return patching_values(model, get_prompt(path, clean_text), get_corrupted(path, clean_text, corrupted_text),
+                           kind, answer, wrong, pos)
+
+
+@st.cache_data(max_entries=64, ttl=3600, show_spinner="Patching every cell of this map (batched)…")
+def get_patching_sweep(path: str, clean_text: str, corrupted_text: str, kind: str, answer: int, wrong: int, pos: int,
+                       site: str) -> np.ndarray:
+    """One patching sweep (:func:`viz_ui.interventions.patching_sweep`), not normalised: each map of the page is
+    computed, and drawn, in turn.
 
     Raises:
         ValueError: prompts of different lengths, a text that cannot be run.
     """
     model, _ = resolve(path)
-    return patching_view(model, get_prompt(path, clean_text), get_corrupted(path, clean_text, corrupted_text), kind,
-                         answer, wrong, pos)
+    return patching_sweep(model, get_prompt(path, clean_text), get_corrupted(path, clean_text, corrupted_text), kind,
+                          answer, wrong, pos, site)
 
 
 @st.cache_data(max_entries=32, ttl=3600, show_spinner="Patching one cell…")

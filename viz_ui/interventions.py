@@ -199,17 +199,6 @@ def head_effects(model: VizTransformer, prompt: Prompt, token_id: int, pos: int,
 
 # ---- activation patching ------------------------------------------------------------------------------------
 
-@dataclass
-class PatchingView:
-    """Activation patching of one clean / corrupted pair: the metric of each run, and for each site the raw
-    results and the normalised ones (1 = the clean value restored, 0 = the corrupted value)."""
-
-    clean_value: float
-    corrupted_value: float
-    raw: dict[str, np.ndarray]
-    normalised: dict[str, np.ndarray] | None  # None when both runs give the same metric (nothing to restore)
-
-
 def metric_for(kind: str, answer: int, wrong: int, pos: int):
     """``logit_diff`` (answer − wrong) or ``prob`` (the answer's probability) at ``pos``, as a patching metric."""
     if kind == "prob":
@@ -228,24 +217,34 @@ def _clean_cache(model: VizTransformer, clean: Prompt):
 
 
 @torch.no_grad()
-def patching_view(model: VizTransformer, clean: Prompt, corrupted: Prompt, kind: str, answer: int, wrong: int,
-                  pos: int) -> PatchingView:
-    """Every sweep of :data:`SWEEPS` (``[n_layers, pos]``, heads ``[n_layers, n_heads]``) for the metric, and
-    :func:`viz_model.patching.normalise` of each.
+def patching_values(model: VizTransformer, clean: Prompt, corrupted: Prompt, kind: str, answer: int, wrong: int,
+                    pos: int) -> tuple[float, float]:
+    """The metric (see :func:`metric_for`) of the clean run and of the corrupted run."""
+    metric = metric_for(kind, answer, wrong, pos)
+    return (float(metric(model(clean.tokens, **clean.kwargs))),
+            float(metric(model(corrupted.tokens, **corrupted.kwargs))))
+
+
+@torch.no_grad()
+def patching_sweep(model: VizTransformer, clean: Prompt, corrupted: Prompt, kind: str, answer: int, wrong: int,
+                   pos: int, site: str) -> np.ndarray:
+    """One sweep of :data:`SWEEPS` for the metric: the corrupted run's metric with each activation taken from the
+    clean run, ``[n_layers, pos]`` (``head``: ``[n_layers, n_heads]``), not normalised.
 
     Raises:
         ValueError: prompts of different lengths (from :mod:`viz_model.patching`).
     """
-    metric = metric_for(kind, answer, wrong, pos)
-    clean_logits, cache = _clean_cache(model, clean)
-    clean_value = float(metric(clean_logits))
-    corrupted_value = float(metric(model(corrupted.tokens, **corrupted.kwargs)))
-    raw = {site: fn(model, corrupted.tokens, cache, metric, **corrupted.kwargs) for site, fn in SWEEPS.items()}
+    _, cache = _clean_cache(model, clean)
+    return SWEEPS[site](model, corrupted.tokens, cache, metric_for(kind, answer, wrong, pos), **corrupted.kwargs).numpy()
+
+
+def normalised(raw: np.ndarray, clean_value: float, corrupted_value: float) -> np.ndarray | None:
+    """:func:`viz_model.patching.normalise` (1 = fully restored, 0 = no effect); None when both runs give the same
+    metric (nothing to restore)."""
     try:
-        normalised = {site: patching.normalise(r, clean_value, corrupted_value).numpy() for site, r in raw.items()}
+        return patching.normalise(torch.from_numpy(raw), clean_value, corrupted_value).numpy()
     except ValueError:
-        normalised = None
-    return PatchingView(clean_value, corrupted_value, {s: r.numpy() for s, r in raw.items()}, normalised)
+        return None
 
 
 @torch.no_grad()
