@@ -7,8 +7,9 @@ Usage::
     python scripts/moe_experts.py assets/models/tinystories-moe.safetensors ../shared/data/tinystories-valid-head.txt
 
 The text is cut into non-overlapping windows of the model's context (up to ``--tokens`` tokens); every token of
-every window is counted in every layer. "Consistency" of an expert for a token type: the fraction of that token's
-occurrences (at least ``--min-count``) that the router sent to the expert, among its k experts.
+every window is counted in every layer. For each expert: the share of tokens it received, the kinds of those tokens
+(punctuation, line breaks, word starts, pieces inside words), and the token types it received most often with the
+fraction of each type's occurrences (at least ``--min-count``) that the router sent to it.
 """
 
 from __future__ import annotations
@@ -59,19 +60,41 @@ def main() -> None:
     for i, r in enumerate(routes):
         share = np.bincount(r.ravel(), minlength=E) / r.size
         print(f"| {i} | " + " | ".join(f"{100 * s:.1f}" for s in share) + f" | {share.max() * E:.2f} |")
-    frequent = [t for t, c in counts.items() if c >= args.min_count]
+    labels = {t: token_label(tok, t) for t in counts}
+    kinds = {t: kind(labels[t]) for t in counts}
     for i, r in enumerate(routes):
-        print(f"\nLayer {i}: the token types each expert receives most consistently (share of their occurrences, "
-              f"types seen at least {args.min_count} times)\n")
-        print("| expert | tokens |")
-        print("|---|---|")
+        print(f"\nLayer {i}: what each expert received. Mix: the kinds of its tokens (punctuation and quotes, line "
+              "breaks, word starts ·, pieces inside a word); tokens: the types it received most often, with the share "
+              f"of that type's occurrences it got (types seen at least {args.min_count} times)\n")
+        print("| expert | load | mix | tokens |")
+        print("|---|---|---|---|")
         for e in range(E):
             hit = (r == e).any(-1)
-            share = {t: hit[ids == t].mean() for t in frequent}
-            best = sorted(share, key=lambda t: -share[t])[: args.top]
-            shown = ", ".join(f"`{token_label(tok, t)}` {100 * share[t]:.0f} %" for t in best)
-            print(f"| E{e} | {shown} |")
+            got = Counter(ids[hit].tolist())
+            n_got = sum(got.values())
+            if not n_got:
+                print(f"| E{e} | 0 | — | (no token) |")
+                continue
+            mix = Counter()
+            for t, c in got.items():
+                mix[kinds[t]] += c
+            mix_text = ", ".join(f"{name} {100 * mix[name] / n_got:.0f} %" for name in KINDS if mix[name])
+            best = [t for t, _ in got.most_common() if counts[t] >= args.min_count][: args.top]
+            shown = ", ".join(f"`{labels[t]}` {100 * got[t] / counts[t]:.0f} %" for t in best)
+            print(f"| E{e} | {100 * n_got / len(ids):.0f} % of tokens | {mix_text} | {shown} |")
 
+
+KINDS = ("punctuation", "line break", "word start", "piece")
+
+
+def kind(label: str) -> str:
+    """A token's kind from its display label (spaces drawn as ·, line breaks as \\n)."""
+    text = label.replace("·", " ").replace("\\n", "\n")
+    if "\n" in text:
+        return "line break"
+    if not any(ch.isalnum() for ch in text):
+        return "punctuation"
+    return "word start" if text.startswith(" ") else "piece"
 
 if __name__ == "__main__":
     main()
