@@ -77,7 +77,10 @@ def architecture_table(model: VizTransformer) -> pd.DataFrame:
         ("d_model", cfg.d_model),
         ("d_head (d_k)", cfg.d_head),
         ("d_mlp", cfg.d_mlp),
-        ("feed-forward", MLP_NAMES.get(cfg.mlp, cfg.mlp)),
+        ("feed-forward", MLP_NAMES.get(cfg.mlp, cfg.mlp) + (
+            f", mixture of {cfg.n_experts} experts, top-{cfg.experts_per_token} per token "
+            f"({'weights renormalised' if cfg.norm_topk_prob else 'router probabilities as weights'})"
+            + (f", shared expert of {cfg.d_shared_mlp}" if cfg.d_shared_mlp else "") if cfg.n_experts else "")),
         ("positions", _positions(cfg)),
         ("normalisation", f"{'RMSNorm' if cfg.norm == 'rmsnorm' else 'LayerNorm'}, {PLACEMENTS[cfg.norm_placement]}"
                           + (", final norm" if cfg.final_norm else "") + (", embedding norm" if cfg.embed_norm else "")),
