@@ -20,7 +20,7 @@ from viz_ui.timeline_state import (MAX_SESSION_TIMELINES, UPLOAD_PREFIX, add_ses
                                    get_step_sample, get_step_trace, get_timeline_scores, resolve_timeline)
 from viz_ui.timeline_view import loss_curves, score_lines
 
-PLAY_SECONDS = 0.8  # one snapshot per tick while playing
+PLAY_SECONDS = 1.0  # one snapshot per tick while playing
 N_NEW = 30  # greedy tokens generated at each step
 
 state = setup_page("Watch it learn",
@@ -28,42 +28,49 @@ state = setup_page("Watch it learn",
                    "watch its attention heads form, on your own text: the losses fall, and at one moment a head "
                    "learns to copy what came after an earlier occurrence of the current token (an induction head).")
 
-cap_mb = min(MAX_UPLOAD_MB, int(st.get_option("server.maxUploadSize")))
-with st.expander("Open another timeline (.zip)", icon=":material/upload_file:"):
-    st.caption(f"A .zip (up to {cap_mb} MB) of a folder with a timeline.json (steps, snapshots, train_loss, "
-               "valid_loss) and its checkpoints, or of checkpoints whose names carry the step (step-1000, "
-               "step_001000.safetensors). It stays in this browser session only (the last "
-               f"{MAX_SESSION_TIMELINES}); nothing in it is executed. On the command line: "
-               "`streamlit run app.py -- --timeline PATH`.")
-    upload = st.file_uploader("Timeline (.zip)", type=["zip"], key="upload_timeline", max_upload_size=cap_mb)
-    if upload is not None and st.session_state.get("_last_timeline_upload") != upload.file_id:
-        st.session_state["_last_timeline_upload"] = upload.file_id
-        data = upload.getvalue()
-        bar = st.progress(0.0, text=f"Loading {plain(upload.name)}…")
-        try:  # any failure (a Rust panic too) is one line; Streamlit's rerun/stop signals pass
-            loaded = load_timeline_upload(upload.name, data, lambda f, msg: bar.progress(f, text=plain(msg)), cap_mb)
-        except BaseException as exc:
-            if not recoverable(exc):
-                raise
-            bar.empty()
-            reason = str(exc) if isinstance(exc, CheckpointError) else f"{upload.name} cannot be loaded ({error_line(exc)})"
-            st.session_state["_timeline_message"] = f"{plain(error_line(reason, 300))}."
-        else:
-            name = f"{PurePosixPath(upload.name).stem} (upload)"
-            set_shared("timeline", name)
-            add_session_timeline(upload_hash(data), name, loaded)
-            st.rerun()
-    if message := st.session_state.pop("_timeline_message", None):
-        st.error(message, icon=":material/error:")
+
+def upload_section() -> None:
+    """Open a timeline uploaded as a .zip (kept in this session only)."""
+    cap_mb = min(MAX_UPLOAD_MB, int(st.get_option("server.maxUploadSize")))
+    with st.expander("Open another timeline (.zip)", icon=":material/upload_file:"):
+        st.caption(f"A .zip (up to {cap_mb} MB) of a folder with a timeline.json (steps, snapshots, train_loss, "
+                   "valid_loss) and its checkpoints, or of checkpoints whose names carry the step (step-1000, "
+                   "step_001000.safetensors). It stays in this browser session only (the last "
+                   f"{MAX_SESSION_TIMELINES}); nothing in it is executed. On the command line: "
+                   "`streamlit run app.py -- --timeline PATH`.")
+        upload = st.file_uploader("Timeline (.zip)", type=["zip"], key="upload_timeline", max_upload_size=cap_mb)
+        if upload is not None and st.session_state.get("_last_timeline_upload") != upload.file_id:
+            st.session_state["_last_timeline_upload"] = upload.file_id
+            data = upload.getvalue()
+            bar = st.progress(0.0, text=f"Loading {plain(upload.name)}…")
+            try:  # any failure (a Rust panic too) is one line; Streamlit's rerun/stop signals pass
+                uploaded = load_timeline_upload(upload.name, data, lambda f, msg: bar.progress(f, text=plain(msg)), cap_mb)
+            except BaseException as exc:
+                if not recoverable(exc):
+                    raise
+                bar.empty()
+                reason = str(exc) if isinstance(exc, CheckpointError) else f"{upload.name} cannot be loaded ({error_line(exc)})"
+                st.session_state["_timeline_message"] = f"{plain(error_line(reason, 300))}."
+            else:
+                name = f"{PurePosixPath(upload.name).stem} (upload)"
+                set_shared("timeline", name)
+                add_session_timeline(upload_hash(data), name, uploaded)
+                st.rerun()
+        if message := st.session_state.pop("_timeline_message", None):
+            st.error(message, icon=":material/error:")
+
 
 timelines = available_timelines()
 if not timelines:
     st.info("No timeline is available: the shipped one lives in assets/timelines/; give one with `--timeline PATH`, or "
-            "upload a .zip above.")
+            "upload a .zip below.")
+    upload_section()
     st.stop()
-name = shared_widget(st.selectbox, "Timeline", list(timelines), key="timeline", default=next(iter(timelines)),
+top = st.columns([3, 1, 1.3], vertical_alignment="bottom")
+name = shared_widget(top[0].selectbox, "Timeline", list(timelines), key="timeline", default=next(iter(timelines)),
                      valid=timelines.__contains__,
-                     help="The shipped timeline, those given with --timeline, and your uploads (this session only).")
+                     help="The shipped timeline, those given with --timeline, and your uploads (this session only; "
+                          "open one with “Open another timeline” at the bottom of the page).")
 key = timelines[name]
 try:
     loaded = resolve_timeline(key)
@@ -77,25 +84,33 @@ best_induction = scores["induction"].reshape(len(steps), -1).max(1)
 best_previous = scores["previous-token"].reshape(len(steps), -1).max(1)
 phase = phase_change(steps, best_induction.tolist())
 kind = "decoder" if cfg.causal else "encoder"
-st.markdown(f"**{plain(name)}**: {len(steps)} snapshots from step {steps[0]:,} to step {steps[-1]:,} of one training "
-            f"run of a {cfg.n_layers}-layer {kind} with {cfg.n_heads} heads per layer (d_model {cfg.d_model}, "
-            f"{models[0].n_params():,} parameters, context {cfg.n_ctx} tokens).")
-if not key.startswith(UPLOAD_PREFIX) and (card := model_card(key)):
-    with st.expander("Timeline card (data, recipe, every snapshot's numbers)", icon=":material/description:"):
-        st.markdown(card)
+st.caption(f"**{plain(name)}**: {len(steps)} snapshots from step {steps[0]:,} to step {steps[-1]:,} of one training "
+           f"run of a {cfg.n_layers}-layer {kind} with {cfg.n_heads} heads per layer (d_model {cfg.d_model}, "
+           f"{models[0].n_params():,} parameters, context {cfg.n_ctx} tokens).")
 
-playing = st.toggle("Play", key="tl_play", help="Advance one snapshot every "
-                    f"{PLAY_SECONDS:g} s from the current step; it stops at the last one (press again to start over).")
-if playing and st.session_state.get("_train_step") == steps[-1] and not st.session_state.get("_tl_played"):
-    set_shared("train_step", steps[0])  # Play at the end starts over
-st.session_state["_tl_played"] = playing
-st.session_state["_tl_full_run"] = True  # the fragment's first run in this full run does not advance
-repeat = st.toggle("Show my text twice", value=True, key="tl_repeat",
-                   help="Your text, a line break, and your text again (cut to the model's context). An induction head "
-                        "shows on text that repeats: in the second copy each token looks at the token that followed its "
-                        "first occurrence.")
+
+def _play_changed() -> None:
+    """Play starts from the step shown (from the first one when the last is shown); Pause leaves the step slider
+    on the snapshot shown last."""
+    if st.session_state["tl_play"]:
+        now = st.session_state.get("_train_step", steps[-1])
+        i = steps.index(now) if now in steps else len(steps) - 1
+        st.session_state["_tl_pos"] = 0 if i == len(steps) - 1 else i
+    else:
+        set_shared("train_step", steps[min(st.session_state.get("_tl_pos", 0), len(steps) - 1)])
+
+
+playing = top[1].toggle("Play", key="tl_play", on_change=_play_changed,
+                        help=f"Show the next snapshot every {PLAY_SECONDS:g} s, from the step shown; it stops at the "
+                             "last one (press again to start over).")
+st.session_state["_tl_full_run"] = True  # the fragment's run inside a full run shows the current snapshot again
+repeat = top[2].toggle("Show my text twice", value=True, key="tl_repeat",
+                       help="Your text, a line break, and your text again (cut to the model's context). An induction "
+                            "head shows on text that repeats: in the second copy each token looks at the token that "
+                            "followed its first occurrence.")
 text = state.text.strip()
 if not text:
+    upload_section()
     st.stop()
 shown = f"{text}\n{text}" if repeat else text
 
@@ -113,32 +128,35 @@ def _open_head() -> None:
 def at_step() -> None:
     """Everything that depends on the step, as a fragment: a step change (or a tick of Play) reruns only this."""
     state.shown_link = ""  # redraw the sidebar's link from this fragment too (see pages/output.py)
-    if playing and not st.session_state.pop("_tl_full_run", False):
-        now = st.session_state.get("_train_step", steps[0])
-        i = steps.index(now) if now in steps else 0
-        if i + 1 >= len(steps):
+    if playing:  # no step widget while playing: a tick never races a value the browser sends for it
+        pos = min(st.session_state.get("_tl_pos", 0), len(steps) - 1)
+        if not st.session_state.pop("_tl_full_run", False) and st.session_state.get("_tl_drawn") == pos:
+            pos += 1  # only once this snapshot was drawn in full (a slow run may be cut short by the next tick)
+        if pos >= len(steps):
             st.session_state["tl_play"] = False
+            set_shared("train_step", steps[-1])
             st.rerun(scope="app")
-        set_shared("train_step", steps[i + 1])
-    st.session_state.pop("_tl_full_run", None)
-    step = shared_widget(st.select_slider, "Training step (snapshots, log-spaced)", options=steps, key="train_step",
-                         default=steps[-1], valid=lambda v: v in steps, cast=int, format_func=lambda s: f"{s:,}",
-                         disabled=playing, help="Each mark is a saved snapshot: dense early on and where the "
-                                                "induction score moved. Pause to move it by hand.")
+        st.session_state["_tl_pos"] = pos
+        step = steps[pos]
+        st.progress(pos / max(1, len(steps) - 1), text=f"Playing: step {step:,} (snapshot {pos + 1} of {len(steps)})")
+    else:
+        st.session_state.pop("_tl_full_run", None)
+        step = shared_widget(st.select_slider, "Training step (snapshots, log-spaced)", options=steps,
+                             key="train_step", default=steps[-1], valid=lambda v: v in steps, cast=int,
+                             format_func=lambda s: f"{s:,}",
+                             help="Each mark is a saved snapshot: dense early on and where the induction score moved.")
     i = steps.index(step)
     metrics = st.columns(4)
-    metrics[0].metric("Step", f"{step:,}")
-    if tl.valid_loss is not None:
-        metrics[1].metric("Validation loss (nats/token)", f"{tl.valid_loss[i]:.3f}",
-                          f"{tl.valid_loss[i] - tl.valid_loss[0]:+.3f} since step {steps[0]:,}", delta_color="inverse")
-    elif tl.train_loss is not None:
-        metrics[1].metric("Train loss (nats/token)", f"{tl.train_loss[i]:.3f}")
-    else:
-        metrics[1].metric("Loss", "not recorded")
+    for col, label, values in ((metrics[0], "Train loss", tl.train_loss), (metrics[1], "Validation loss", tl.valid_loss)):
+        if values is None:
+            col.metric(label, "not recorded")
+        else:
+            col.metric(f"{label} (nats/token)", f"{values[i]:.3f}", f"{values[i] - values[0]:+.3f} since step {steps[0]:,}",
+                       delta_color="inverse")
     for col, label, values, score in ((metrics[2], "Best induction score", best_induction, "induction"),
                                       (metrics[3], "Best previous-token score", best_previous, "previous-token")):
         layer, head = divmod(int(scores[score][i].argmax()), cfg.n_heads)
-        col.metric(label, f"{values[i]:.2f}", f"layer {layer}, head {head}", delta_color="off")
+        col.metric(label, f"{values[i]:.2f}", f"layer {layer}, head {head}", delta_color="off", delta_arrow="off")
 
     curves, lines = side_by_side(state, [2, 3])
     with curves:
@@ -165,27 +183,27 @@ def at_step() -> None:
         trace = get_step_trace(key, i, shown)
     except ValueError as exc:
         st.error(f"The text cannot be run by this timeline's model: {plain(str(exc))}.")
+        st.session_state["_tl_drawn"] = i if playing else None
         return
     if trace.truncated:
         st.caption(f":material/content_cut: {trace.cut_message}")
     default_layer, default_head = divmod(int(scores["induction"][-1].argmax()), cfg.n_heads)
-    c1, c2 = st.columns(2)
-    layer = pick_index(c1, "Layer", "tl_layer", cfg.n_layers, default_layer)
-    head = pick_index(c2, "Head", "tl_head", cfg.n_heads, default_head)
     n = min(trace.n_tokens, SQUARE_SIDE)
-    big, grid_col = side_by_side(state, [3, 2])
-    with big:
-        matrix = trace.arrays[f"blocks.{layer}.attn.hook_pattern"][head][:n, :n]
-        show_figure(attention_heatmap(matrix, trace.labels[:n], f"Layer {layer}, head {head} at step {step:,}"), state,
-                    f"timeline_L{layer}_H{head}_step{step}")
+    grid_col, pick_col = side_by_side(state, [3, 2])
     with grid_col:
         patterns, block = overview_patterns(trace.arrays, cfg.n_layers)
         grid, _ = attention_grid(patterns, pooled_by=block, labels=trace.labels)
         grid.update_layout(title=dict(text=f"All heads at step {step:,}"))
-        show_figure(grid, state, f"timeline_all_heads_step{step}", select_key="tl_grid", on_select=_open_head)
-        st.caption(f"Layer {layer}, head {head}: induction score {scores['induction'][i, layer, head]:.2f}, "
-                   f"previous-token score {scores['previous-token'][i, layer, head]:.2f} at this step. Click a head "
-                   "to show it large.")
+        show_figure(grid, state, "timeline_all_heads", select_key="tl_grid", on_select=_open_head)
+    with pick_col:
+        layer = pick_index(st, "Layer", "tl_layer", cfg.n_layers, default_layer)
+        head = pick_index(st, "Head", "tl_head", cfg.n_heads, default_head)
+        st.caption(f"Layer {layer}, head {head} at this step: induction score {scores['induction'][i, layer, head]:.2f}, "
+                   f"previous-token score {scores['previous-token'][i, layer, head]:.2f}. It opens on the head with the "
+                   "highest induction score at the last step; click a head in the grid to show it below.")
+    matrix = trace.arrays[f"blocks.{layer}.attn.hook_pattern"][head][:n, :n]
+    show_figure(attention_heatmap(matrix, trace.labels[:n], f"Layer {layer}, head {head} at step {step:,}"), state,
+                f"timeline_L{layer}_H{head}")
 
     if cfg.causal and models[i].has_lm_head:
         st.subheader(f"What the model writes at step {step:,}")
@@ -197,6 +215,12 @@ def at_step() -> None:
             st.markdown(f"Greedy continuation (temperature 0, {N_NEW} tokens) of your text"
                         + (f" (its last {used} tokens)" if used < total else "") + ":")
             st.markdown(f"> …{plain(text[-200:], None)}**{plain(continuation, None)}**")
+    st.session_state["_tl_drawn"] = i if playing else None
 
 
 at_step()
+
+if not key.startswith(UPLOAD_PREFIX) and (card := model_card(key)):
+    with st.expander("Timeline card (data, recipe, every snapshot's numbers)", icon=":material/description:"):
+        st.markdown(card)
+upload_section()

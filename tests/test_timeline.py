@@ -156,3 +156,85 @@ def test_log_spaced_steps_and_phase_change():
     assert phase_change([0, 10, 20], [0.02, 0.1, 0.2]) is None  # no rise of 0.3
     with pytest.raises(ValueError):
         log_spaced_steps(5, 10)
+
+
+# ------------------------------------------------------------------------------------------ the shipped timeline
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """The shipped timeline.json and every snapshot, each loaded on its own with load_model."""
+    data = json.loads((SHIPPED / "timeline.json").read_text(encoding="utf-8"))
+    return data, [load_model(SHIPPED / name)[0] for name in data["snapshots"]]
+
+
+def scores_by_hand(model, length: int = 50, seed: int = 0) -> dict[str, np.ndarray]:
+    """Induction and previous-token scores [n_layers, n_heads] from the model's own attention on a random sequence
+    of ``length`` ids repeated twice, computed here with plain loops (not with viz_model.head_scores)."""
+    half = torch.randint(0, model.cfg.d_vocab, (1, length), generator=torch.Generator().manual_seed(seed))
+    _, cache = model.run_with_cache(torch.cat([half, half], 1), names_filter=lambda n: n.endswith("hook_pattern"))
+    pats = [cache[f"blocks.{layer}.attn.hook_pattern"][0].numpy() for layer in range(model.cfg.n_layers)]
+    induction = np.array([[np.mean([p[h, i, i - length + 1] for i in range(length, 2 * length)])
+                           for h in range(p.shape[0])] for p in pats])
+    previous = np.array([[np.mean([p[h, i, i - 1] for i in range(1, 2 * length)]) for h in range(p.shape[0])]
+                         for p in pats])
+    return {"induction": induction, "previous-token": previous}
+
+
+def test_shipped_snapshots_scores_recomputed_from_their_own_attention(shipped):
+    data, models = shipped
+    assert len(models) == len(data["steps"]) >= 30 and data["steps"][0] == 0
+    best = []
+    for i, model in enumerate(models):
+        mine = scores_by_hand(model)
+        for kind in ("induction", "previous-token"):
+            np.testing.assert_allclose(mine[kind], data["scores"][kind][i], atol=2e-4, err_msg=f"{kind}, snapshot {i}")
+        best.append(mine["induction"].max())
+    assert best[0] < 0.15 and best[-1] >= 0.5
+    # the card's table row of every snapshot: step | train loss | valid loss | best induction | best previous-token
+    card = (SHIPPED / "README.md").read_text(encoding="utf-8")
+    rows = [line.split("|")[1:-1] for line in card.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [int(r[0].replace(",", "")) for r in rows] == data["steps"]
+    np.testing.assert_allclose([float(r[3]) for r in rows], best, atol=6e-4)
+    np.testing.assert_allclose([float(r[2]) for r in rows], data["valid_loss"], atol=6e-4)
+    middle = (best[0] + max(best)) / 2  # the phase change: the first snapshot at half the rise, and the one before
+    j = next(j for j, b in enumerate(best) if b >= middle)
+    assert data["phase_change"] == [data["steps"][j - 1], data["steps"][j]]
+    assert f"between step {data['steps'][j - 1]:,} and step {data['steps'][j]:,}" in card
+
+
+def test_shipped_losses_fall_and_the_folder_is_small(shipped):
+    data, _ = shipped
+    assert data["valid_loss"][-1] < data["valid_loss"][0] - 2.0 and data["train_loss"][-1] < data["train_loss"][0] - 2.0
+    assert min(data["valid_loss"][-5:]) == pytest.approx(min(data["valid_loss"]), abs=0.05)  # no late blow-up
+    size = sum(f.stat().st_size for f in SHIPPED.iterdir())
+    assert size <= 40 * 2**20, f"{size / 2**20:.1f} MB"
+
+
+def test_timeline_page_shows_the_snapshots_own_numbers(shipped):
+    data, models = shipped
+    i = len(data["steps"]) * 2 // 3
+    step = data["steps"][i]
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    for name, value in dict(train_step=step, tl_layer=1, tl_head=2, text="Tom had a red ball.").items():
+        at.query_params[name] = str(value)  # a link that opens this view
+    at.run()
+    at.switch_page("pages/timeline.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.select_slider(key="train_step").value == step
+    assert list(at.select_slider(key="train_step").options) == [f"{s:,}" for s in data["steps"]]
+    figs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+    loss = figs["Loss during training"]["data"]
+    np.testing.assert_allclose(plotly_array(loss[0]["y"]), data["train_loss"])
+    np.testing.assert_allclose(plotly_array(loss[2]["y"]), data["valid_loss"])
+    model, tok = load_model(SHIPPED / data["snapshots"][i])
+    ids = tok.encode("Tom had a red ball.\nTom had a red ball.").ids
+    _, cache = model.run_with_cache(torch.tensor([ids]))
+    shown = plotly_array(figs[f"Layer 1, head 2 at step {step:,}"]["data"][0]["z"])
+    np.testing.assert_allclose(shown, cache["blocks.1.attn.hook_pattern"][0, 2].numpy(), atol=1e-6)
+    lines = figs["Head-type scores of every head across training"]["data"]
+    l1h2 = next(t for t in lines if t["name"] == "L1H2" and t["xaxis"] == "x2")  # the induction subplot
+    np.testing.assert_allclose(plotly_array(l1h2["y"]), np.array(data["scores"]["induction"])[:, 1, 2], atol=2e-5)
+    best = at.metric[2]
+    assert best.label == "Best induction score" and float(best.value) == pytest.approx(
+        np.array(data["scores"]["induction"][i]).max(), abs=0.006)

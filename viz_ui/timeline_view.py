@@ -64,10 +64,10 @@ def loss_curves(steps: list[int], train: list[float] | None, valid: list[float] 
         fig.add_trace(go.Scatter(x=[x[i]], y=[values[i]], mode="markers", showlegend=False, hoverinfo="skip",
                                  marker=dict(size=13, color=colour, line=dict(color=MARK, width=3))))
     _marks(fig, step, phase)
-    fig.update_xaxes(title="training step (log scale)", **_log_ticks(steps[-1]))
+    fig.update_xaxes(title="step (log scale)", **_log_ticks(steps[-1]))
     fig.update_yaxes(title="loss (nats/token)")
     fig.update_layout(legend=dict(orientation="h", y=-0.3))
-    return _layout(fig, "Loss during training", height=380)
+    return _layout(fig, "Loss during training", height=420)
 
 
 def score_lines(steps: list[int], scores: dict[str, np.ndarray], step: int,
@@ -89,8 +89,8 @@ def score_lines(steps: list[int], scores: dict[str, np.ndarray], step: int,
                     customdata=steps, line=dict(color=HEAD_COLOURS[head % len(HEAD_COLOURS)],
                                                 dash=DASHES[layer % len(DASHES)], width=2),
                     hovertemplate=f"{name}<br>step %{{customdata:,}}<br>{kind} %{{y:.3f}}<extra></extra>"), row=1, col=c)
-        fig.update_xaxes(title="training step (log scale)", row=1, col=c, **_log_ticks(steps[-1]))
+        fig.update_xaxes(title="step (log scale)", row=1, col=c, **_log_ticks(steps[-1]))
     _marks(fig, step, phase, 1, len(kinds))
     fig.update_yaxes(range=[0, 1.02], row=1, col=1, title="score")
-    fig.update_layout(legend=dict(title="head"))
-    return _layout(fig, "Head-type scores of every head across training", height=420)
+    fig.update_layout(legend=dict(orientation="h", y=-0.3, title="head"))
+    return _layout(fig, "Head-type scores of every head across training", height=420 + 22 * (n_layers * n_heads // 9))

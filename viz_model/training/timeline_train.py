@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     jump = phase_change(steps, best)
     probe_jump = phase_change(sorted(probes), [probes[s] for s in sorted(probes)])
     info = {"name": out.name, "command": command, "seed": args.seed, "train_minutes": round(minutes, 1),
-            "machine": f"{platform.machine()}, torch {torch.__version__}, {args.threads} threads",
+            "machine": f"{platform.machine()}, torch {torch.__version__}, {args.threads} torch thread(s)",
             "date": datetime.date.today().isoformat(),
             "data": {"train": args.train.name, "valid": args.valid.name, "valid_tokens": len(valid_ids),
                      "repeat_fraction": args.repeat_fraction, "segment": list(args.segment)},
@@ -216,10 +216,15 @@ def model_card(folder: Path) -> str:
     best_ind = [max(max(h) for h in layers) for layers in tl.scores["induction"]]
     best_prev = [max(max(h) for h in layers) for layers in tl.scores["previous-token"]]
     jump, probes = data.get("phase_change"), data["probes"]
+    machine = data["machine"].replace("1 threads", "1 torch thread").replace("1 torch thread(s)", "1 torch thread")
     size = sum(f.stat().st_size for f in folder.iterdir() if f.suffix == ".safetensors") / 2**20
     rows = "\n".join(f"| {s:,} | {tr:.3f} | {va:.3f} | {bi:.3f} | {bp:.3f} |" for s, tr, va, bi, bp in
                      zip(tl.steps, tl.train_loss, tl.valid_loss, best_ind, best_prev))
     jump_text = (f"between step {jump[0]:,} and step {jump[1]:,}" if jump else "not found (no rise of 0.3 or more)")
+    valid = tl.valid_loss
+    rise, low, high = max((valid[j] - min(valid[:j]), valid[:j].index(min(valid[:j])), j) for j in range(1, len(valid)))
+    bump = (f" On the way down it rose once by {rise:.3f}, from {valid[low]:.3f} at step {tl.steps[low]:,} to "
+            f"{valid[high]:.3f} at step {tl.steps[high]:,}, before falling again." if rise > 0.05 else "")
     probe_text = (f"between step {probes['phase_change'][0]:,} and {probes['phase_change'][1]:,}"
                   if probes.get("phase_change") else "not found")
     return f"""# {tl.name}: a training timeline where an induction head forms
@@ -236,9 +241,9 @@ positions, context {cfg.n_ctx}, a {cfg.d_vocab}-token byte-level BPE, tied embed
 The **best induction score** (over all heads) is the mean attention from each token of the second copy of a
 random 50-token sequence repeated twice to the token right after its earlier occurrence (Olsson et al., 2022;
 `viz_model.head_scores.repeated_scores`, seed 0); the **best previous-token score** is the mean attention to
-the token just before, on the same sequence. It goes from {best_ind[0]:.3f} at initialisation to
+the token just before, on the same sequence. The best induction score goes from {best_ind[0]:.3f} at initialisation to
 {best_ind[-1]:.3f} at the end; the validation loss from {tl.valid_loss[0]:.3f} to {tl.valid_loss[-1]:.3f}
-nats/token.
+nats/token.{bump}
 
 **Phase change** (the first snapshot whose best induction score reaches the midpoint between its first and
 its largest value): {jump_text}. Measured every {probes['steps'][1] - probes['steps'][0]} steps on the live
@@ -261,12 +266,14 @@ Coherent English?", arXiv:2305.07759; Hugging Face dataset `roneneldan/TinyStori
 validation on `{data['data']['valid']}` (opening stories of the validation split). The text files are not in this
 repository. The mix: {data['data']['repeat_fraction']:.0%} of each batch's rows are a random segment of
 {data['data']['segment'][0]}-{data['data']['segment'][1]} uniformly drawn token ids repeated to fill the row, the
-rest windows of the stories; at this size and step budget, stories alone give no clear induction head.
+rest windows of the stories. A repeated segment can only be predicted by looking back at its earlier occurrence,
+so copying pays off from the first steps (whether stories alone would form an induction head within this step
+budget was not measured).
 
 ## Recipe
 
-Seed {data['seed']}, {data['train_minutes']} minutes ({data['machine']}, {data['date']}, CPU cores shared with
-other jobs), AdamW (weight decay 0.1 on matrices) with warm-up and cosine decay, the project's one training loop
+Seed {data['seed']}, {data['train_minutes']} minutes ({machine}, {data['date']}, on CPU cores shared with other
+jobs), AdamW (weight decay 0.1 on matrices) with warm-up and cosine decay, the project's one training loop
 (`viz_model.training.loop.train_steps`):
 
 ```bash
