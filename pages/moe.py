@@ -2,6 +2,8 @@
 many tokens each expert received, the router's probabilities for one token, and what happens to the output when
 an expert is disabled or a token is forced to one expert."""
 
+import html
+
 import streamlit as st
 
 from viz_ui.preload import preload_plotly
@@ -43,7 +45,7 @@ st.markdown(f"Each of the {n_layers} layers has **{n_exp} experts**, {kind} netw
             f"The router, a d_model × {n_exp} matrix W_router, scores the experts for each token; softmax turns the "
             f"scores into probabilities p; the token goes to the **{k} most probable** experts, whose outputs are "
             f"added with {weights_rule}.{shared}")
-gate = r"\tfrac{p_e}{\sum_{j \in \mathrm{top}_k} p_j}" if cfg.norm_topk_prob else "p_e"
+gate = rf"\tfrac{{p_e}}{{\sum_{{j \in \mathrm{{top}}_{{{k}}}(p)}} p_j}}" if cfg.norm_topk_prob else "p_e"
 extra = r" + \sigma(x\,W_{\mathrm{shared\,gate}})\,\mathrm{FFN}_{\mathrm{shared}}(x)" if cfg.d_shared_mlp else ""
 st.latex(rf"p = \mathrm{{softmax}}(x\,W_{{\mathrm{{router}}}}),\qquad \mathrm{{MoE}}(x) = "
          rf"\sum_{{e \in \mathrm{{top}}_{{{k}}}(p)}} {gate}\;\mathrm{{FFN}}_e(x){extra}")
@@ -58,10 +60,10 @@ def _clicked() -> None:
 
 
 st.header("Which experts each token used")
-show_figure(routing_map(routing, labels, n_exp, f"Chosen experts per token and layer (top-{k}; colour: the first "
-                        "choice)"), state, "moe_map", select_key="moe_map", on_select=_clicked)
+show_figure(routing_map(routing, labels, n_exp, f"Top-{k} experts per token and layer"), state, "moe_map",
+            select_key="moe_map", on_select=_clicked)
 st.caption("Each cell is one token in one layer: its colour is the expert with the largest weight, the numbers are "
-           f"the {'experts chosen, first choice first' if k <= 2 else 'first choice'}; hover for every chosen "
+           f"the {'experts chosen, first choice first (3+5: experts 3 and 5)' if k <= 2 else 'first choice'}; hover for every chosen "
            "expert's weight. Click a cell to choose that token and layer below.")
 
 load = expert_load(routing.indices, n_exp)
@@ -71,22 +73,23 @@ pos = pick_position(c2, trace, "Token")
 left, right = side_by_side(state, 2)
 with left:
     show_figure(layer_weights_heatmap(dense_weights(routing, n_exp)[layer], routing.probs[layer], labels,
-                                      f"Layer {layer}: each expert's weight for each token (0 = not chosen)"),
+                                      f"Layer {layer}: expert weights per token"),
                 state, f"moe_layer_weights_L{layer}")
 with right:
-    show_figure(load_heatmap(load, f"Load: tokens each expert received ({trace.n_tokens} tokens × {k})"), state,
+    show_figure(load_heatmap(load, f"Load: tokens per expert ({trace.n_tokens} tokens × {k})"), state,
                 "moe_load")
 even = trace.n_tokens * k / n_exp
 busiest, idlest = int(load[layer].argmax()), int(load[layer].argmin())
 st.caption(f"An even split would give every expert {even:.1f} tokens per layer. In layer {layer}, E{busiest} received "
            f"the most ({load[layer, busiest]}) and E{idlest} the fewest ({load[layer, idlest]}).")
 
-st.header(f"The router's probabilities for token {pos} {plain(labels[pos])}")
+quoted = f"{pos} “{html.escape(labels[pos])}”"  # position and token, e.g. 16 “.”; Plotly reads <b>… as markup
+st.header(f"The router's probabilities for token {pos} “{plain(labels[pos])}”")
 chosen = dense_weights(routing, n_exp)[:, pos] > 0
-show_figure(router_probs_heatmap(routing.probs[:, pos], chosen, f"Router probabilities of {pos} {labels[pos]} in every "
-                                 "layer (✓ = chosen)"), state, f"moe_router_pos{pos}")
+show_figure(router_probs_heatmap(routing.probs[:, pos], chosen, f"Router probabilities of {quoted} (✓ = chosen)"),
+            state, f"moe_router_pos{pos}")
 st.caption(f"Each row is softmax(x W_router) in one layer for this token: it sums to 1 over the {n_exp} experts; the "
-           f"{k} largest are chosen.")
+           f"{k} largest are chosen. Click a cell of the map above to choose another token.")
 
 st.header("Interventions: change the routing, watch the output")
 vocab = get_vocab_labels(state.model_path)
@@ -120,18 +123,18 @@ kl = kl_bits(before, after_logits)
 changed = rerouted(routing, Routing(after_idx, after_w), n_exp)  # [n_layers, pos]
 p_before, p_after = softmax(before[pos]), softmax(after_logits[pos])
 top = moved_tokens(p_before, p_after)
-what = f"after {pos} {labels[pos]}" if cfg.causal else f"at {pos} {labels[pos]}"
+what = f"after {quoted}" if cfg.causal else f"at {quoted}"
 m1, m2, m3 = st.columns(3)
 m1.metric("Routes changed (token × layer)", f"{int(changed.sum())} of {changed.size}")
 m2.metric(f"Output change at token {pos} (KL)", f"{kl[pos]:.4f} bits")
-m3.metric("Most likely token " + ("next" if cfg.causal else "here"), plain(vocab[int(p_after.argmax())]),
+m3.metric("Most likely next token" if cfg.causal else "Most likely token here", plain(vocab[int(p_after.argmax())]),
           f"intact: {plain(vocab[int(p_before.argmax())])}", delta_color="off", delta_arrow="off")
 left, right = side_by_side(state, 2)
 with left:
     show_figure(compare_bar([vocab[i] for i in top], p_before[top], p_after[top],
-                            f"Output {what}: intact and after"), state, f"moe_effect_pos{pos}")
+                            f"Output {what}: intact vs after"), state, f"moe_effect_pos{pos}")
 with right:
-    show_figure(effect_by_position(kl, labels, "How far each position's output moved (KL, bits)", changed.any(0)),
+    show_figure(effect_by_position(kl, labels, "Output change per position (KL)", changed.any(0)),
                 state, "moe_effect_by_position")
 st.caption("KL(intact ‖ after) of the output distribution at every position (T = 1); orange bars: positions whose "
            "routing changed in some layer. "

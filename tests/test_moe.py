@@ -296,7 +296,7 @@ def test_moe_page_shows_the_models_routing_and_the_intervention_effect():
     ids = torch.tensor([tok.encode("Tom had a big red ball. He gave the ball to").ids])
     _, cache = model.run_with_cache(ids)
     first = torch.stack([cache[f"blocks.{i}.mlp.hook_expert_indices"][0, :, 0] for i in range(model.cfg.n_layers)])
-    shown = figure_titled(at, "Chosen experts per token and layer")
+    shown = figure_titled(at, "Top-2 experts per token and layer")
     np.testing.assert_array_equal(plotly_array(shown["data"][0]["z"]), first.numpy())
     probs = figure_titled(at, "Router probabilities of 3")
     np.testing.assert_allclose(plotly_array(probs["data"][0]["z"]),

@@ -15,8 +15,9 @@ import plotly.graph_objects as go
 
 from .figures import WEIGHT_SCALE, _layout, _plain, position_ticks
 
-# Okabe & Ito's colour-blind-safe palette, then Paul Tol's "muted": distinct colours for up to 16 experts
-EXPERT_COLOURS = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442", "#000000",
+# Okabe & Ito's colour-blind-safe palette (its black made grey, visible on the dark theme too), then Paul Tol's
+# "muted": distinct colours for up to 16 experts
+EXPERT_COLOURS = ["#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442", "#8c8c8c",
                   "#332288", "#88ccee", "#44aa99", "#117733", "#999933", "#ddcc77", "#cc6677", "#882255"]
 MAX_TEXT_POSITIONS = 40  # cells carry their experts' numbers up to this many tokens (beyond: hover only)
 
@@ -77,7 +78,7 @@ def routing_map(routing: Routing, labels: list[str], n_experts: int, title: str)
     weight on hover. Layers run down, token positions across."""
     idx, w = routing.indices, routing.weights
     n_layers, n_pos, k = idx.shape
-    text = np.array([[("·".join(map(str, idx[i, p])) if k <= 2 else str(idx[i, p, 0])) for p in range(n_pos)]
+    text = np.array([[("+".join(map(str, idx[i, p])) if k <= 2 else str(idx[i, p, 0])) for p in range(n_pos)]
                      for i in range(n_layers)], dtype=object)
     hover = np.array([[", ".join(f"E{e} {x:.3f}" for e, x in zip(idx[i, p], w[i, p]) if x > 0) or "no expert"
                        for p in range(n_pos)] for i in range(n_layers)], dtype=object)
@@ -100,7 +101,8 @@ def routing_map(routing: Routing, labels: list[str], n_experts: int, title: str)
     fig.update_yaxes(autorange="reversed", title="layer", tickmode="array", tickvals=list(range(n_layers)),
                      ticktext=[f"L{i}" for i in range(n_layers)])
     fig.update_xaxes(tickangle=-60, **position_ticks(labels))
-    return _layout(fig, title, height=max(300, 150 + 40 * n_layers))
+    # tall enough for the colour bar's expert names too (one per expert, also at lecture font sizes)
+    return _layout(fig, title, height=max(300, 150 + 40 * n_layers, 120 + 36 * min(n_experts, 16)))
 
 
 def layer_weights_heatmap(weights: np.ndarray, probs: np.ndarray | None, labels: list[str], title: str) -> go.Figure:
@@ -141,7 +143,7 @@ def router_probs_heatmap(probs: np.ndarray, chosen: np.ndarray, title: str) -> g
     text = np.where(chosen, np.char.add(np.char.mod("%.2f", probs), " ✓"), np.char.mod("%.2f", probs))
     fig = go.Figure(go.Heatmap(z=probs, x=np.arange(n_experts), y=np.arange(n_layers), colorscale=WEIGHT_SCALE,
                                zmin=0, zmax=1, text=text, texttemplate="%{text}" if n_experts <= 16 else None,
-                               textfont=dict(size=13), xgap=1, ygap=1, colorbar=dict(title="probability"),
+                               textfont=dict(size=13), xgap=1, ygap=1, colorbar=dict(title="p"),
                                customdata=np.where(chosen, "chosen", "not chosen"),
                                hovertemplate="layer %{y} · E%{x}<br>p = %{z:.4f} (%{customdata})<extra></extra>"))
     fig.update_yaxes(autorange="reversed", title="layer", tickmode="array", tickvals=list(range(n_layers)),
