@@ -181,7 +181,7 @@ def ablation_part() -> None:
     lens_col, gen_col = side_by_side(state, 2)
     with lens_col:
         st.markdown(f"**Logit lens {where}**: the top {unit} after each layer (the residual stream decoded with the "
-                    "model's own final norm and unembedding)")
+                    "model's own output head: its final norm, if any, and the unembedding)")
         show_table(lens_table(view, vocab), state, hide_index=True)
     with gen_col:
         if cfg.causal:

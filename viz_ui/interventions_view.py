@@ -53,8 +53,8 @@ def prob_diff_bars(table: pd.DataFrame, title: str) -> go.Figure:
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=y, ticktext=labels)
     fig.update_xaxes(title="probability (beside each red bar: Δp, ablated − intact)",
                      range=[0, min(1.0, top * 1.3 + 0.02)])
-    fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.22), margin=dict(r=80))
-    return _layout(fig, title, height=max(320, 120 + 44 * k))
+    fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.22))
+    return _layout(fig, title, height=max(320, 120 + 44 * k)).update_layout(margin=dict(r=80))  # room for the Δp
 
 
 def delta_bars(table: pd.DataFrame, title: str) -> go.Figure:
@@ -69,18 +69,17 @@ def delta_bars(table: pd.DataFrame, title: str) -> go.Figure:
     lim = _limit(table["Δp"].to_numpy()) * 1.6
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(k)), ticktext=labels)
     fig.update_xaxes(title="Δp (ablated − intact)", range=[-lim, lim], zeroline=True)
-    fig.update_layout(margin=dict(r=80))
-    return _layout(fig, title, height=max(300, 100 + 34 * k))
+    return _layout(fig, title, height=max(300, 100 + 34 * k)).update_layout(margin=dict(r=60, l=60))
 
 
 def head_map(values: np.ndarray, title: str, value_name: str, marked: list[tuple[int, int]] = (),
              click_hint: str = "", zmax: float | None = None, cell_text: bool = True,
              marker: str = "x-thin-open") -> go.Figure:
     """A ``[n_layers, n_heads]`` signed map (diverging colours centred at 0; ``zmax`` fixes the range, default the
-    largest magnitude), with the value in each cell, ``marked`` heads marked with ``marker`` (a ✕), and a clickable
-    point per head (``point_index = layer * n_heads + head``)."""
+    largest magnitude, at least 0.05), with the value in each cell, ``marked`` heads marked with ``marker`` (a ✕),
+    and a clickable point per head (``point_index = layer * n_heads + head``)."""
     n_layers, n_heads = values.shape
-    lim = zmax if zmax is not None else _limit(values)
+    lim = zmax if zmax is not None else _limit(values, 0.05)  # noise (|Δ| ≪ 0.05 nats) stays near white
     heat = go.Heatmap(z=values, x=list(range(n_heads)), y=list(range(n_layers)), colorscale=DIVERGING, zmin=-lim,
                       zmax=lim, colorbar=dict(title=value_name), hoverinfo="skip")
     if cell_text:  # the value in each cell, but none under a mark
@@ -158,8 +157,7 @@ def top_bars(values: dict[str, float], title: str, x_title: str, k: int = 15) ->
     lo, hi = min(0.0, float(vals.min(initial=0))), max(0.0, float(vals.max(initial=0)))
     pad = 0.25 * (hi - lo or 1.0)
     fig.update_xaxes(title=x_title, range=[lo - (pad if lo < 0 else 0), hi + pad])
-    fig.update_layout(margin=dict(r=60))
-    return _layout(fig, title, height=max(300, 90 + 30 * len(names)))
+    return _layout(fig, title, height=max(300, 90 + 30 * len(names))).update_layout(margin=dict(r=60))
 
 
 def heatmap_frame(values: np.ndarray, rows: list[str], cols: list[str]) -> pd.DataFrame:
