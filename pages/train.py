@@ -97,7 +97,7 @@ with st.expander("More settings"):
                           format_func=lambda v: f"{v:g}")
     seed = a3.number_input("Seed", 0, 10_000, 0, key="train_seed", disabled=running)
     st.caption("Batches of 16 random windows of the context's length; AdamW with a linear warm-up and cosine decay "
-               "(the same loop as `python -m viz_model.training`); 10 % of the text is held out to measure the "
+               "(the same loop as the training command, python -m viz_model.training); 10 % of the text is held out to measure the "
                "loss on text the model never trained on.")
 settings = TrainSettings(n_layers=n_layers, n_heads=n_heads, d_model=d_model, n_ctx=n_ctx, steps=steps,
                          vocab_size=vocab, lr=lr, seed=int(seed))
@@ -199,7 +199,11 @@ def live_view() -> None:
 
 if job is not None:
     st.subheader("3 · Training")
-    live_view()
+    # Streamlit fades a fragment's elements while it reruns (each poll): on a busy server the live view would
+    # blink every second; it keeps its full colours (and contrast) instead
+    st.html("<style>.st-key-train_live [data-stale=true]{opacity:1 !important;transition:none !important}</style>")
+    with st.container(key="train_live"):
+        live_view()
     if not running and job.progress().step >= 1:
         after = st.container(horizontal=True)
         if after.button("Watch it learn: open the snapshots on page 6", icon=":material/timelapse:", key="train_open_timeline",

@@ -20,7 +20,8 @@ STATUS_WORDS = {"preparing": "Training the tokenizer…", "training": "Training"
 
 def loss_figure(p: Progress, title: str = "Loss while training") -> go.Figure:
     """The loss of every step's batch (``p.losses``, nats/token, x = step 1 … ``p.step``) as a line over the
-    whole run (x from 0 to ``p.steps``), and the held-out loss at each snapshot as markers."""
+    whole run (x from 0 to ``p.steps`` while it runs, to the last step done once it has ended), and the held-out
+    loss at each snapshot as markers."""
     steps = np.arange(1, len(p.losses) + 1)
     fig = go.Figure(go.Scatter(x=steps, y=np.array(p.losses, dtype=float), mode="lines", name="training batch",
                                line=dict(width=1.5, color="#1f77b4"),
@@ -29,7 +30,7 @@ def loss_figure(p: Progress, title: str = "Loss while training") -> go.Figure:
         fig.add_trace(go.Scatter(x=p.snapshot_steps, y=p.valid_losses, mode="markers+lines", name="held-out text",
                                  marker=dict(size=8, color="#d62728"), line=dict(width=1, dash="dot", color="#d62728"),
                                  hovertemplate="step %{x}<br>held-out loss %{y:.3f}<extra></extra>"))
-    fig.update_xaxes(title="step", range=[0, max(p.steps, 1)])
+    fig.update_xaxes(title="step", range=[0, max(p.steps if p.running else p.step, 1)])  # stopped early: its steps
     fig.update_yaxes(title="cross-entropy (nats/token)", rangemode="tozero")
     fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.0, x=1, xanchor="right"))
     return _layout(fig, title, height=380)
