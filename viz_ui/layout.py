@@ -94,6 +94,11 @@ DARK_CSS = (
     f"[data-baseweb=popover] :is(ul,li,div),[data-baseweb=tooltip] *{{background:{DARK_BG2};color:{DARK_INK}}}"
     f"[data-testid=stTooltipContent] *{{color:{DARK_INK}}}"
     "[data-baseweb=select]>div div{background:transparent !important}"  # the select's arrow box, not white
+    # Streamlit ≥ 1.6x draws select and multiselect boxes without baseweb's select: the box holding the input
+    # and the arrow button is painted with the light theme's grey
+    "[data-testid=stApp] :is([data-testid=stSelectbox],[data-testid=stMultiSelect]) div:has(> input)"
+    f"{{background:{DARK_BG2} !important;border-color:{DARK_LINE} !important}}"
+    "[data-testid=stApp] :is([data-testid=stSelectbox],[data-testid=stMultiSelect]) button:not([data-testid=stTooltipIcon] *) svg{stroke:none !important}"
     f"[data-testid=stMarkdownContainer] code{{background:{DARK_BG2} !important;color:{DARK_INK} !important}}"
     # alerts: Streamlit's light theme tints them faintly, too light under light text; darker tints of each kind
     "[data-testid=stAlertContainer]{background:#1d2a3a !important}[data-testid=stMetricDelta]{background:#173a26 !important}"
