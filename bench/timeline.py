@@ -6,7 +6,8 @@ Two tables, on the shipped timeline (assets/timelines/induction-2l):
    step's first visit), its greedy sample, and building every figure of the step (median of N, ms);
 2. in Chromium against ``streamlit run``: ArrowRight on the step slider → the frame that shows the next
    snapshot's head (timed inside the page from the keydown's own timestamp, as bench/latency.py), at the
-   first visit of each step and again once every step is cached.
+   first visit of each step and again once every step is cached; and, in the same run, bench/latency.py's
+   typing → attention page at the same length, as a reference for the machine's load.
 
     .venv/bin/python bench/timeline.py [--repeats 5] [--tokens 64]
 """
@@ -19,7 +20,7 @@ import time
 from urllib.parse import quote
 
 from common import ROOT, show
-from latency import timed
+from latency import texts, tick_for, timed
 from server import CHROMIUM_ARGS, app_server
 
 TIMELINE = ROOT / "assets" / "timelines" / "induction-2l"
@@ -36,45 +37,54 @@ def text_of(n_tokens: int) -> tuple[str, int]:
 
 
 def server_side(text: str, repeats: int) -> dict[str, float]:
-    """Median ms of the server's work for one step change, each part measured on its own."""
-    from viz_model.training.timeline import load_timeline, phase_change, snapshot_scores
-    from viz_ui.figures import attention_grid, attention_heatmap
-    from viz_ui.heads import overview_patterns
-    from viz_ui.timeline_view import loss_curves, score_lines
-    from viz_ui.trace import run_trace
+    """Median ms of the server's work for one step change, each part measured on its own: what the page caches per
+    (snapshot, text) at a step's first visit, and what it builds at every step change (the four figures, styled and
+    serialised as ``st.plotly_chart`` does)."""
+    import plotly.io
+    import plotly.tools
+
     from viz_model.sampling import generate
+    from viz_model.training.timeline import load_timeline, phase_change, snapshot_scores
+    from viz_ui.figures import attention_grid, attention_heatmap, style_for_display
+    from viz_ui.timeline_state import step_view
+    from viz_ui.timeline_view import loss_curves, score_lines
 
     loaded = load_timeline(TIMELINE)
     tl, tok = loaded.timeline, loaded.tokenizer
     scores = {k: v.numpy() for k, v in snapshot_scores(loaded.models).items()}
-    best = scores["induction"].reshape(len(tl.steps), -1).max(1).tolist()
-    phase = phase_change(tl.steps, best)
-    shown = f"{text}\n{text}"
-    times: dict[str, list[float]] = {"trace (run_with_cache)": [], "greedy sample (30 tokens)": [],
-                                     "figures (4)": []}
-    for r in range(repeats):
+    phase = phase_change(tl.steps, scores["induction"].reshape(len(tl.steps), -1).max(1).tolist())
+    lines = {k: scores[k] for k in ("previous-token", "induction")}
+    times: dict[str, list[float]] = {"attention patterns (first visit)": [], "greedy sample, 30 tokens (first visit)": [],
+                                     "loss + score figures": [], "head + all-heads figures": []}
+    for r in range(repeats + 1):
         i = (r * 7) % len(tl.steps)
         model, step = loaded.models[i], tl.steps[i]
         t0 = time.perf_counter()
-        trace = run_trace(model, tok, shown)
+        view = step_view(model, tok, f"{text}\n{text}")
         t1 = time.perf_counter()
         generate(model, tok.encode(text).ids, 30, temperature=0.0)
         t2 = time.perf_counter()
-        loss_curves(tl.steps, tl.train_loss, tl.valid_loss, step, phase)
-        score_lines(tl.steps, {"previous-token": scores["previous-token"], "induction": scores["induction"]}, step, phase)
-        attention_heatmap(trace.arrays["blocks.1.attn.hook_pattern"][2], trace.labels, f"at step {step:,}")
-        attention_grid(*overview_patterns(trace.arrays, 2)[:1], labels=trace.labels)
+        figs = [loss_curves(tl.steps, tl.train_loss, tl.valid_loss, step, phase), score_lines(tl.steps, lines, step, phase)]
         t3 = time.perf_counter()
-        for name, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2)):
-            times[name].append(dt * 1000)
+        figs += [attention_heatmap(view.patterns[1, 2], view.labels, f"at step {step:,}"),
+                 attention_grid(view.patterns, labels=view.labels)[0]]
+        t4 = time.perf_counter()
+        for f in figs:  # as show_figure and st.plotly_chart do
+            style_for_display(f)
+            plotly.io.to_json(plotly.tools.return_figure_from_figure_or_data(f, True), validate=False)
+        t5 = time.perf_counter()
+        share = (t5 - t4) / 2  # styling and serialising, split evenly between the two pairs of figures
+        if r:  # the first round warms up
+            for name, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2 + share, t4 - t3 + share)):
+                times[name].append(dt * 1000)
     return {name: statistics.median(v) for name, v in times.items()}
 
 
-def browser(text: str, repeats: int) -> dict[str, float]:
+def browser(text: str, repeats: int, n_tokens: int) -> dict[str, float]:
     """Median ms from ArrowRight on the step slider to the frame showing the next snapshot's head."""
     import json
 
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
     steps = json.loads((TIMELINE / "timeline.json").read_text())["steps"]
     out = {}
     with app_server() as (url, _), sync_playwright() as pw:
@@ -93,6 +103,21 @@ def browser(text: str, repeats: int) -> dict[str, float]:
                                  f"Layer 1, head 2 at step {target:,}"))
                 page.wait_for_timeout(400)
             out[label] = statistics.median(got[1:])
+        # the same measure on the attention page (bench/latency.py's typing → attention), in the same run: this
+        # machine's load changes from hour to hour, the ratio much less
+        page.goto(url + "/attention")
+        box = page.get_by_label("Text", exact=True)
+        expect(box).not_to_have_value("", timeout=120_000)
+        typing, previous = [], tick_for(box.input_value())
+        for other in texts(n_tokens, repeats * 3):
+            tick = tick_for(other)
+            if tick == previous or len(typing) > repeats:
+                continue
+            previous = tick
+            box.fill(other)
+            typing.append(timed(page, lambda: box.press("Control+Enter"), ".js-plotly-plot", tick))
+            page.wait_for_timeout(300)
+        out[f"reference: typing → attention page at {n_tokens} tokens"] = statistics.median(typing[1:])
         browser.close()
     return out
 
@@ -106,7 +131,7 @@ def main() -> None:
     server = server_side(text, args.repeats)
     show(f"Server work for one step change ({n} tokens, median of {args.repeats}, ms)",
          [{"part": k, "ms": v} for k, v in server.items()] + [{"part": "total", "ms": sum(server.values())}])
-    shown = browser(text, args.repeats)
+    shown = browser(text, args.repeats, args.tokens)
     show(f"Step change → next snapshot drawn in Chromium ({n} tokens, median of {args.repeats}, ms; first try dropped)",
          [{"case": k, "ms": v} for k, v in shown.items()], "Target (issue 17): ≤ 300 ms at 64 tokens.")
 

@@ -12,12 +12,12 @@ from viz_model import CheckpointError
 from viz_model.sources import MAX_UPLOAD_MB
 from viz_model.training.timeline import PHASE_RISE, load_timeline_upload, phase_change
 from viz_ui.figures import attention_grid, attention_heatmap
-from viz_ui.heads import overview_patterns
-from viz_ui.layout import SQUARE_SIDE, pick_index, set_shared, setup_page, shared_widget, show_figure, side_by_side
+from viz_ui.layout import pick_index, set_shared, setup_page, shared_widget, show_figure, side_by_side
 from viz_ui.state import model_card, upload_hash
 from viz_ui.text import error_line, plain, recoverable
-from viz_ui.timeline_state import (MAX_SESSION_TIMELINES, UPLOAD_PREFIX, add_session_timeline, available_timelines,
-                                   get_step_sample, get_step_trace, get_timeline_scores, resolve_timeline)
+from viz_ui.timeline_state import (MAX_SESSION_TIMELINES, MAX_VIEW_TOKENS, UPLOAD_PREFIX, add_session_timeline,
+                                   available_timelines, get_step_sample, get_step_view, get_timeline_scores,
+                                   resolve_timeline)
 from viz_ui.timeline_view import loss_curves, score_lines
 
 PLAY_SECONDS = 1.0  # one snapshot per tick while playing
@@ -180,19 +180,20 @@ def at_step() -> None:
 
     st.subheader(f"Attention at step {step:,} on your text")
     try:
-        trace = get_step_trace(key, i, shown)
+        view = get_step_view(key, i, shown)
     except ValueError as exc:
         st.error(f"The text cannot be run by this timeline's model: {plain(str(exc))}.")
         st.session_state["_tl_drawn"] = i if playing else None
         return
-    if trace.truncated:
-        st.caption(f":material/content_cut: {trace.cut_message}")
+    n = len(view.labels)
+    if view.n_tokens_total > n:
+        st.caption(f":material/content_cut: The text has {view.n_tokens_total:,} tokens under this timeline's tokenizer; "
+                   f"the first {n:,} are shown ("
+                   + ("the model's context)." if n == cfg.n_ctx else f"at most {MAX_VIEW_TOKENS} here)."))
     default_layer, default_head = divmod(int(scores["induction"][-1].argmax()), cfg.n_heads)
-    n = min(trace.n_tokens, SQUARE_SIDE)
     grid_col, pick_col = side_by_side(state, [3, 2])
     with grid_col:
-        patterns, block = overview_patterns(trace.arrays, cfg.n_layers)
-        grid, _ = attention_grid(patterns, pooled_by=block, labels=trace.labels)
+        grid, _ = attention_grid(view.patterns, labels=view.labels)
         grid.update_layout(title=dict(text=f"All heads at step {step:,}"))
         show_figure(grid, state, "timeline_all_heads", select_key="tl_grid", on_select=_open_head)
     with pick_col:
@@ -201,9 +202,8 @@ def at_step() -> None:
         st.caption(f"Layer {layer}, head {head} at this step: induction score {scores['induction'][i, layer, head]:.2f}, "
                    f"previous-token score {scores['previous-token'][i, layer, head]:.2f}. It opens on the head with the "
                    "highest induction score at the last step; click a head in the grid to show it below.")
-    matrix = trace.arrays[f"blocks.{layer}.attn.hook_pattern"][head][:n, :n]
-    show_figure(attention_heatmap(matrix, trace.labels[:n], f"Layer {layer}, head {head} at step {step:,}"), state,
-                f"timeline_L{layer}_H{head}")
+    show_figure(attention_heatmap(view.patterns[layer, head], view.labels, f"Layer {layer}, head {head} at step {step:,}"),
+                state, f"timeline_L{layer}_H{head}")
 
     if cfg.causal and models[i].has_lm_head:
         st.subheader(f"What the model writes at step {step:,}")
@@ -214,7 +214,7 @@ def at_step() -> None:
         else:
             st.markdown(f"Greedy continuation (temperature 0, {N_NEW} tokens) of your text"
                         + (f" (its last {used} tokens)" if used < total else "") + ":")
-            st.markdown(f"> …{plain(text[-200:], None)}**{plain(continuation, None)}**")
+            st.markdown(f"> {'…' if len(text) > 200 else ''}{plain(text[-200:], None)}**{plain(continuation, None)}**")
     st.session_state["_tl_drawn"] = i if playing else None
 
 

@@ -1,27 +1,30 @@
 """Streamlit caching glue of the timeline page (the counterpart of :mod:`viz_ui.state` for training timelines):
 timelines loaded once per server process (shipped ones and ``--timeline`` ones) or kept in one session (uploads),
-their head-type scores, and each snapshot's trace and greedy sample of a text."""
+their head-type scores, and each snapshot's attention and greedy sample of a text."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import streamlit as st
+import torch
 
-from viz_model import CheckpointError
+from viz_model import CheckpointError, VizTransformer
 from viz_model.sampling import generate
 from viz_model.tokenizer import IdTokenizer
 from viz_model.training.timeline import TIMELINE_FILE, LoadedTimeline, load_timeline, snapshot_scores
 
-from .trace import Trace, encode_text, run_trace, tokenizer_errors
+from .trace import encode_text, token_label, tokenizer_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "assets" / "timelines"
 UPLOAD_PREFIX = "upload:"
 MAX_SESSION_TIMELINES = 2  # uploaded timelines kept per browser session (each holds every snapshot in memory)
+MAX_VIEW_TOKENS = 128  # tokens of the text the page shows (viz_ui.layout.SQUARE_SIDE: a head's map shows every cell)
 
 
 def command_line_timelines(argv: list[str] | None = None) -> dict[str, str]:
@@ -98,16 +101,44 @@ def get_timeline_scores(key: str) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in snapshot_scores(resolve_timeline(key).models).items()}
 
 
-@st.cache_resource(max_entries=256, ttl=3600, show_spinner=False)
-def get_step_trace(key: str, index: int, text: str) -> Trace:
-    """Every hook of snapshot ``index`` of the timeline over ``text`` (tokenized by the timeline's tokenizer), a
-    shared read-only :class:`viz_ui.trace.Trace`.
+@dataclass(frozen=True)
+class StepView:
+    """What the timeline page draws of one snapshot over a text: the model's own attention patterns."""
+
+    labels: list[str]  # display form of each token used
+    patterns: np.ndarray  # [n_layers, n_heads, query_pos, key_pos] float32, read-only: every layer's hook_pattern
+    n_tokens_total: int  # tokens of the text before it was cut
+
+
+def step_view(model: VizTransformer, tokenizer, text: str) -> StepView:
+    """Every layer's ``hook_pattern`` of ``model`` over ``text``, cut to the first :data:`MAX_VIEW_TOKENS` tokens (or
+    the model's context, when shorter). Only the patterns are recorded (``names_filter``).
 
     Raises:
-        ValueError: a text the tokenizer cannot encode, with one line.
+        ValueError: a text the tokenizer cannot encode or spell (one line), or one with no tokens.
     """
-    loaded = resolve_timeline(key)
-    return run_trace(loaded.models[index], timeline_tokenizer(key), text)
+    ids = encode_text(tokenizer, text).ids
+    if not ids:
+        raise ValueError("the text has no tokens")
+    used = ids[: min(model.cfg.n_ctx, MAX_VIEW_TOKENS)]
+    with tokenizer_errors("the tokenizer cannot spell its tokens"):
+        labels = [token_label(tokenizer, i) for i in used]
+    _, cache = model.run_with_cache(torch.tensor([used]), names_filter=lambda n: n.startswith("blocks.")
+                                    and n.endswith(".attn.hook_pattern"))
+    patterns = torch.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(model.cfg.n_layers)]).numpy()
+    patterns.flags.writeable = False  # shared between sessions
+    return StepView(labels, patterns, len(ids))
+
+
+@st.cache_resource(max_entries=256, ttl=3600, show_spinner=False)
+def get_step_view(key: str, index: int, text: str) -> StepView:
+    """:func:`step_view` of snapshot ``index`` of the timeline over ``text`` (tokenized by the timeline's tokenizer), a
+    shared read-only :class:`StepView`: a first visit of a step costs one small forward pass.
+
+    Raises:
+        ValueError: as :func:`step_view`.
+    """
+    return step_view(resolve_timeline(key).models[index], timeline_tokenizer(key), text)
 
 
 @st.cache_data(max_entries=256, ttl=3600, show_spinner=False)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from .figures import _layout
+from .figures import FONT
 
 ZERO_AT = 0.5  # where step 0 is drawn on the log axis
 MARK = "#b3261e"  # the current step (the app's primary colour: 6.4:1 on white)
@@ -37,60 +36,78 @@ def _log_ticks(last: int) -> dict:
     return dict(type="log", tickmode="array", tickvals=vals, ticktext=text)
 
 
-def _marks(fig: go.Figure, step: int, phase: tuple[int, int] | None, rows: int = 1, cols: int = 1) -> None:
-    """The current step as a vertical line, and the phase change as a shaded band, in every subplot."""
+def _marks(step: int, phase: tuple[int, int] | None, axes: list[str]) -> list[dict]:
+    """Shapes for the current step (a vertical line) and the phase change (a shaded band) on each x axis of
+    ``axes`` (``"x"``, ``"x2"``, …), as plain dicts: ``fig.add_vline`` validates a whole shape per call (tens of ms
+    for a figure redrawn at every step)."""
     x = float(step_x([step])[0])
-    for r in range(1, rows + 1):
-        for c in range(1, cols + 1):
-            if phase:
-                fig.add_vrect(x0=float(step_x([phase[0]])[0]), x1=float(step_x([phase[1]])[0]), fillcolor=PHASE,
-                              line_width=0, layer="below", row=r, col=c)
-            fig.add_vline(x=x, line=dict(color=MARK, width=2), row=r, col=c)
+    shapes = []
+    for axis in axes:
+        if phase:
+            shapes.append(dict(type="rect", xref=axis, yref="paper", x0=float(step_x([phase[0]])[0]),
+                               x1=float(step_x([phase[1]])[0]), y0=0, y1=1, fillcolor=PHASE, line_width=0,
+                               layer="below"))
+        shapes.append(dict(type="line", xref=axis, yref="paper", x0=x, x1=x, y0=0, y1=1,
+                           line=dict(color=MARK, width=2)))
+    return shapes
+
+
+def _figure(traces: list, title: str, height: int, **layout) -> go.Figure:
+    """A figure built with its whole layout at once (each later ``update_layout`` validates the layout again: tens
+    of ms, paid at every step change); title, font, height and margins as :func:`viz_ui.figures._layout`."""
+    return go.Figure(traces, dict(title=dict(text=title, x=0), font=FONT, height=height,
+                                  margin=dict(l=10, r=10, t=60, b=10), **layout))
 
 
 def loss_curves(steps: list[int], train: list[float] | None, valid: list[float] | None, step: int,
                 phase: tuple[int, int] | None = None) -> go.Figure:
     """Train and validation loss (nats/token) of every snapshot against the step (log axis), a marker at the
     snapshot of ``step`` and a vertical line there; ``phase``: the phase change's ``(before, after)`` steps, shaded."""
-    fig = go.Figure()
     x = step_x(steps)
     i = steps.index(step)
+    traces = []
     for name, values, colour in (("train loss", train, "#1f77b4"), ("validation loss", valid, "#ff7f0e")):
         if values is None:
             continue
-        fig.add_trace(go.Scatter(x=x, y=values, mode="lines+markers", name=name, customdata=steps,
+        traces.append(go.Scatter(x=x, y=values, mode="lines+markers", name=name, customdata=steps,
                                  line=dict(color=colour), marker=dict(size=5),
                                  hovertemplate=f"step %{{customdata:,}}<br>{name} %{{y:.3f}}<extra></extra>"))
-        fig.add_trace(go.Scatter(x=[x[i]], y=[values[i]], mode="markers", showlegend=False, hoverinfo="skip",
+        traces.append(go.Scatter(x=[x[i]], y=[values[i]], mode="markers", showlegend=False, hoverinfo="skip",
                                  marker=dict(size=13, color=colour, line=dict(color=MARK, width=3))))
-    _marks(fig, step, phase)
-    fig.update_xaxes(title="step (log scale)", **_log_ticks(steps[-1]))
-    fig.update_yaxes(title="loss (nats/token)")
-    fig.update_layout(legend=dict(orientation="h", y=-0.3))
-    return _layout(fig, "Loss during training", height=420)
+    return _figure(traces, "Loss during training", 420, xaxis=dict(title="step (log scale)", **_log_ticks(steps[-1])),
+                   yaxis=dict(title="loss (nats/token)"), legend=dict(orientation="h", y=-0.3),
+                   shapes=_marks(step, phase, ["x"]))
 
 
 def score_lines(steps: list[int], scores: dict[str, np.ndarray], step: int,
                 phase: tuple[int, int] | None = None) -> go.Figure:
-    """Each head's score across all snapshots, one subplot per score kind: ``scores`` kind ->
+    """Each head's score across all snapshots, one panel per score kind: ``scores`` kind ->
     ``[n_snapshots, n_layers, n_heads]`` in [0, 1]; a vertical line at ``step``, the phase change shaded.
-    Colour = head, dash = layer; legend entries ``L{layer}H{head}`` toggle a head in every subplot."""
+    Colour = head, dash = layer; legend entries ``L{layer}H{head}`` toggle a head in every panel. Panels are laid
+    out by hand (x axes ``x``, ``x2``, …; one shared y axis): ``make_subplots`` costs tens of ms per figure."""
     kinds = list(scores)
-    fig = make_subplots(rows=1, cols=len(kinds), shared_yaxes=True, horizontal_spacing=0.04,
-                        subplot_titles=[f"{k} score" for k in kinds])
+    n = len(kinds)
+    gap = 0.06
+    width = (1 - gap * (n - 1)) / n
     x = step_x(steps)
     _, n_layers, n_heads = next(iter(scores.values())).shape
-    for c, kind in enumerate(kinds, start=1):
+    traces, layout, notes = [], {}, []
+    for c, kind in enumerate(kinds):
+        axis = "x" if c == 0 else f"x{c + 1}"
         for layer in range(n_layers):
             for head in range(n_heads):
                 name = f"L{layer}H{head}"
-                fig.add_trace(go.Scatter(
-                    x=x, y=scores[kind][:, layer, head], mode="lines", name=name, legendgroup=name, showlegend=c == 1,
-                    customdata=steps, line=dict(color=HEAD_COLOURS[head % len(HEAD_COLOURS)],
-                                                dash=DASHES[layer % len(DASHES)], width=2),
-                    hovertemplate=f"{name}<br>step %{{customdata:,}}<br>{kind} %{{y:.3f}}<extra></extra>"), row=1, col=c)
-        fig.update_xaxes(title="step (log scale)", row=1, col=c, **_log_ticks(steps[-1]))
-    _marks(fig, step, phase, 1, len(kinds))
-    fig.update_yaxes(range=[0, 1.02], row=1, col=1, title="score")
-    fig.update_layout(legend=dict(orientation="h", y=-0.3, title="head"))
-    return _layout(fig, "Head-type scores of every head across training", height=420 + 22 * (n_layers * n_heads // 9))
+                traces.append(go.Scatter(
+                    x=x, y=scores[kind][:, layer, head], xaxis=axis, yaxis="y", mode="lines", name=name,
+                    legendgroup=name, showlegend=c == 0, customdata=steps,
+                    line=dict(color=HEAD_COLOURS[head % len(HEAD_COLOURS)], dash=DASHES[layer % len(DASHES)], width=2),
+                    hovertemplate=f"{name}<br>step %{{customdata:,}}<br>{kind} %{{y:.3f}}<extra></extra>"))
+        domain = [c * (width + gap), c * (width + gap) + width]
+        layout["xaxis" if c == 0 else f"xaxis{c + 1}"] = dict(domain=domain, anchor="y", title="step (log scale)",
+                                                              **_log_ticks(steps[-1]))
+        notes.append(dict(text=f"{kind} score", x=sum(domain) / 2, y=1.0, xref="paper", yref="paper",
+                          xanchor="center", yanchor="bottom", showarrow=False))
+    return _figure(traces, "Head-type scores of every head across training", 420 + 22 * (n_layers * n_heads // 9),
+                   **layout, yaxis=dict(range=[0, 1.02], title="score"), annotations=notes,
+                   shapes=_marks(step, phase, ["x" if c == 0 else f"x{c + 1}" for c in range(n)]),
+                   legend=dict(orientation="h", y=-0.3, title="head"))
