@@ -23,6 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# as the app (viz_ui/__init__.py), before torch loads: with spinning OpenMP threads a page's forward pass took
+# 677 ms instead of 71 ms while two trainings ran on the 2 cores
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 SIZES = {  # name -> TrainSettings fields (the fit of train_bytes' coefficients used these)
     "1×1, d16, ctx 16, vocab 300": {"n_layers": 1, "n_heads": 1, "d_model": 16, "n_ctx": 16, "vocab_size": 300},
