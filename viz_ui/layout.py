@@ -84,6 +84,12 @@ DARK_CSS = (
     "{background:#ff8a80 !important;color:#111 !important;border-color:#ff8a80 !important}"
     "[data-testid=stApp] :is([data-testid=stBaseButton-primary],[data-testid=stBaseLinkButton-primary]) *"
     "{color:#111 !important}"
+    # a disabled button of any kind must not look pressable: the page's own background, muted text
+    f"[data-testid=stApp] button:disabled,[data-testid=stApp] button:disabled *{{background:{DARK_BG} !important;"
+    f"color:{DARK_MUTED} !important;-webkit-text-fill-color:{DARK_MUTED};border-color:{DARK_LINE} !important}}"
+    # progress bars: a dark track and the dark palette's primary colour (Streamlit's track is near-white)
+    f"[data-testid=stProgressBarTrack]{{background:{DARK_LINE} !important}}"
+    "[data-testid=stProgressBarTrack]>div{background:#ff8a80 !important}"
     f"[data-testid=stApp] svg:not(.main-svg):not(.main-svg *){{color:{DARK_INK};stroke:currentColor}}"
     f"[data-testid=stTooltipIcon] svg,[data-testid=stTooltipHoverTarget] svg{{color:{DARK_MUTED} !important}}"
     # static tables (show_table draws st.table here, whose HTML follows these colours)
