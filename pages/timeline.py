@@ -89,20 +89,24 @@ st.caption(f"**{plain(name)}**: {len(steps)} snapshots from step {steps[0]:,} to
            f"{models[0].n_params():,} parameters, context {cfg.n_ctx} tokens).")
 
 
-def _play_changed() -> None:
+def _play_pressed() -> None:
     """Play starts from the step shown (from the first one when the last is shown); Pause leaves the step slider
     on the snapshot shown last."""
-    if st.session_state["tl_play"]:
+    if not st.session_state.get("_tl_playing"):
         now = st.session_state.get("_train_step", steps[-1])
         i = steps.index(now) if now in steps else len(steps) - 1
         st.session_state["_tl_pos"] = 0 if i == len(steps) - 1 else i
+        st.session_state["_tl_playing"] = True
     else:
+        st.session_state["_tl_playing"] = False
         set_shared("train_step", steps[min(st.session_state.get("_tl_pos", 0), len(steps) - 1)])
 
 
-playing = top[1].toggle("Play", key="tl_play", on_change=_play_changed,
-                        help=f"Show the next snapshot every {PLAY_SECONDS:g} s, from the step shown; it stops at the "
-                             "last one (press again to start over).")
+playing = bool(st.session_state.get("_tl_playing"))
+top[1].button("Pause" if playing else "Play", icon=":material/pause:" if playing else ":material/play_arrow:",
+              key="tl_play", on_click=_play_pressed, width="stretch",
+              help=f"Show the next snapshot every {PLAY_SECONDS:g} s, from the step shown; it stops at the last one "
+                   "(press again to start over).")
 st.session_state["_tl_full_run"] = True  # the fragment's run inside a full run shows the current snapshot again
 repeat = top[2].toggle("Show my text twice", value=True, key="tl_repeat",
                        help="Your text, a line break, and your text again (cut to the model's context). An induction "
@@ -133,7 +137,7 @@ def at_step() -> None:
         if not st.session_state.pop("_tl_full_run", False) and st.session_state.get("_tl_drawn") == pos:
             pos += 1  # only once this snapshot was drawn in full (a slow run may be cut short by the next tick)
         if pos >= len(steps):
-            st.session_state["tl_play"] = False
+            st.session_state["_tl_playing"] = False
             set_shared("train_step", steps[-1])
             st.rerun(scope="app")
         st.session_state["_tl_pos"] = pos

@@ -170,15 +170,14 @@ def shipped():
 
 def scores_by_hand(model, length: int = 50, seed: int = 0) -> dict[str, np.ndarray]:
     """Induction and previous-token scores [n_layers, n_heads] from the model's own attention on a random sequence
-    of ``length`` ids repeated twice, computed here with plain loops (not with viz_model.head_scores)."""
+    of ``length`` ids repeated twice, computed here (not with viz_model.head_scores)."""
     half = torch.randint(0, model.cfg.d_vocab, (1, length), generator=torch.Generator().manual_seed(seed))
     _, cache = model.run_with_cache(torch.cat([half, half], 1), names_filter=lambda n: n.endswith("hook_pattern"))
-    pats = [cache[f"blocks.{layer}.attn.hook_pattern"][0].numpy() for layer in range(model.cfg.n_layers)]
-    induction = np.array([[np.mean([p[h, i, i - length + 1] for i in range(length, 2 * length)])
-                           for h in range(p.shape[0])] for p in pats])
-    previous = np.array([[np.mean([p[h, i, i - 1] for i in range(1, 2 * length)]) for h in range(p.shape[0])]
-                         for p in pats])
-    return {"induction": induction, "previous-token": previous}
+    pats = np.stack([cache[f"blocks.{layer}.attn.hook_pattern"][0].numpy() for layer in range(model.cfg.n_layers)])
+    second = np.arange(length, 2 * length)  # each token of the second copy looks at the token after its first occurrence
+    after_first = second - length + 1
+    every = np.arange(1, 2 * length)
+    return {"induction": pats[:, :, second, after_first].mean(-1), "previous-token": pats[:, :, every, every - 1].mean(-1)}
 
 
 def test_shipped_snapshots_scores_recomputed_from_their_own_attention(shipped):
@@ -238,3 +237,10 @@ def test_timeline_page_shows_the_snapshots_own_numbers(shipped):
     best = at.metric[2]
     assert best.label == "Best induction score" and float(best.value) == pytest.approx(
         np.array(data["scores"]["induction"][i]).max(), abs=0.006)
+
+
+def test_timelines_on_the_command_line_and_shipped():
+    from viz_ui.timeline_state import command_line_timelines, shipped_timelines
+    assert command_line_timelines(["--model", "m.safetensors", "--timeline", "runs/mine/", "--timeline", "b.zip"]) == {
+        "mine": "runs/mine/", "b.zip": "b.zip"}
+    assert shipped_timelines() == {"induction-2l": str(SHIPPED)}

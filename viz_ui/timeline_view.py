@@ -13,7 +13,8 @@ from .figures import FONT
 
 ZERO_AT = 0.5  # where step 0 is drawn on the log axis
 MARK = "#b3261e"  # the current step (the app's primary colour: 6.4:1 on white)
-PHASE = "rgba(255, 160, 0, 0.22)"  # the phase-change band
+PHASE = "rgba(255, 160, 0, 0.3)"  # the phase-change band
+PHASE_EDGE = "#b35c00"  # its dotted edges
 HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
                 "#d62728"]
 DASHES = ["solid", "dash", "dot", "dashdot"]
@@ -45,8 +46,9 @@ def _marks(step: int, phase: tuple[int, int] | None, axes: list[str]) -> list[di
     for axis in axes:
         if phase:
             shapes.append(dict(type="rect", xref=axis, yref="paper", x0=float(step_x([phase[0]])[0]),
-                               x1=float(step_x([phase[1]])[0]), y0=0, y1=1, fillcolor=PHASE, line_width=0,
-                               layer="below"))
+                               x1=float(step_x([phase[1]])[0]), y0=0, y1=1, fillcolor=PHASE,
+                               line=dict(color=PHASE_EDGE, width=1, dash="dot"), layer="below",
+                               label=dict(text="phase change ", textposition="top left", xanchor="right")))  # text colour
         shapes.append(dict(type="line", xref=axis, yref="paper", x0=x, x1=x, y0=0, y1=1,
                            line=dict(color=MARK, width=2)))
     return shapes
