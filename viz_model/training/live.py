@@ -50,7 +50,7 @@ from .train import encode
 
 log = logging.getLogger(__name__)
 
-SHIPPED_TEXT = Path(__file__).resolve().parents[2] / "assets" / "texts" / "tinystories-excerpt.txt"
+SHIPPED_TEXT = Path(__file__).resolve().parents[2] / "assets" / "texts" / "model-stories.txt"
 HELD_OUT = 0.1  # the last 10 % of the text (cut at a line end) measures the held-out loss
 EVAL_TOKENS = 2_048  # tokens evaluated per snapshot, of the training text and of the held-out part
 PUBLISH_EVERY = 5  # steps between two copies of the newest weights for the probe
