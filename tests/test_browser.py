@@ -223,7 +223,7 @@ def test_the_output_page_loads_again_and_again_without_a_frontend_error(server, 
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    for _ in range(15):
+    for _ in range(8):  # 16 loads: a regression to one crash in five loads fails this with probability 97 %
         for path in ("heads", "output"):
             page.goto(f"{server}/{path}?lecture=true&scale=2.0&theme=dark")
             expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
