@@ -38,7 +38,7 @@ def text_of(n_tokens: int) -> tuple[str, int]:
 
 def server_side(text: str, repeats: int) -> dict[str, float]:
     """Median ms of the server's work for one step change, each part measured on its own: what the page caches per
-    (snapshot, text) at a step's first visit, and what it builds at every step change (the four figures, styled and
+    (snapshot, text) at a step's first visit, and what it builds at every step change (the three figures, styled and
     serialised as ``st.plotly_chart`` does)."""
     import plotly.io
     import plotly.tools
@@ -47,7 +47,7 @@ def server_side(text: str, repeats: int) -> dict[str, float]:
     from viz_model.training.timeline import load_timeline, phase_change, snapshot_scores
     from viz_ui.figures import attention_grid, attention_heatmap, style_for_display
     from viz_ui.timeline_state import step_view
-    from viz_ui.timeline_view import loss_curves, score_lines
+    from viz_ui.timeline_view import training_curves
 
     loaded = load_timeline(TIMELINE)
     tl, tok = loaded.timeline, loaded.tokenizer
@@ -55,7 +55,7 @@ def server_side(text: str, repeats: int) -> dict[str, float]:
     phase = phase_change(tl.steps, scores["induction"].reshape(len(tl.steps), -1).max(1).tolist())
     lines = {k: scores[k] for k in ("previous-token", "induction")}
     times: dict[str, list[float]] = {"attention patterns (first visit)": [], "greedy sample, 30 tokens (first visit)": [],
-                                     "loss + score figures": [], "head + all-heads figures": []}
+                                     "loss and scores figure": [], "head + all-heads figures": []}
     for r in range(repeats + 1):
         i = (r * 7) % len(tl.steps)
         model, step = loaded.models[i], tl.steps[i]
@@ -64,7 +64,7 @@ def server_side(text: str, repeats: int) -> dict[str, float]:
         t1 = time.perf_counter()
         generate(model, tok.encode(text).ids, 30, temperature=0.0)
         t2 = time.perf_counter()
-        figs = [loss_curves(tl.steps, tl.train_loss, tl.valid_loss, step, phase), score_lines(tl.steps, lines, step, phase)]
+        figs = [training_curves(tl.steps, tl.train_loss, tl.valid_loss, lines, step, phase)]
         t3 = time.perf_counter()
         figs += [attention_heatmap(view.patterns[1, 2], view.labels, f"at step {step:,}"),
                  attention_grid(view.patterns, labels=view.labels)[0]]
@@ -73,9 +73,9 @@ def server_side(text: str, repeats: int) -> dict[str, float]:
             style_for_display(f)
             plotly.io.to_json(plotly.tools.return_figure_from_figure_or_data(f, True), validate=False)
         t5 = time.perf_counter()
-        share = (t5 - t4) / 2  # styling and serialising, split evenly between the two pairs of figures
+        share = (t5 - t4) / 3  # styling and serialising, split evenly between the three figures
         if r:  # the first round warms up
-            for name, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2 + share, t4 - t3 + share)):
+            for name, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2 + share, t4 - t3 + 2 * share)):
                 times[name].append(dt * 1000)
     return {name: statistics.median(v) for name, v in times.items()}
 

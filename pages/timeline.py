@@ -18,7 +18,7 @@ from viz_ui.text import error_line, plain, recoverable
 from viz_ui.timeline_state import (MAX_SESSION_TIMELINES, MAX_VIEW_TOKENS, UPLOAD_PREFIX, add_session_timeline,
                                    available_timelines, get_step_sample, get_step_view, get_timeline_scores,
                                    resolve_timeline)
-from viz_ui.timeline_view import loss_curves, score_lines
+from viz_ui.timeline_view import training_curves
 
 PLAY_SECONDS = 1.0  # one snapshot per tick while playing
 N_NEW = 30  # greedy tokens generated at each step
@@ -162,15 +162,11 @@ def at_step() -> None:
         layer, head = divmod(int(scores[score][i].argmax()), cfg.n_heads)
         col.metric(label, f"{values[i]:.2f}", f"layer {layer}, head {head}", delta_color="off", delta_arrow="off")
 
-    curves, lines = side_by_side(state, [2, 3])
-    with curves:
-        if tl.train_loss is None and tl.valid_loss is None:
-            st.info("This timeline records no losses (a folder of step-named checkpoints has none).")
-        else:
-            show_figure(loss_curves(steps, tl.train_loss, tl.valid_loss, step, phase), state, "timeline_loss")
-    with lines:
-        show_figure(score_lines(steps, {"previous-token": scores["previous-token"], "induction": scores["induction"]},
-                                step, phase), state, "timeline_scores")
+    if tl.train_loss is None and tl.valid_loss is None:
+        st.caption("This timeline records no losses (a folder of step-named checkpoints has none).")
+    show_figure(training_curves(steps, tl.train_loss, tl.valid_loss, {"previous-token": scores["previous-token"],
+                                                                      "induction": scores["induction"]}, step, phase),
+                state, "timeline_curves")
     if phase:
         st.caption(f":material/bolt: **Phase change between step {phase[0]:,} and step {phase[1]:,}** (shaded): the first "
                    "snapshot where the best induction score reaches halfway between its first value "

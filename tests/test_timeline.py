@@ -223,16 +223,15 @@ def test_timeline_page_shows_the_snapshots_own_numbers(shipped):
     assert at.select_slider(key="train_step").value == step
     assert list(at.select_slider(key="train_step").options) == [f"{s:,}" for s in data["steps"]]
     figs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
-    loss = figs["Loss during training"]["data"]
-    np.testing.assert_allclose(plotly_array(loss[0]["y"]), data["train_loss"])
-    np.testing.assert_allclose(plotly_array(loss[2]["y"]), data["valid_loss"])
+    curves = figs["Loss and head-type scores across training"]["data"]
+    np.testing.assert_allclose(plotly_array(curves[0]["y"]), data["train_loss"])
+    np.testing.assert_allclose(plotly_array(curves[2]["y"]), data["valid_loss"])
     model, tok = load_model(SHIPPED / data["snapshots"][i])
     ids = tok.encode("Tom had a red ball.\nTom had a red ball.").ids
     _, cache = model.run_with_cache(torch.tensor([ids]))
     shown = plotly_array(figs[f"Layer 1, head 2 at step {step:,}"]["data"][0]["z"])
     np.testing.assert_allclose(shown, cache["blocks.1.attn.hook_pattern"][0, 2].numpy(), atol=1e-6)
-    lines = figs["Head-type scores of every head across training"]["data"]
-    l1h2 = next(t for t in lines if t["name"] == "L1H2" and t["xaxis"] == "x2")  # the induction subplot
+    l1h2 = next(t for t in curves if t.get("name") == "L1H2" and t["xaxis"] == "x3")  # the induction panel
     np.testing.assert_allclose(plotly_array(l1h2["y"]), np.array(data["scores"]["induction"])[:, 1, 2], atol=2e-5)
     best = at.metric[2]
     assert best.label == "Best induction score" and float(best.value) == pytest.approx(

@@ -61,55 +61,58 @@ def _figure(traces: list, title: str, height: int, **layout) -> go.Figure:
                                   margin=dict(l=10, r=10, t=60, b=10), **layout))
 
 
-def loss_curves(steps: list[int], train: list[float] | None, valid: list[float] | None, step: int,
-                phase: tuple[int, int] | None = None) -> go.Figure:
-    """Train and validation loss (nats/token) of every snapshot against the step (log axis), a marker at the
-    snapshot of ``step`` and a vertical line there; ``phase``: the phase change's ``(before, after)`` steps, shaded."""
+def training_curves(steps: list[int], train: list[float] | None, valid: list[float] | None,
+                    scores: dict[str, np.ndarray], step: int, phase: tuple[int, int] | None = None) -> go.Figure:
+    """One figure, side by side: the train and validation loss (nats/token) of every snapshot (when recorded), with a
+    marker at the snapshot of ``step``; then one panel per head-type score (``scores`` kind ->
+    ``[n_snapshots, n_layers, n_heads]`` in [0, 1]) with a line per head (colour = head, dash = layer; a legend entry
+    ``L{layer}H{head}`` toggles the head in every panel). Every panel: step on a log axis, a vertical line at
+    ``step``, the phase change's ``(before, after)`` steps shaded. One figure rather than two: the browser draws
+    each figure anew at every step change, and a figure's fixed cost is most of a small one's."""
     x = step_x(steps)
     i = steps.index(step)
-    traces = []
-    for name, values, colour in (("train loss", train, "#1f77b4"), ("validation loss", valid, "#ff7f0e")):
-        if values is None:
-            continue
-        traces.append(go.Scatter(x=x, y=values, mode="lines+markers", name=name, customdata=steps,
-                                 line=dict(color=colour), marker=dict(size=5),
-                                 hovertemplate=f"step %{{customdata:,}}<br>{name} %{{y:.3f}}<extra></extra>"))
-        traces.append(go.Scatter(x=[x[i]], y=[values[i]], mode="markers", showlegend=False, hoverinfo="skip",
-                                 marker=dict(size=13, color=colour, line=dict(color=MARK, width=3))))
-    return _figure(traces, "Loss during training", 420, xaxis=dict(title="step (log scale)", **_log_ticks(steps[-1])),
-                   yaxis=dict(title="loss (nats/token)"), legend=dict(orientation="h", y=-0.3),
-                   shapes=_marks(step, phase, ["x"]))
-
-
-def score_lines(steps: list[int], scores: dict[str, np.ndarray], step: int,
-                phase: tuple[int, int] | None = None) -> go.Figure:
-    """Each head's score across all snapshots, one panel per score kind: ``scores`` kind ->
-    ``[n_snapshots, n_layers, n_heads]`` in [0, 1]; a vertical line at ``step``, the phase change shaded.
-    Colour = head, dash = layer; legend entries ``L{layer}H{head}`` toggle a head in every panel. Panels are laid
-    out by hand (x axes ``x``, ``x2``, …; one shared y axis): ``make_subplots`` costs tens of ms per figure."""
     kinds = list(scores)
-    n = len(kinds)
+    has_loss = train is not None or valid is not None
+    widths = ([0.8] if has_loss else []) + [1.0] * len(kinds)
     gap = 0.06
-    width = (1 - gap * (n - 1)) / n
-    x = step_x(steps)
-    _, n_layers, n_heads = next(iter(scores.values())).shape
+    unit = (1 - gap * (len(widths) - 1)) / sum(widths)
+    domains, left = [], 0.0
+    for w in widths:
+        domains.append([left, min(1.0, left + w * unit)])
+        left += w * unit + gap
     traces, layout, notes = [], {}, []
-    for c, kind in enumerate(kinds):
-        axis = "x" if c == 0 else f"x{c + 1}"
+    axes = ["x" if k == 0 else f"x{k + 1}" for k in range(len(widths))]
+    ticks = _log_ticks(steps[-1])
+    for k, axis in enumerate(axes):
+        layout["xaxis" if k == 0 else f"xaxis{k + 1}"] = dict(domain=domains[k], title="step (log scale)",
+                                                              anchor="y" if has_loss and k == 0 else "y2", **ticks)
+    if has_loss:
+        for name, values, colour in (("train loss", train, "#1f77b4"), ("validation loss", valid, "#ff7f0e")):
+            if values is None:
+                continue
+            traces.append(go.Scatter(x=x, y=values, mode="lines+markers", name=name, customdata=steps,
+                                     line=dict(color=colour), marker=dict(size=5), xaxis="x", yaxis="y",
+                                     hovertemplate=f"step %{{customdata:,}}<br>{name} %{{y:.3f}}<extra></extra>"))
+            traces.append(go.Scatter(x=[x[i]], y=[values[i]], mode="markers", showlegend=False, hoverinfo="skip",
+                                     xaxis="x", yaxis="y",
+                                     marker=dict(size=13, color=colour, line=dict(color=MARK, width=3))))
+        layout["yaxis"] = dict(title="loss (nats/token)", anchor="x")
+        notes.append(("loss", domains[0]))
+    score_axes = axes[1:] if has_loss else axes
+    _, n_layers, n_heads = next(iter(scores.values())).shape
+    for c, (kind, axis) in enumerate(zip(kinds, score_axes)):
         for layer in range(n_layers):
             for head in range(n_heads):
                 name = f"L{layer}H{head}"
                 traces.append(go.Scatter(
-                    x=x, y=scores[kind][:, layer, head], xaxis=axis, yaxis="y", mode="lines", name=name,
+                    x=x, y=scores[kind][:, layer, head], xaxis=axis, yaxis="y2", mode="lines", name=name,
                     legendgroup=name, showlegend=c == 0, customdata=steps,
                     line=dict(color=HEAD_COLOURS[head % len(HEAD_COLOURS)], dash=DASHES[layer % len(DASHES)], width=2),
                     hovertemplate=f"{name}<br>step %{{customdata:,}}<br>{kind} %{{y:.3f}}<extra></extra>"))
-        domain = [c * (width + gap), c * (width + gap) + width]
-        layout["xaxis" if c == 0 else f"xaxis{c + 1}"] = dict(domain=domain, anchor="y", title="step (log scale)",
-                                                              **_log_ticks(steps[-1]))
-        notes.append(dict(text=f"{kind} score", x=sum(domain) / 2, y=1.0, xref="paper", yref="paper",
-                          xanchor="center", yanchor="bottom", showarrow=False))
-    return _figure(traces, "Head-type scores of every head across training", 420 + 22 * (n_layers * n_heads // 9),
-                   **layout, yaxis=dict(range=[0, 1.02], title="score"), annotations=notes,
-                   shapes=_marks(step, phase, ["x" if c == 0 else f"x{c + 1}" for c in range(n)]),
-                   legend=dict(orientation="h", y=-0.3, title="head"))
+        notes.append((f"{kind} score", domains[axes.index(axis)]))
+    layout["yaxis2"] = dict(range=[0, 1.02], title="score", anchor=score_axes[0])
+    annotations = [dict(text=text, x=sum(d) / 2, y=1.0, xref="paper", yref="paper", xanchor="center",
+                        yanchor="bottom", showarrow=False) for text, d in notes]
+    return _figure(traces, "Loss and head-type scores across training", 440 + 22 * (n_layers * n_heads // 9),
+                   **layout, annotations=annotations, shapes=_marks(step, phase, axes),
+                   legend=dict(orientation="h", y=-0.3))
