@@ -37,7 +37,7 @@ def upload_section() -> None:
                    "valid_loss) and its checkpoints, or of checkpoints whose names carry the step (step-1000, "
                    "step_001000.safetensors). It stays in this browser session only (the last "
                    f"{MAX_SESSION_TIMELINES}); nothing in it is executed. On the command line: "
-                   "`streamlit run app.py -- --timeline PATH`.")
+                   "streamlit run app.py -- --timeline PATH.")
         upload = st.file_uploader("Timeline (.zip)", type=["zip"], key="upload_timeline", max_upload_size=cap_mb)
         if upload is not None and st.session_state.get("_last_timeline_upload") != upload.file_id:
             st.session_state["_last_timeline_upload"] = upload.file_id
@@ -214,7 +214,10 @@ def at_step() -> None:
         else:
             st.markdown(f"Greedy continuation (temperature 0, {N_NEW} tokens) of your text"
                         + (f" (its last {used} tokens)" if used < total else "") + ":")
-            st.markdown(f"> {'…' if len(text) > 200 else ''}{plain(text[-200:], None)}**{plain(continuation, None)}**")
+            written = " ".join(continuation.split())  # bold needs no space inside its ** marks
+            space = " " if continuation[:1].isspace() else ""
+            st.markdown(f"{'…' if len(text) > 200 else ''}{plain(text[-200:], None)}{space}"
+                        + (f"**{plain(written, None)}**" if written else "*(only white space)*"))
     st.session_state["_tl_drawn"] = i if playing else None
 
 
