@@ -127,34 +127,41 @@ def ablation_part() -> None:
     except ValueError as exc:  # the reference text cannot be run
         st.error(f"The reference text cannot be run: {plain(str(exc))}.")
         return
-    options = top_ids(intact_logits) + [i for i in top_ids(view.ablated, 5) if i not in top_ids(intact_logits)]
-    token = pick_token(options, options[0], f"Effect map: the change in log p of this {unit}",
-                       help="The map shows, for every head, how the log-probability of this token changes when that "
-                            "head is switched off too (on top of the heads already off).")
-    effects = get_head_effects(path, text, key, kind, mean_text, pos, token)
-    counter = st.session_state.setdefault("_effect_map_n", 0)
-    select_key = f"effect_map_{counter}"
+    map_slot = st.container()  # the effect map stands here but is computed last: the output below appears first
 
-    def toggle() -> None:  # a click switches the head off, or back on; a fresh chart key forgets the selection
-        points = st.session_state[select_key].selection.points
-        if points and points[0].get("curve_number") == 1:
-            name = head_name(*divmod(points[0]["point_index"], cfg.n_heads))
-            now = set(st.session_state.get("_ablate", []))
-            set_shared("ablate", [x for x in canonical(",".join(now ^ {name})).split(",") if x])
-            st.session_state["_effect_map_n"] = counter + 1
+    def draw_map() -> int:  # the per-head effect map (48 batched ablations on the shipped model); returns its token
+        with map_slot:
+            options = top_ids(intact_logits) + [i for i in top_ids(view.ablated, 5) if i not in top_ids(intact_logits)]
+            token = pick_token(options, options[0], f"Effect map: the change in log p of this {unit}",
+                               help="The map shows, for every head, how the log-probability of this token changes when that "
+                                    "head is switched off too (on top of the heads already off).")
+            effects = get_head_effects(path, text, key, kind, mean_text, pos, token)
+            counter = st.session_state.setdefault("_effect_map_n", 0)
+            select_key = f"effect_map_{counter}"
 
-    fig = head_map(effects, f"Each head switched off: Δ log p({html.escape(vocab[token])})",
-                   "Δ log p (nats)", marked=heads, click_hint="click: switch this head off / on",
-                   cell_text=cfg.n_heads <= 16 and state.display.scale <= 1.5)
-    show_figure(fig, state, f"ablation_effects_{key or 'none'}", select_key=select_key, on_select=toggle,
-                data=lambda: heatmap_frame(effects, [f"L{i}" for i in range(cfg.n_layers)],
-                                           [f"H{i}" for i in range(cfg.n_heads)]))
-    st.caption(f"The change in the log-probability of {plain(vocab[token])} {plain(where)} when each head is switched "
-               "off "
-               + (f"on top of the {len(heads)} already off (✕, which show 0)" if heads else "alone")
-               + ". Blue: switching the head off lowers it (the head helped predict it); red: raises it. All heads run "
-               "batched. Click a head to switch it off, or back on.")
+            def toggle() -> None:  # a click switches the head off, or back on; a fresh chart key forgets the selection
+                points = st.session_state[select_key].selection.points
+                if points and points[0].get("curve_number") == 1:
+                    name = head_name(*divmod(points[0]["point_index"], cfg.n_heads))
+                    now = set(st.session_state.get("_ablate", []))
+                    set_shared("ablate", [x for x in canonical(",".join(now ^ {name})).split(",") if x])
+                    st.session_state["_effect_map_n"] = counter + 1
+
+            fig = head_map(effects, f"Each head switched off: Δ log p({html.escape(vocab[token])})",
+                           "Δ log p (nats)", marked=heads, click_hint="click: switch this head off / on",
+                           cell_text=cfg.n_heads <= 16 and state.display.scale <= 1.5)
+            show_figure(fig, state, f"ablation_effects_{key or 'none'}", select_key=select_key, on_select=toggle,
+                        data=lambda: heatmap_frame(effects, [f"L{i}" for i in range(cfg.n_layers)],
+                                                   [f"H{i}" for i in range(cfg.n_heads)]))
+            st.caption(f"The change in the log-probability of {plain(vocab[token])} {plain(where)} when each head is switched "
+                       "off "
+                       + (f"on top of the {len(heads)} already off (✕, which show 0)" if heads else "alone")
+                       + ". Blue: switching the head off lowers it (the head helped predict it); red: raises it. All heads run "
+                       "batched. Click a head to switch it off, or back on.")
+            return token
+
     if not heads:
+        token = draw_map()
         st.info("No head is switched off yet: choose heads above or click them in the map. The output, the logit "
                 "lens and the generation below then show the model without them.", icon=":material/touch_app:")
         export("ablation", code.ablation_code(path, text, get_prompt(path, text), has_tokenizer, trace.truncated,
@@ -203,6 +210,7 @@ def ablation_part() -> None:
             show_table(generation_table(view, vocab), state, hide_index=True)
         else:
             st.caption("An encoder fills in positions all at once: there is no generation.")
+    token = draw_map()
     reference = get_trace(path, mean_text) if kind == "mean" and mean_text else None
     export("ablation", code.ablation_code(path, text, get_prompt(path, text), has_tokenizer, trace.truncated, heads,
                                           kind, mean_text, reference and prompt_of(reference),
