@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from ..model import VizTransformer
-from .batching import run_cells
+from .batching import hooks_by_layer, run_cells
 
 Head = tuple[int, int]  # (layer, head)
 KINDS = ("zero", "mean")
@@ -100,20 +100,12 @@ def head_ablation_effects(model: VizTransformer, tokens: torch.Tensor, token_id:
     logprob = lambda logits: torch.log_softmax(logits[0, pos].float(), dim=-1)[token_id]
     reference = float(logprob(ablate_heads(model, tokens, base, kind, means, **kwargs)))
 
-    def hooks_for(chunk):  # row r ablates its own cell's head (on top of the base heads, ablated in every row)
-        fns = head_ablation_hooks(model, base, kind, means) if base else []
-        by_layer: dict[int, list[tuple[int, int]]] = {}
-        for row, (layer, head) in chunk:
-            by_layer.setdefault(layer, []).append((row, head))
-        for layer, items in by_layer.items():
-            rows, heads = torch.tensor([r for r, _ in items]), torch.tensor([h for _, h in items])
+    def write(z, rows, heads, layer):  # row r ablates its own cell's head
+        z[rows, :, heads] = 0.0 if kind == "zero" else means[layer, heads][:, None, :].to(z.dtype)
 
-            def fn(z, hook, rows=rows, heads=heads, layer=layer):
-                z = z.clone()
-                z[rows, :, heads] = 0.0 if kind == "zero" else means[layer, heads][:, None, :].to(z.dtype)
-                return z
-            fns.append((f"blocks.{layer}.attn.hook_z", fn))
-        return fns
+    def hooks_for(chunk):  # on top of the base heads, ablated in every row
+        fns = head_ablation_hooks(model, base, kind, means) if base else []
+        return fns + hooks_by_layer(chunk, lambda layer: f"blocks.{layer}.attn.hook_z", write)
 
     cells = [(layer, head) for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
     effects = run_cells(model, tokens, cells, hooks_for, logprob, **kwargs) - reference

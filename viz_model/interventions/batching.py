@@ -59,3 +59,23 @@ def run_cells(model: VizTransformer, tokens: torch.Tensor, cells: Sequence[Cell]
         for row, _ in chunk:
             out[start + row] = float(reduce(logits[row:row + 1]))
     return out
+
+
+def hooks_by_layer(chunk: list[tuple[int, Cell]], hook_name: Callable[[int], str],
+                   write: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], None]) -> list[tuple[str, Callable]]:
+    """``hooks_for`` of :func:`run_cells` for cells ``(layer, index)``: one hook per layer of the pass, at
+    ``hook_name(layer)``, that copies its value and calls ``write(x, rows, indices, layer)`` with the batch rows
+    of that layer's cells and their indices (a position, a head) as int64 tensors."""
+    by_layer: dict[int, list[tuple[int, int]]] = {}
+    for row, (layer, index) in chunk:
+        by_layer.setdefault(layer, []).append((row, index))
+    fns = []
+    for layer, items in by_layer.items():
+        rows, indices = torch.tensor([r for r, _ in items]), torch.tensor([i for _, i in items])
+
+        def fn(x, hook, rows=rows, indices=indices, layer=layer):
+            x = x.clone()
+            write(x, rows, indices, layer)
+            return x
+        fns.append((hook_name(layer), fn))
+    return fns

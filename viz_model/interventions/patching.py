@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 import torch
 
 from ..model import VizTransformer
-from .batching import run_cells
+from .batching import hooks_by_layer, run_cells
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
 
@@ -62,21 +62,10 @@ def _sweep_positions(model: VizTransformer, corrupted_tokens: torch.Tensor, clea
     n_layers, n_pos = model.cfg.n_layers, corrupted_tokens.shape[-1]
     clean = {layer: _clean(clean_cache, f"blocks.{layer}.{hook}", n_pos) for layer in range(n_layers)}
 
-    def hooks_for(chunk):
-        by_layer: dict[int, list[tuple[int, int]]] = {}
-        for row, (layer, pos) in chunk:
-            by_layer.setdefault(layer, []).append((row, pos))
-        fns = []
-        for layer, items in by_layer.items():
-            rows, positions = torch.tensor([r for r, _ in items]), torch.tensor([p for _, p in items])
+    def write(x, rows, positions, layer):
+        x[rows, positions] = clean[layer][0, positions].to(x.dtype)
 
-            def fn(x, hook, rows=rows, positions=positions, src=clean[layer]):
-                x = x.clone()
-                x[rows, positions] = src[0, positions].to(x.dtype)
-                return x
-            fns.append((f"blocks.{layer}.{hook}", fn))
-        return fns
-
+    hooks_for = lambda chunk: hooks_by_layer(chunk, lambda layer: f"blocks.{layer}.{hook}", write)
     cells = [(layer, pos) for layer in range(n_layers) for pos in range(n_pos)]
     return run_cells(model, corrupted_tokens, cells, hooks_for, patching_metric, **kwargs).view(n_layers, n_pos)
 
@@ -126,21 +115,10 @@ def get_act_patch_attn_head_out_all_pos(model: VizTransformer, corrupted_tokens:
     n_layers, n_heads, n_pos = model.cfg.n_layers, model.cfg.n_heads, corrupted_tokens.shape[-1]
     clean = {layer: _clean(clean_cache, f"blocks.{layer}.attn.hook_z", n_pos) for layer in range(n_layers)}
 
-    def hooks_for(chunk):
-        by_layer: dict[int, list[tuple[int, int]]] = {}
-        for row, (layer, head) in chunk:
-            by_layer.setdefault(layer, []).append((row, head))
-        fns = []
-        for layer, items in by_layer.items():
-            rows, heads = torch.tensor([r for r, _ in items]), torch.tensor([h for _, h in items])
+    def write(z, rows, heads, layer):
+        z[rows, :, heads] = clean[layer][0][:, heads].transpose(0, 1).to(z.dtype)  # [n_cells, pos, d_head]
 
-            def fn(z, hook, rows=rows, heads=heads, src=clean[layer]):
-                z = z.clone()
-                z[rows, :, heads] = src[0][:, heads].transpose(0, 1).to(z.dtype)  # [n_items, pos, d_head]
-                return z
-            fns.append((f"blocks.{layer}.attn.hook_z", fn))
-        return fns
-
+    hooks_for = lambda chunk: hooks_by_layer(chunk, lambda layer: f"blocks.{layer}.attn.hook_z", write)
     cells = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
     return run_cells(model, corrupted_tokens, cells, hooks_for, patching_metric, **kwargs).view(n_layers, n_heads)
 
