@@ -17,7 +17,7 @@ from viz_ui.cost import attention_cost, cost_lengths, quadratic_fit
 from viz_ui.figures import cost_curve, layer_table_heatmap, value_bar
 from viz_ui.inspect import architecture_table, parameter_table
 from viz_ui.layout import set_shared, setup_page, show_figure, show_link
-from viz_ui.state import MAX_SESSION_MODELS, add_session_model, get_weight_stats, session_models, upload_hash
+from viz_ui.state import MAX_SESSION_MODELS, add_session_model, get_weight_stats, load_settings, session_models, upload_hash
 from viz_ui.text import error_line, plain, recoverable
 
 state = setup_page("Model inspector & upload",
@@ -40,7 +40,9 @@ with st.container(border=True):
         digest = upload_hash(PurePosixPath(upload.name).suffix.lower().encode(), data)
         bar = st.progress(0.0, text=f"Loading {plain(upload.name)}…")
         try:  # any failure (a Rust panic too: a BaseException) is one line; Streamlit's rerun/stop signals pass
-            model, tokenizer = load_upload(upload.name, data, lambda f, msg: bar.progress(f, text=plain(msg)), cap_mb)
+            dtype, device = load_settings()
+            model, tokenizer = load_upload(upload.name, data, lambda f, msg: bar.progress(f, text=plain(msg)), cap_mb,
+                                           dtype=dtype, device=device)
         except BaseException as exc:
             if not recoverable(exc):
                 raise

@@ -242,7 +242,7 @@ def test_the_page_shows_a_tokenizer_panic_and_carries_on():
 def _inspector(monkeypatch, fail) -> AppTest:
     import viz_model
 
-    def load_upload(name, data, progress=None, max_mb=None):
+    def load_upload(name, data, progress=None, max_mb=None, dtype=None, device=None):
         raise fail
 
     monkeypatch.setattr(viz_model, "load_upload", load_upload)

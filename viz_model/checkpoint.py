@@ -6,6 +6,7 @@ never executes code (unlike pickle-based ``.pt`` files).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -14,6 +15,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer
 
 from .config import Config, ConfigError
+from .dtypes import DtypeError, auto_dtype, parse_dtype, safetensors_sizes
 from .model import VizTransformer
 from .weights import CheckpointError, build_model, check_config
 
@@ -37,7 +39,14 @@ def save_checkpoint(model: VizTransformer, tokenizer: Tokenizer, path: str | Pat
             "tokenizer": tokenizer.to_str()}
     meta.update(metadata or {})
     tensors = {k: v.detach().to(dtype or v.dtype).contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(tensors, str(path), metadata=meta)
+    # written beside and renamed into place: a model loaded from the old file keeps its weights memory-mapped
+    # (load_model), and overwriting those pages in place would change it, or crash it on a shorter file
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        save_file(tensors, str(tmp), metadata=meta)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
@@ -97,10 +106,13 @@ def _tensor_bytes(path: Path) -> int:
     return max(0, path.stat().st_size - 8 - header)
 
 
-def load_checkpoint(path: str | Path) -> tuple[VizTransformer, Tokenizer]:
+def load_checkpoint(path: str | Path, dtype: torch.dtype | str = torch.float32,
+                    device: torch.device | str | None = "cpu") -> tuple[VizTransformer, Tokenizer]:
     """Load a native checkpoint written by :func:`save_checkpoint`; the model is in eval mode.
 
     The config is checked (types, ranges, memory estimate) before the tokenizer or any weight is read.
+    ``dtype`` and ``device`` as in :func:`viz_model.load_model` (``"auto"``: the file's dtype, e.g. float16 for the
+    shipped timeline snapshots).
 
     Raises:
         CheckpointError: missing/corrupt file, foreign format, bad config or tokenizer, a model above the
@@ -115,14 +127,23 @@ def load_checkpoint(path: str | Path) -> tuple[VizTransformer, Tokenizer]:
         cfg = Config.from_json(meta.get("config", ""))
     except ConfigError as exc:
         raise CheckpointError(f"{path.name}: {exc}") from None
-    check_config(cfg, path.name, _tensor_bytes(path))
+    try:
+        dtype = parse_dtype(dtype)
+        if dtype == "auto":
+            dtype = auto_dtype(safetensors_sizes(str(path)))
+    except DtypeError as exc:
+        raise CheckpointError(f"{path.name}: {exc}") from None
+    except BaseException as exc:
+        reraise_interrupts(exc)
+        raise CheckpointError(f"{path.name}: the weights cannot be read ({first_line(exc)})") from None
+    check_config(cfg, path.name, _tensor_bytes(path), dtype.itemsize)
     tokenizer = read_tokenizer(meta.get("tokenizer"), path.name, "the tokenizer in the metadata")
     if tokenizer.get_vocab_size() > cfg.d_vocab:
         raise CheckpointError(f"{path.name}: tokenizer has {tokenizer.get_vocab_size()} tokens, model only {cfg.d_vocab}")
     try:
-        with safe_open(str(path), framework="pt") as f:
+        with safe_open(str(path), framework="pt") as f:  # memory-mapped: build_model copies only what it converts
             state = {name: f.get_tensor(name) for name in f.keys()}
     except BaseException as exc:
         reraise_interrupts(exc)
         raise CheckpointError(f"{path.name}: the weights cannot be read ({first_line(exc)})") from None
-    return build_model(cfg, state, path.name, _tensor_bytes(path)), tokenizer
+    return build_model(cfg, state, path.name, _tensor_bytes(path), dtype, device), tokenizer

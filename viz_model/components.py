@@ -88,9 +88,10 @@ class LayerNorm(nn.Module):
         self.hook_normalized = HookPoint()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x - x.mean(-1, keepdim=True)
-        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
-        return self.hook_normalized(x / scale * self.w + self.b)
+        xf = x.float()  # computed in float32 whatever the model's dtype (as torch's layer_norm does), output in x's
+        xf = xf - xf.mean(-1, keepdim=True)
+        scale = self.hook_scale((xf.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
+        return self.hook_normalized((xf / scale * self.w + self.b).to(x.dtype))
 
 
 class RMSNorm(nn.Module):
@@ -108,8 +109,9 @@ class RMSNorm(nn.Module):
         self.hook_normalized = HookPoint()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
-        return self.hook_normalized(x / scale * self.w)
+        xf = x.float()  # in float32 whatever the model's dtype (transformers' LlamaRMSNorm), output in x's dtype
+        scale = self.hook_scale((xf.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
+        return self.hook_normalized((xf / scale * self.w).to(x.dtype))
 
 
 class QKNorm(nn.Module):
@@ -129,8 +131,9 @@ class QKNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         axes = (-1,) if self.per_head else (-2, -1)
-        scale = self.hook_scale((x.pow(2).mean(axes, keepdim=True) + self.eps).sqrt())
-        return self.hook_normalized(x / scale * self.w.view(-1, x.shape[-1]).squeeze(0))
+        xf = x.float()  # in float32 whatever the model's dtype, output in x's dtype
+        scale = self.hook_scale((xf.pow(2).mean(axes, keepdim=True) + self.eps).sqrt())
+        return self.hook_normalized((xf / scale * self.w.view(-1, x.shape[-1]).squeeze(0)).to(x.dtype))
 
 
 def make_norm(cfg: Config) -> nn.Module:
@@ -296,13 +299,15 @@ class Attention(nn.Module):
         # memory budget (VIZ_ATTN_BUDGET_MB) they are computed a block of heads and query rows at a time, with
         # the same operations, unless a hook listens to them (a listener needs the whole tensor).
         listened = self.hook_attn_scores.active or self.hook_pattern.active
-        if not listened and attention_bytes(q.shape[0] * cfg.n_heads, q.shape[1], k.shape[1], q.element_size()) \
+        if not listened and attention_bytes(q.shape[0] * cfg.n_heads, q.shape[1], k.shape[1]) \
                 > attn_budget_bytes():
             z = self.hook_z(chunked_attention(q, k, v, self.cfg, self.cross, rel_pos=self.rel_pos))
         else:
             scores = self.hook_attn_scores(self.masked_scores(q, k))
             pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
-            z = self.hook_z((pattern @ v.transpose(1, 2)).transpose(1, 2))  # [batch, pos, head, d_head]
+            # the pattern is float32 (see masked_scores); the weighted sum of v runs in the model's dtype, as in
+            # transformers' eager attention (softmax in float32, cast to the values' dtype)
+            z = self.hook_z((pattern.to(v.dtype) @ v.transpose(1, 2)).transpose(1, 2))  # [batch, pos, head, d_head]
         out = z.reshape(*z.shape[:2], -1) @ self.W_O.reshape(-1, cfg.d_model)  # concat(z) W_O
         return out if self.b_O is None else out + self.b_O
 
@@ -364,7 +369,8 @@ def chunked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Co
     if cfg.n_rep > 1:
         k = k.repeat_interleave(cfg.n_rep, dim=2)
     qh, kh, vh = (t.transpose(1, 2).reshape(b * h, t.shape[1], d) for t in (q, k, v))  # [batch·head, pos, d]
-    per_row = attention_bytes(1, 1, n_k, q.element_size())  # one query row of one head
+    qh, kh = qh.float(), kh.float()  # scores in float32 whatever the model's dtype, as masked_scores
+    per_row = attention_bytes(1, 1, n_k, 4)  # one query row of one head (float32 scores)
     rows = max(1, min(n_q, budget // max(1, per_row * b * h)))
     heads = b * h if rows > 1 or per_row * b * h <= budget else max(1, budget // per_row)
     z = torch.empty(b * h, n_q, d, dtype=torch.result_type(q, v), device=q.device)
@@ -381,7 +387,7 @@ def chunked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Co
                 scores.masked_fill_(hidden, float("-inf"))
             pattern = torch.softmax(scores, dim=-1)
             del scores
-            z[h0:h1, r0:r1] = pattern @ vh[h0:h1]
+            z[h0:h1, r0:r1] = pattern.to(vh.dtype) @ vh[h0:h1]
             del pattern
     return z.view(b, h, n_q, d).transpose(1, 2)
 
@@ -415,11 +421,14 @@ def masked_scores(q: torch.Tensor, k: torch.Tensor, cfg: Config, cross: bool = F
     from q ``[batch, query_pos, n_heads, d_head]`` and k ``[batch, key_pos, n_kv_heads, d_head]`` (after
     rotation; the last query sits at the last key's position). ``cross``: cross-attention, where every source
     position is visible. ``rel_pos`` (T5): the stack's relative position bias, added before the mask.
+    The result is float32 whatever the model's dtype (q and k are upcast first).
     Source: "Attention Is All You Need", eq. 1 (scaled dot-product attention)."""
     if cfg.n_rep > 1:  # every query head reads its group's key head (transformers' repeat_kv)
         k = k.repeat_interleave(cfg.n_rep, dim=2)
     # scaled and masked in place: at 1,024 tokens each copy would be 50 MB per layer
-    scores = scale_scores(q.transpose(1, 2) @ k.permute(0, 2, 3, 1), cfg)
+    # float32 whatever the model's dtype (bfloat16 weights too): the scores and patterns every view shows are
+    # computed from the model's own q and k without a second rounding
+    scores = scale_scores(q.transpose(1, 2).float() @ k.permute(0, 2, 3, 1).float(), cfg)
     if rel_pos is not None:
         scores += rel_pos.bias(q.shape[1], k.shape[1])
     hidden = None if cross else attention_mask(q.shape[1], k.shape[1], cfg.causal, cfg.attn_window, q.device)

@@ -9,6 +9,8 @@ million layers or a context of 10^9 positions must give one line, not an out-of-
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import os
 from typing import TYPE_CHECKING
@@ -63,7 +65,7 @@ MAX_EXTRA_CHARS = 4_096  # ``extra`` (free-form notes) as compact JSON
 MAX_EXTRA_DEPTH = 8
 MAX_CONFIG_CHARS = 2**20  # a config's JSON text (real ones are under 2 KB)
 
-BYTES = 4  # the model is built in float32
+BYTES = 4  # float32, the default dtype of a model (see element_size: bfloat16 and float16 models take 2)
 ESTIMATE_TOKENS = 1_024  # the longest text the estimate budgets the forward pass for (GPT-2's context)
 ATTN_BUDGET_FALLBACK = 512 * 2**20
 DEFAULT_MAX_MODEL_MB = 4_096  # see max_model_bytes
@@ -92,6 +94,26 @@ def _attn_budget() -> int:
         return int(attn_budget_bytes())
     except Exception:  # noqa: BLE001  (an older components.py without the budget)
         return ATTN_BUDGET_FALLBACK
+
+
+_ELEMENT_SIZE: contextvars.ContextVar[int] = contextvars.ContextVar("viz_element_size", default=BYTES)
+
+
+@contextlib.contextmanager
+def model_element_size(nbytes: int):
+    """Within this block, estimates (:func:`estimate_bytes`, :func:`check_budget`) that are not given an element size
+    use ``nbytes`` per weight: the dtype of the model being loaded (2 for bfloat16), so that the checks a family
+    converter runs on its own agree with the loader's."""
+    token = _ELEMENT_SIZE.set(int(nbytes))
+    try:
+        yield
+    finally:
+        _ELEMENT_SIZE.reset(token)
+
+
+def current_element_size() -> int:
+    """Bytes per weight assumed by estimates now: 4 (float32) unless inside :func:`model_element_size`."""
+    return _ELEMENT_SIZE.get()
 
 
 def _norm_params(cfg: "Config") -> int:
@@ -153,30 +175,32 @@ def count_params(cfg: "Config") -> int:
     return total
 
 
-def estimate_parts(cfg: "Config") -> dict[str, int]:
+def estimate_parts(cfg: "Config", element_size: int | None = None) -> dict[str, int]:
     """The terms of :func:`estimate_bytes`, in bytes (see there for the formula)."""
     d, h, g, k, m, v = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_mlp, cfg.d_vocab
+    e = current_element_size() if element_size is None else int(element_size)
     n_layers = cfg.n_layers + cfg.n_encoder_layers
-    params = BYTES * count_params(cfg)
-    fused = BYTES * n_layers * (h + 2 * g) * k * (d + 1)  # inference keeps [W_Q | W_K | W_V] fused per layer
+    params = e * count_params(cfg)
+    fused = e * n_layers * (h + 2 * g) * k * (d + 1)  # inference keeps [W_Q | W_K | W_V] fused per layer
     tables = 2 if cfg.n_encoder_layers else 1
     sinusoid = cfg.positional == "sinusoidal"
     pos_kept = BYTES * tables * cfg.n_ctx * d if sinusoid else 0
     pos_build = 16 * cfg.n_ctx * d if sinusoid else 0  # float64 table + sin/cos temporaries while it is built
-    load = params + BYTES * h * d * k + pos_build  # the file's weights, one reshaped matrix in flight, the sinusoid
+    load = params + e * h * d * k + pos_build  # the file's weights, one reshaped matrix in flight, the sinusoid
     t = min(cfg.n_ctx, ESTIMATE_TOKENS)
     attention = min(2 * BYTES * h * t * t, _attn_budget()) + t * t  # scores + pattern of one layer, and the mask
     attention += (BYTES + 8) * h * t * t if cfg.rel_pos_buckets else 0  # T5: the bias and its int64 buckets
     # a mixture of experts: its k experts' intermediates per token, every expert's units side by side (hook_post), the
     # shared expert's
     ffn = 3 * m if not cfg.n_experts else (3 * cfg.experts_per_token + cfg.n_experts) * m + 3 * cfg.d_shared_mlp
-    stream = BYTES * t * (4 * d + 2 * (h + 2 * g) * k + ffn)  # residual stream and one block's intermediates
+    stream = BYTES * t * (4 * d + 2 * (h + 2 * g) * k + ffn)  # residual stream and one block's intermediates (float32
+    # at most: a bfloat16 model's are smaller, its norms' float32 copies are among the 4 d)
     logits = 2 * BYTES * t * v  # logits and their softmax
     return {"params": params, "fused_qkv": fused, "positions": pos_kept, "load": load,
             "run": attention + stream + logits}
 
 
-def estimate_bytes(cfg: "Config") -> int:
+def estimate_bytes(cfg: "Config", element_size: int | None = None) -> int:
     """Peak memory, in bytes, of loading ``cfg``'s model and running it on :data:`ESTIMATE_TOKENS` tokens
     (at most ``n_ctx``), computed from the config alone (nothing is allocated). Float32 (4 bytes) throughout::
 
@@ -199,8 +223,11 @@ def estimate_bytes(cfg: "Config") -> int:
     with d = d_model, h = n_heads, g = n_kv_heads, k = d_head, m = d_mlp, V = d_vocab. Examples: GPT-2 small
     about 1.1 GB, BERT-base 0.9 GB, Qwen2-0.5B 3.8 GB (3,867 MB), the shipped model 50 MB. Assumes ``cfg`` passed
     :meth:`Config.validate` (types and ranges).
+
+    A bfloat16 or float16 model (``element_size`` 2; None: :func:`current_element_size`) counts 2 bytes instead of 4 for the
+    parameters, the fused matrices and the load; activations, scores and logits keep the float32 figures above.
     """
-    parts = estimate_parts(cfg)
+    parts = estimate_parts(cfg, element_size)
     resident = parts["params"] + parts["fused_qkv"] + parts["positions"]
     return resident + max(parts["load"], parts["run"])
 
@@ -214,14 +241,16 @@ class BudgetError(ValueError):
     here to keep this module free of imports; callers turn it into their own one-line error)."""
 
 
-def check_budget(cfg: "Config", file_bytes: int = 0) -> int:
-    """Return :func:`estimate_bytes` (plus any part of ``file_bytes`` beyond a float32 copy of the weights,
-    e.g. a float64 file) when it is within :func:`max_model_bytes`.
+def check_budget(cfg: "Config", file_bytes: int = 0, element_size: int | None = None) -> int:
+    """Return :func:`estimate_bytes` (plus any part of ``file_bytes`` beyond the model's own copy of the weights,
+    e.g. a float64 file, or a float32 file loaded as bfloat16) when it is within :func:`max_model_bytes`.
+    ``element_size``: bytes per weight of the model (None: :func:`current_element_size`).
 
     Raises:
         BudgetError: one line with the estimate, the cap in MB and the setting that raises it.
     """
-    estimate = estimate_bytes(cfg) + max(0, int(file_bytes) - BYTES * count_params(cfg))
+    e = current_element_size() if element_size is None else int(element_size)
+    estimate = estimate_bytes(cfg, e) + max(0, int(file_bytes) - e * count_params(cfg))
     cap = max_model_bytes()
     if estimate > cap:
         raise BudgetError(f"the model would need about {_mb(estimate)} MB of memory ({count_params(cfg):,} "

@@ -72,7 +72,7 @@ class Encoder(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, embed: "Embed", tokens: torch.Tensor) -> torch.Tensor:
-        resid = self.hook_embed(embed(tokens)) + self.hook_pos_embed(self.pos_embed(tokens))
+        resid = self.hook_embed(embed(tokens)) + self.hook_pos_embed(self.pos_embed(tokens)).to(embed.W_E.dtype)
         if self.rel_pos is not None:
             self.rel_pos(tokens.shape[1], tokens.shape[1])  # recorded once (hook_bias); every layer adds it
         if self.ln_embed is not None:
@@ -144,6 +144,17 @@ class VizTransformer(HookedModule):
         return self.embed.W_E.T if self.W_U is None else self.W_U
 
     @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the model's matrices and of its residual stream (float32, bfloat16 or float16; norm
+        weights stay float32, and attention scores and patterns are computed in float32 whatever this is)."""
+        return self.embed.W_E.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's weights live (``cpu`` or a ``cuda`` device)."""
+        return self.embed.W_E.device
+
+    @property
     def has_lm_head(self) -> bool:
         """Whether the model ends in logits over the vocabulary (False for a bare encoder such as a
         sentence-embedding BERT)."""
@@ -159,6 +170,8 @@ class VizTransformer(HookedModule):
         """
         if not self.has_lm_head:
             raise ValueError("this model has no language-model head (it outputs hidden states, not logits)")
+        # a view's float32 CPU vectors into a bfloat16 (or CUDA) model: computed as the model computes
+        resid = resid.to(device=self.device, dtype=self.dtype)
         if self.ln_final is not None:
             resid = self.ln_final(resid)
         if self.mlm_head is not None:
@@ -211,7 +224,7 @@ class VizTransformer(HookedModule):
                 raise ValueError("an encoder-decoder model needs src_tokens (or encoder_out)")
             encoder_out = self.encode(src_tokens)
         pos = self.hook_pos_embed(self.pos_embed(tokens, offset))
-        resid = self.hook_embed(self.embed(tokens)) + pos
+        resid = self.hook_embed(self.embed(tokens)) + pos.to(self.dtype)
         if self.cfg.n_token_types:
             types = torch.zeros_like(tokens) if token_type_ids is None else token_type_ids
             resid = resid + self.hook_token_type_embed(self.W_token_type[types])
@@ -226,7 +239,7 @@ class VizTransformer(HookedModule):
             return self.ln_final(resid) if self.ln_final is not None else resid
         logits = self.hook_logits(self.decode(resid))
         if self.hook_probs.active:
-            self.hook_probs(torch.softmax(logits, dim=-1))
+            self.hook_probs(torch.softmax(logits.float(), dim=-1))
         return logits
 
     def score_inputs(self, name: str) -> tuple[nn.Module, str, str]:

@@ -104,16 +104,16 @@ def iter_generate(model: VizTransformer, ids: list[int], n_new: int, temperature
     extra = {}
     with torch.no_grad():
         if seq2seq:
-            extra["encoder_out"] = model.encode(torch.tensor([src_ids]))
+            extra["encoder_out"] = model.encode(torch.tensor([src_ids], device=model.device))
         for _ in range(n_new):
             if kv.n_pos + len(feed) > model.cfg.n_ctx:  # the newest token no longer fits: stop
                 return
-            tokens = torch.tensor([feed])
+            tokens = torch.tensor([feed], device=model.device)
             if record is not False:
                 logits, cache = model.run_with_cache(tokens, names, kv_cache=kv, **extra)
             else:
                 logits, cache = model(tokens, kv_cache=kv, **extra), None
-            logits = logits[0, -1]
+            logits = logits[0, -1].float().cpu()  # sampled on the CPU with its seeded generator, in float32
             probs = next_token_probs(logits, temperature, top_k, top_p)
             token = int(torch.multinomial(probs, 1, generator=gen)) if temperature > 0 else int(probs.argmax())
             feed = [token]

@@ -24,6 +24,8 @@ import torch
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
+from .dtypes import DtypeError, auto_dtype, parse_dtype, resolve_device, safetensors_sizes
+from .limits import model_element_size
 from .checkpoint import DEFAULT_MODEL, FORMAT, first_line, load_checkpoint, read_metadata, read_tokenizer, reraise_interrupts
 from .families import from_hf, from_nanogpt, hf_config, nanogpt_config
 from .model import VizTransformer
@@ -155,7 +157,15 @@ def _guard(label: str, load: Callable[[], tuple]) -> tuple:
         raise CheckpointError(f"{label} cannot be loaded ({type(exc).__name__}: {first_line(exc)})") from None
 
 
-def load_model(source: str | Path | None = None, progress: Progress = _quiet) -> tuple[VizTransformer, Tokenizer | None]:
+def _dtype_device(dtype: object, device: object) -> tuple[torch.dtype | str, torch.device]:
+    try:
+        return parse_dtype(dtype), resolve_device(device)
+    except DtypeError as exc:
+        raise CheckpointError(str(exc)) from None
+
+
+def load_model(source: str | Path | None = None, progress: Progress = _quiet, dtype: torch.dtype | str = "float32",
+               device: torch.device | str | None = "cpu") -> tuple[VizTransformer, Tokenizer | None]:
     """Load a model and its tokenizer (None when the checkpoint has none) from ``source``:
 
     - None: the shipped default model;
@@ -165,45 +175,55 @@ def load_model(source: str | Path | None = None, progress: Progress = _quiet) ->
     - a nanoGPT ``ckpt.pt`` (``model_args`` + ``model``);
     - a Hugging Face hub id such as ``gpt2`` (needs the network, or the model in the local hub cache).
 
-    ``progress(fraction, message)`` is called as the load advances. Example::
+    ``progress(fraction, message)`` is called as the load advances. ``dtype``: ``"float32"`` (default),
+    ``"auto"`` (the checkpoint's own dtype: a bfloat16 file stays bfloat16, as ``transformers``' ``dtype="auto"``),
+    ``"bfloat16"``, ``"float16"`` or a torch dtype; ``device``: ``"cpu"`` (default), ``"cuda"``, or ``"auto"``
+    (CUDA when present; see :mod:`viz_model.dtypes`). Safetensors weights are memory-mapped and moved into the
+    model without a second copy: a bfloat16 checkpoint loaded with ``dtype="auto"`` costs about its own size.
+    Example::
 
         model, tokenizer = load_model("path/to/gpt2-folder")
         logits, cache = model.run_with_cache(torch.tensor([tokenizer.encode("Hello").ids]))
 
     Raises:
         CheckpointError: one line naming the problem (missing file, corrupt or hostile file, unknown
-            family, weights that disagree with the config, offline hub, ...).
+            family, weights that disagree with the config, offline hub, an unknown dtype or device, ...).
     """
+    dtype, device = _dtype_device(dtype, device)
     if source is None:
-        return load_checkpoint(DEFAULT_MODEL)
+        return load_checkpoint(DEFAULT_MODEL, dtype, device)
     path = Path(source)
     if path.is_dir():
-        return _guard(path.name, lambda: _load_folder(path, path.name, progress))
+        return _guard(path.name, lambda: _load_folder(path, path.name, progress, dtype, device))
     if path.is_file():
-        return _guard(path.name, lambda: _load_file(path, path.name, progress))
+        return _guard(path.name, lambda: _load_file(path, path.name, progress, dtype=dtype, device=device))
     text = str(source)
     if path.suffix.lower() in MODEL_SUFFIXES or not HUB_ID.match(text):
         raise CheckpointError(f"no such file or folder: {text}")
-    return _guard(text, lambda: _load_folder(_from_hub(text), text, progress))
+    return _guard(text, lambda: _load_folder(_from_hub(text), text, progress, dtype, device))
 
 
-def load_upload(name: str, data: bytes, progress: Progress = _quiet,
-                max_mb: int = MAX_UPLOAD_MB) -> tuple[VizTransformer, Tokenizer | None]:
+def load_upload(name: str, data: bytes, progress: Progress = _quiet, max_mb: int = MAX_UPLOAD_MB,
+                dtype: torch.dtype | str = "float32", device: torch.device | str | None = "cpu"
+                ) -> tuple[VizTransformer, Tokenizer | None]:
     """Load an uploaded file (its original ``name`` decides the format) from ``data``.
 
     The bytes go to a private temporary folder inside :func:`upload_root` that is deleted before this returns,
     so nothing is left where another session could read it (a killed process's folder is removed by the next
     upload). Every failure is one :class:`CheckpointError`: no other exception escapes for a bad file.
 
+    ``dtype`` and ``device`` as in :func:`load_model`.
+
     Raises:
         CheckpointError: as :func:`load_model`, or when the upload exceeds ``max_mb`` MB (megabytes of 2^20 bytes).
     """
     label = PurePosixPath(str(name).replace("\\", "/")).name or "upload"
     label = label if len(label) <= 120 else label[:100] + "..." + label[-17:]
-    return _guard(label, lambda: _load_upload(label, data, progress, max_mb))
+    dtype, device = _dtype_device(dtype, device)
+    return _guard(label, lambda: _load_upload(label, data, progress, max_mb, dtype, device))
 
 
-def _load_upload(label: str, data: bytes, progress: Progress, max_mb: int):
+def _load_upload(label: str, data: bytes, progress: Progress, max_mb: int, dtype, device):
     suffix = PurePosixPath(label).suffix.lower()
     if suffix not in MODEL_SUFFIXES:
         raise CheckpointError(f"{label}: unsupported file type (upload one of {', '.join(MODEL_SUFFIXES)})")
@@ -213,10 +233,11 @@ def _load_upload(label: str, data: bytes, progress: Progress, max_mb: int):
         # under the uploaded name when it is a plain one, as messages from the native loader use the file's name
         path = Path(tmp) / (label if re.fullmatch(r"[\w .()+-]{1,150}", label, re.ASCII) else "upload" + suffix)
         path.write_bytes(data)
-        return _load_file(path, label, progress, max_mb)
+        return _load_file(path, label, progress, max_mb, dtype, device)
 
 
-def _load_file(path: Path, label: str, progress: Progress, max_mb: int = MAX_UPLOAD_MB):
+def _load_file(path: Path, label: str, progress: Progress, max_mb: int = MAX_UPLOAD_MB, dtype=torch.float32,
+               device=torch.device("cpu")):
     if path.stat().st_size == 0:
         raise CheckpointError(f"{label} is empty")
     suffix = path.suffix.lower()
@@ -224,11 +245,11 @@ def _load_file(path: Path, label: str, progress: Progress, max_mb: int = MAX_UPL
         with private_dir("zip") as tmp:
             progress(0.05, "Unpacking the archive")
             _safe_unzip(path, Path(tmp), label, max_mb * 2**20)
-            return _load_folder(Path(tmp), label, progress)
+            return _load_folder(Path(tmp), label, progress, dtype, device)
     if suffix == ".safetensors":
         if read_metadata(path).get("format") == FORMAT:
             progress(0.3, "Reading the native checkpoint")
-            return load_checkpoint(path)
+            return load_checkpoint(path, dtype, device)
         raise CheckpointError(f"{label} is not a {FORMAT} checkpoint but a bare safetensors file without a config: "
                               "upload the Hugging Face folder as a .zip (config.json + model.safetensors)")
     if suffix in (".pt", ".pth", ".bin"):
@@ -237,13 +258,15 @@ def _load_file(path: Path, label: str, progress: Progress, max_mb: int = MAX_UPL
         if isinstance(ckpt, dict) and "model_args" in ckpt and "model" in ckpt:
             if not isinstance(ckpt["model_args"], dict) or not isinstance(ckpt["model"], dict):
                 raise CheckpointError(f"{label}: model_args and model must be dictionaries (nanoGPT layout)")
-            nanogpt_config(ckpt["model_args"], label)  # types, ranges and the memory estimate first
-            progress(0.5, "Converting nanoGPT weights")
-            args, weights = ckpt["model_args"], ckpt["model"]
-            del ckpt  # the optimizer state goes now
-            cfg, state = _convert(from_nanogpt, args, weights, label)
-            del weights
-            return build_model(cfg, state, label, path.stat().st_size), None
+            want = _auto_dtype(dtype, [t for t in ckpt["model"].values() if isinstance(t, torch.Tensor)])
+            with model_element_size(want.itemsize):
+                nanogpt_config(ckpt["model_args"], label)  # types, ranges and the memory estimate first
+                progress(0.5, "Converting nanoGPT weights")
+                args, weights = ckpt["model_args"], ckpt["model"]
+                del ckpt  # the optimizer state goes now
+                cfg, state = _convert(from_nanogpt, args, weights, label)
+                del weights
+                return build_model(cfg, state, label, path.stat().st_size, want, device), None
         raise CheckpointError(f"{label} is not a nanoGPT checkpoint (no model_args and model); a Hugging Face "
                               "pytorch_model.bin needs its config.json: upload the folder as a .zip")
     raise CheckpointError(f"{label}: unsupported file type {suffix or '(none)'}")
@@ -377,12 +400,40 @@ def _weight_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
 
 
-def _load_folder(folder: Path, label: str, progress: Progress):
+def _auto_dtype(dtype: torch.dtype | str, tensors: list[torch.Tensor]) -> torch.dtype:
+    """``dtype``, or for ``"auto"`` the dtype holding most bytes of ``tensors``' floating ones."""
+    if dtype != "auto":
+        return dtype
+    return auto_dtype((t.dtype, t.numel() * t.element_size()) for t in tensors if t.is_floating_point())
+
+
+def _folder_dtype(dtype: torch.dtype | str, folder: Path, hf: dict, label: str) -> torch.dtype:
+    """The model's dtype for a Hugging Face folder, known before any weight is read (the memory estimate needs
+    it): ``dtype``, or for ``"auto"`` the dtype of most bytes in the safetensors files' headers, else (``.bin``
+    weights) config.json's ``dtype`` / ``torch_dtype``, else float32."""
+    if dtype != "auto":
+        return dtype
+    sizes = []
+    for f in sorted(folder.glob("*.safetensors")):
+        try:
+            sizes += safetensors_sizes(str(f))
+        except BaseException as exc:
+            reraise_interrupts(exc)
+            raise CheckpointError(f"{label}: {f.name} is not a readable safetensors file ({first_line(exc)})") from None
+    if sizes:
+        return auto_dtype(sizes)
+    try:
+        return parse_dtype(hf.get("dtype") or hf.get("torch_dtype") or "float32")
+    except DtypeError:
+        return torch.float32
+
+
+def _load_folder(folder: Path, label: str, progress: Progress, dtype=torch.float32, device=torch.device("cpu")):
     config_path = folder / "config.json"
     if not config_path.is_file():
         native = sorted(folder.glob("*.safetensors"))
         if len(native) == 1 and read_metadata(native[0]).get("format") == FORMAT:
-            return load_checkpoint(native[0])
+            return load_checkpoint(native[0], dtype, device)
         raise CheckpointError(f"{label}: no config.json (a Hugging Face model folder needs config.json and its weights)")
     hf = _read_json(config_path, label, MAX_CONFIG_BYTES)
     if not isinstance(hf, dict):
@@ -390,15 +441,17 @@ def _load_folder(folder: Path, label: str, progress: Progress):
     if hf.get("quantization_config"):
         raise CheckpointError(f"{label}: quantized checkpoints are not supported (config.json has quantization_config)")
     file_bytes = sum(f.stat().st_size for f in _weight_files(folder))
-    cfg = hf_config(hf, label, file_bytes)  # types, ranges and the memory estimate before any weight is read
-    tokenizer = _folder_tokenizer(folder, label, cfg.d_vocab)
-    progress(0.2, "Reading the weights")
-    state = _folder_state(folder, label)
-    progress(0.6, f"Converting {hf.get('model_type', '?')} weights")
-    cfg, converted = _convert(from_hf, hf, state, label)
-    del state  # the converted dict holds what is still needed
-    progress(0.8, "Checking the weights and a probe run")
-    model = build_model(cfg, converted, label, file_bytes)
+    want = _folder_dtype(dtype, folder, hf, label)
+    with model_element_size(want.itemsize):
+        cfg = hf_config(hf, label, file_bytes)  # types, ranges and the memory estimate before any weight is read
+        tokenizer = _folder_tokenizer(folder, label, cfg.d_vocab)
+        progress(0.2, "Reading the weights")
+        state = _folder_state(folder, label)  # safetensors: memory-mapped, nothing read yet
+        progress(0.6, f"Converting {hf.get('model_type', '?')} weights")
+        cfg, converted = _convert(from_hf, hf, state, label)  # views of the file's tensors
+        del state  # the converted dict holds what is still needed
+        progress(0.8, "Checking the weights and a probe run")
+        model = build_model(cfg, converted, label, file_bytes, want, device)
     progress(0.95, "Done converting")
     return model, tokenizer
 

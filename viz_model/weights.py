@@ -14,8 +14,11 @@ from collections.abc import MutableMapping
 
 import torch
 
-from .components import PosEmbed, sinusoidal_table
+from torch import nn
+
+from .components import LayerNorm, PosEmbed, QKNorm, RMSNorm, sinusoidal_table
 from .config import Config, ConfigError
+from .dtypes import DtypeError, auto_dtype, parse_dtype, resolve_device
 from .limits import BudgetError, check_budget
 from .model import VizTransformer
 
@@ -34,18 +37,20 @@ class CheckpointError(ValueError):
         super().__init__(text)
 
 
-def check_config(cfg: Config, label: str, file_bytes: int = 0) -> Config:
+def check_config(cfg: Config, label: str, file_bytes: int = 0, element_size: int | None = None) -> Config:
     """``cfg`` validated (types, ranges, consistency) and within the memory cap; returns ``cfg``.
 
-    ``file_bytes``: the size of the weights file, when known (a file larger than a float32 copy of the
-    weights, e.g. float64, adds the difference to the estimate).
+    ``file_bytes``: the size of the weights file, when known (a file larger than the model's own copy of the
+    weights, e.g. float64, adds the difference to the estimate). ``element_size``: bytes per weight of the model
+    to be built (4 float32, 2 bfloat16/float16); None: the size set by :func:`viz_model.limits.model_element_size`
+    for the load in progress, else 4.
 
     Raises:
         CheckpointError: ``"<label>: <the config problem>"`` or the estimate above ``VIZ_MAX_MODEL_MB``.
     """
     try:
         cfg.validate()
-        check_budget(cfg, file_bytes)
+        check_budget(cfg, file_bytes, element_size)
     except (ConfigError, BudgetError) as exc:
         raise CheckpointError(f"{label}: {exc}") from None
     return cfg
@@ -93,7 +98,7 @@ def probe(model: VizTransformer, label: str) -> None:
     """
     cfg = model.cfg
     n = min(PROBE_TOKENS, cfg.n_ctx)
-    ids = (torch.arange(n) * 7919 % cfg.d_vocab).unsqueeze(0)
+    ids = (torch.arange(n, device=model.device) * 7919 % cfg.d_vocab).unsqueeze(0)
     bad: list[str] = []
 
     def check(x: torch.Tensor, hook) -> None:
@@ -111,19 +116,40 @@ def probe(model: VizTransformer, label: str) -> None:
                               "embed_scale) are not usable")
 
 
-def build_model(cfg: Config, state: MutableMapping[str, torch.Tensor], label: str,
-                file_bytes: int = 0) -> VizTransformer:
-    """A model in eval mode (dropout 0) with ``state`` loaded, as float32, after :func:`check_config`.
+def norm_parameters(model: VizTransformer) -> set[str]:
+    """Names of the weights and biases of every norm (LayerNorm, RMSNorm, q/k norm): they stay float32 in a
+    bfloat16 or float16 model (a few thousand values; Gemma's ``1 + weight`` would lose its offset in bfloat16)."""
+    return {f"{name}.{leaf}" if name else leaf for name, module in model.named_modules()
+            if isinstance(module, (LayerNorm, RMSNorm, QKNorm)) for leaf, _ in module.named_parameters(recurse=False)}
 
-    ``state`` is consumed: its entries are moved into the model one by one (a float32 tensor already laid out
-    as the model needs is used as it is), so the file's tensors and the model's do not all coexist twice.
-    ``label`` names the file in messages; ``file_bytes`` as in :func:`check_config`.
+
+def build_model(cfg: Config, state: MutableMapping[str, torch.Tensor], label: str, file_bytes: int = 0,
+                dtype: torch.dtype | str = torch.float32, device: torch.device | str | None = "cpu") -> VizTransformer:
+    """A model in eval mode (dropout 0) with ``state`` loaded, after :func:`check_config`.
+
+    ``dtype``: the model's dtype (float32, bfloat16, float16), or ``"auto"``: the dtype holding most of
+    ``state``'s bytes (see :mod:`viz_model.dtypes`); norm weights stay float32 either way. ``device``: where the
+    weights go (``"cpu"``, ``"cuda"``; None or ``"auto"``: see :func:`viz_model.dtypes.resolve_device`).
+
+    ``state`` is consumed: its entries are moved into the model one by one, each cast to the model's dtype
+    (``Tensor.to``: a tensor already in that dtype is used as it is, whatever its strides: a transposed view of
+    a Hugging Face ``[out, in]`` matrix serves as ``W [in, out]``), so the weights of a memory-mapped safetensors
+    file in the model's dtype are never copied (the parameters are the file's pages, private and copy-on-write,
+    as ``transformers`` does) and a converted file's tensors are released as they go. ``label`` names the file in messages; ``file_bytes`` as in :func:`check_config`.
 
     Raises:
-        CheckpointError: invalid config or over the memory cap; missing, unexpected or mis-shaped weights;
-            NaN or infinite weights; non-finite activations on a short probe (:func:`probe`).
+        CheckpointError: an unknown dtype or device; invalid config or over the memory cap; missing, unexpected or
+            mis-shaped weights; NaN or infinite weights; non-finite activations on a short probe (:func:`probe`).
     """
-    check_config(cfg, label, file_bytes)
+    try:
+        dtype = parse_dtype(dtype)
+        if dtype == "auto":
+            dtype = auto_dtype((t.dtype, t.numel() * t.element_size()) for t in state.values()
+                               if isinstance(t, torch.Tensor) and t.is_floating_point())
+        device = resolve_device(device)
+    except DtypeError as exc:
+        raise CheckpointError(f"{label}: {exc}") from None
+    check_config(cfg, label, file_bytes, dtype.itemsize)
     cfg.dropout = 0.0
     try:
         model = _Unfilled(cfg)
@@ -144,12 +170,15 @@ def build_model(cfg: Config, state: MutableMapping[str, torch.Tensor], label: st
             raise CheckpointError(f"{label}: {name} is not a floating-point tensor ({tensor.dtype})")
         if not bool(torch.isfinite(tensor).all()):
             raise CheckpointError(f"{label}: {name} holds NaN or infinite values")
-    checked = {}
-    for name in expected:
-        checked[name] = state.pop(name).to(torch.float32).contiguous()
+    checked, keep_float32 = {}, norm_parameters(model)
+    for name in expected:  # a view in the model's dtype stays a view (of the mapped file: no copy, any layout)
+        checked[name] = state.pop(name).to(device=device, dtype=torch.float32 if name in keep_float32 else dtype)
     model.load_state_dict(checked, assign=True)
     del checked
     _materialize_buffers(model)
+    for module in model.modules():  # the sinusoidal tables, in the model's dtype and on its device
+        if isinstance(module, PosEmbed) and isinstance(module.W_pos, torch.Tensor) and not isinstance(module.W_pos, nn.Parameter):
+            module.W_pos = module.W_pos.to(device=device, dtype=dtype)
     model.eval()
     probe(model, label)
     return model

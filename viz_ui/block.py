@@ -75,10 +75,10 @@ def _output_norm_stats(trace: Trace, model: VizTransformer, layer: int, pos: int
     with torch.no_grad():
         attn, mlp = block.attn, block.mlp
         z = torch.tensor(a[p + "attn.hook_z"][pos]).reshape(-1)
-        raw_attn = z @ attn.W_O.detach().float().reshape(-1, model.cfg.d_model)
-        raw_attn = raw_attn if attn.b_O is None else raw_attn + attn.b_O.detach().float()
-        raw_mlp = torch.tensor(a[p + "mlp.hook_post"][pos]) @ mlp.W_out.detach().float()
-        raw_mlp = raw_mlp if mlp.b_out is None else raw_mlp + mlp.b_out.detach().float()
+        raw_attn = z @ attn.W_O.detach().float().cpu().reshape(-1, model.cfg.d_model)
+        raw_attn = raw_attn if attn.b_O is None else raw_attn + attn.b_O.detach().float().cpu()
+        raw_mlp = torch.tensor(a[p + "mlp.hook_post"][pos]) @ mlp.W_out.detach().float().cpu()
+        raw_mlp = raw_mlp if mlp.b_out is None else raw_mlp + mlp.b_out.detach().float().cpu()
     return [NormStats("ln1_post", raw_attn.numpy(), a[p + "ln1_post.hook_normalized"][pos], "attention's output",
                       "attn_out (added to the stream)", "the norm on the attention's output"),
             NormStats("ln2_post", raw_mlp.numpy(), a[p + "ln2_post.hook_normalized"][pos], "the MLP's output",
@@ -140,6 +140,6 @@ def logit_lens(model: VizTransformer, trace: Trace) -> tuple[np.ndarray, np.ndar
     a, cfg = trace.arrays, model.cfg
     stages = [a["blocks.0.hook_resid_pre"]] + [a[f"blocks.{i}.hook_resid_post"] for i in range(cfg.n_layers)]
     resid = torch.from_numpy(np.stack(stages))  # [stage, pos, d_model]
-    probs = torch.softmax(model.decode(resid), dim=-1)  # final norm (and BERT's MLM transform), W_U, b_U
+    probs = torch.softmax(model.decode(resid).float(), dim=-1).cpu()  # final norm (and BERT's MLM transform), W_U, b_U
     top = probs.max(dim=-1)
     return top.indices.numpy(), top.values.numpy(), ["embeddings"] + [f"after L{i}" for i in range(cfg.n_layers)]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from viz_model import VizTransformer
+from viz_model.dtypes import dtype_name
 
 FAMILY_NAMES = {"viz": "native (this project)", "gpt2": "GPT-2", "nanogpt": "nanoGPT", "bert": "BERT",
                 "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "olmo2": "OLMo 2",
@@ -93,6 +94,9 @@ def architecture_table(model: VizTransformer) -> pd.DataFrame:
         ("embeddings", "tied (W_U = W_Eᵀ)" if cfg.tied_embeddings and cfg.lm_head != "none" else
                        "untied" if cfg.lm_head != "none" else "—"),
         ("parameters", f"{model.n_params():,}"),
+        ("dtype", f"{dtype_name(model.dtype)} weights and residual stream"
+                  + ("" if model.dtype == torch.float32 else "; norms, attention scores and patterns in float32")),
+        ("device", str(model.device)),
     ]
     return pd.DataFrame(rows, columns=["property", "value"]).astype({"value": str})
 

@@ -108,7 +108,7 @@ def _lens(model: VizTransformer, prompt: Prompt, pos: int) -> tuple[np.ndarray, 
     names = ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_resid_post" for i in range(model.cfg.n_layers)]
     _, cache = model.run_with_cache(prompt.tokens, names_filter=names, **prompt.kwargs)
     resid = torch.stack([cache[name][0, pos] for name in names])  # [stage, d_model]
-    top = torch.softmax(model.decode(resid).float(), dim=-1).max(dim=-1)
+    top = torch.softmax(model.decode(resid).float(), dim=-1).cpu().max(dim=-1)
     return top.indices.numpy(), top.values.numpy()
 
 

@@ -8,6 +8,7 @@ import gc
 import hashlib
 import json
 import importlib.util
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,22 @@ def command_line_models(argv: list[str] | None = None) -> dict[str, str]:
     parser.add_argument("--model", action="append", default=[])
     args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     return {Path(p.rstrip("/")).name or p: p for p in args.model}
+
+
+def load_settings(argv: list[str] | None = None) -> tuple[str, str]:
+    """The dtype and device every model of this server is loaded with: ``--dtype`` / ``--device`` on the command
+    line (``streamlit run app.py -- --dtype auto --device cpu``), else the environment variables ``VIZ_DTYPE`` /
+    ``VIZ_DEVICE``, else ``float32`` and ``auto`` (CUDA when torch sees a GPU, else the CPU).
+
+    Why float32 by default: every number the pages show is then what a float32 reference computes (the parity
+    tests' 1e-4), and on a CPU bfloat16 matrix products are slower, not faster (bench/load_dtype.py). ``auto``
+    keeps a checkpoint's own dtype (a bfloat16 model takes half the memory) for a server short of memory or a GPU.
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--dtype", default=os.environ.get("VIZ_DTYPE", "").strip() or "float32")
+    parser.add_argument("--device", default=os.environ.get("VIZ_DEVICE", "").strip() or "auto")
+    args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    return args.dtype, args.device
 
 
 def installed_models() -> dict[str, str]:
@@ -128,7 +145,8 @@ def get_model(path: str) -> tuple[VizTransformer, Tokenizer | None]:
     still collected.
     """
     global _FROZEN
-    loaded = load_model(path)
+    dtype, device = load_settings()
+    loaded = load_model(path, dtype=dtype, device=device)
     if not _FROZEN:  # once: later freezes would also pin whatever the sessions hold at that moment
         gc.collect()
         gc.freeze()

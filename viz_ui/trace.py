@@ -59,6 +59,15 @@ class Arrays(dict):
         return [*self.keys(), *self.derived]
 
 
+def host_array(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor as a numpy array on the CPU: bfloat16 (which numpy lacks) becomes float32, exactly; float16 and
+    float32 keep their dtype (see :class:`Arrays`)."""
+    tensor = tensor.detach()
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.float()
+    return tensor.cpu().numpy()
+
+
 def _arrays(cache, model: VizTransformer, derive: bool) -> Arrays:
     """The batch-0 slice of every cached tensor as a read-only numpy array, in the dtype the cache stored it
     (see :func:`run_trace`), taken one at a time so that lazily computed hooks (scores and patterns) never pile
@@ -71,7 +80,7 @@ def _arrays(cache, model: VizTransformer, derive: bool) -> Arrays:
             attn, q_name, k_name = model.score_inputs(name)
             out.derived[name] = (q_name, k_name, attn.cfg, attn.cross, kind == "hook_pattern", attn.rel_pos)
             continue
-        out[name] = cache.take(name)[0].numpy()
+        out[name] = host_array(cache.take(name)[0])
         out[name].flags.writeable = False  # traces are shared between sessions (viz_ui.state.get_trace)
     return out
 
@@ -248,7 +257,7 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
         small = {"store_dtype": torch.float16, "keep_float32": ("hook_logits", *sorted(qk))}
     if not model.cfg.is_encoder_decoder:
         labels = _labels(tokenizer, ids)
-        _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=keep, **small)
+        _, cache = model.run_with_cache(torch.tensor([ids], device=model.device), names_filter=keep, **small)
         return Trace(text=text, ids=np.array(ids, dtype=np.int64), labels=labels,
                      offsets=list(enc.offsets[:n_ctx]), n_tokens_total=len(enc.ids),
                      arrays=_arrays(cache, model, derive=bool(small) or _derive(model, len(ids), len(ids), budget)),
@@ -258,7 +267,7 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
     out = [s.token_id for s in steps]
     dec = [cfg.decoder_start_id] + (out[:-1] if out and out[-1] == cfg.decoder_end_id else out)
     labels, src_labels = _labels(tokenizer, dec), _labels(tokenizer, ids)
-    _, cache = model.run_with_cache(torch.tensor([dec]), names_filter=keep, src_tokens=torch.tensor([ids]))
+    _, cache = model.run_with_cache(torch.tensor([dec], device=model.device), names_filter=keep, src_tokens=torch.tensor([ids], device=model.device))
     n = max(len(dec), len(ids))
     return Trace(text=text, ids=np.array(dec, dtype=np.int64), labels=labels, offsets=[(0, 0)] * len(dec),
                  n_tokens_total=len(enc.ids), arrays=_arrays(cache, model, derive=_derive(model, n, n, budget)),

@@ -94,4 +94,4 @@ def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Co
     for i in range(cfg.n_layers):
         _layer(w, f"decoder.layers.{i}.", f"blocks.{i}.", cfg, True, out)
     out["b_U"] = w.get("final_logits_bias", (1, vocab))[0] if w.has("final_logits_bias") else torch.zeros(vocab)
-    return cfg, {name: t.contiguous() for name, t in out.items()}
+    return cfg, out  # views: build_model lays each weight out

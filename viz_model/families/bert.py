@@ -85,4 +85,4 @@ def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Co
         out["b_U"] = w.get(t + "decoder.bias", (cfg.d_vocab,)) if w.has(t + "decoder.bias") else w.get(t + "bias", (cfg.d_vocab,))
         if not tied:
             out["W_U"] = w.get(t + "decoder.weight", (cfg.d_vocab, d)).T
-    return cfg, {name: t.contiguous() for name, t in out.items()}
+    return cfg, out  # views: build_model lays each weight out

@@ -19,7 +19,11 @@ ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "ge
 class Weights:
     """A source state dict with a key prefix stripped, read with shape checks.
 
-    ``get(name, shape)`` returns the tensor or raises :class:`CheckpointError` naming the key.
+    ``get(name, shape)`` returns the tensor or raises :class:`CheckpointError` naming the key. The tensor keeps
+    the file's dtype and may be a view of the memory-mapped file: converters reshape and transpose with views
+    (no copy), and :func:`viz_model.weights.build_model` casts each weight to the model's dtype and lays it out
+    contiguously one at a time, so a load never holds two copies of the weights. A converter that does
+    arithmetic on a weight does it in float32 (``.float()``), whatever the file's dtype.
     """
 
     def __init__(self, state: Mapping[str, torch.Tensor], label: str, prefixes: tuple[str, ...] = ()) -> None:
@@ -47,7 +51,7 @@ class Weights:
             raise CheckpointError(f"{self.label}: {name} is stored as {tensor.dtype} (quantized weights are not supported)")
         if tuple(tensor.shape) != tuple(shape):
             raise CheckpointError(f"{self.label}: {name} has shape {tuple(tensor.shape)}, the config needs {tuple(shape)}")
-        return tensor.float()
+        return tensor  # in the file's dtype, possibly a view of the memory-mapped file: build_model casts and copies
 
 
 def activation(name, label: str) -> str:
@@ -64,12 +68,12 @@ def activation(name, label: str) -> str:
 def heads_in(w_in_out: torch.Tensor, n_heads: int, d_head: int) -> torch.Tensor:
     """``[d_model, n_heads * d_head]`` (input-major, as x @ W) -> ``[n_heads, d_model, d_head]``."""
     d_model = w_in_out.shape[0]
-    return w_in_out.reshape(d_model, n_heads, d_head).permute(1, 0, 2).contiguous()
+    return w_in_out.reshape(d_model, n_heads, d_head).permute(1, 0, 2)  # a view: build_model lays it out
 
 
 def heads_out(w_in_out: torch.Tensor, n_heads: int, d_head: int) -> torch.Tensor:
     """``[n_heads * d_head, d_model]`` (input-major) -> ``W_O [n_heads, d_head, d_model]``."""
-    return w_in_out.reshape(n_heads, d_head, -1).contiguous()
+    return w_in_out.reshape(n_heads, d_head, -1)  # a view where possible: build_model lays it out
 
 
 def require_int(cfg: Mapping, key: str, label: str) -> int:

@@ -73,4 +73,4 @@ def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Co
         out["b_U"] = w.get("vocab_projector.bias", (vocab,))
         if not cfg.tied_embeddings:
             out["W_U"] = w.get("vocab_projector.weight", (vocab, d)).T
-    return cfg, {name: t.contiguous() for name, t in out.items()}
+    return cfg, out  # views: build_model lays each weight out

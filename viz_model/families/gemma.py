@@ -24,7 +24,7 @@ TANH_GELU = ("gelu", "gelu_pytorch_tanh", "gelu_new")
 
 def plus_one(weight: torch.Tensor) -> torch.Tensor:
     """Gemma's stored RMSNorm weight -> the scale it applies (``1 + weight``)."""
-    return weight + 1.0
+    return weight.float() + 1.0  # in float32 (transformers: 1.0 + weight.float()); kept float32 in the model
 
 
 def gemma_fields(hf: dict, label: str, act_key: str) -> dict:

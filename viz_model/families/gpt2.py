@@ -84,7 +84,7 @@ def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Co
     w = Weights(state, label, ("transformer.",))
     out = _convert(w, cfg, linear=False, bias=True)
     if not cfg.tied_embeddings:
-        out["W_U"] = w.get("lm_head.weight", (cfg.d_vocab, cfg.d_model)).T.contiguous()
+        out["W_U"] = w.get("lm_head.weight", (cfg.d_vocab, cfg.d_model)).T
     return cfg, out
 
 

@@ -57,7 +57,7 @@ def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Co
             out[q + ours + ".b"] = w.get(p + theirs + ".bias", (d,))
         qkv = w.get(p + "attention.query_key_value.weight", (3 * d, d)).reshape(h, 3, k, d)  # [head, qkv, k, d]
         for j, name in enumerate("QKV"):
-            out[q + f"attn.W_{name}"] = qkv[:, j].transpose(1, 2).contiguous()  # [head, d_model, d_head]
+            out[q + f"attn.W_{name}"] = qkv[:, j].transpose(1, 2)  # [head, d_model, d_head]
         out[q + "attn.W_O"] = heads_out(w.get(p + "attention.dense.weight", (d, d)).T, h, k)
         if cfg.attn_bias:
             qkv_b = w.get(p + "attention.query_key_value.bias", (3 * d,)).reshape(h, 3, k)
@@ -70,4 +70,4 @@ def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Co
         out[q + "mlp.b_out"] = w.get(p + "mlp.dense_4h_to_h.bias", (d,))
     if not cfg.tied_embeddings:
         out["W_U"] = w.get("embed_out.weight", (cfg.d_vocab, d)).T
-    return cfg, {name: t.contiguous() for name, t in out.items()}
+    return cfg, out  # views: build_model lays each weight out

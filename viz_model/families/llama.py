@@ -83,7 +83,7 @@ def convert(cfg: Config, w: Weights, norms: dict[str, str], norm_weight=lambda t
             out[q + "mlp.b_out"] = w.get(f + "down_proj.bias", (d,))
     if not cfg.tied_embeddings:
         out["W_U"] = w.get("lm_head.weight", (cfg.d_vocab, d)).T
-    return {name: t.contiguous() for name, t in out.items()}
+    return out  # views: build_model lays each weight out
 
 
 PRE_NORMS = {"ln1": "input_layernorm", "ln2": "post_attention_layernorm"}

@@ -61,7 +61,7 @@ def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Co
         out[ours + ".b"] = w.get(theirs + ".bias", (d,)) if affine else torch.zeros(d)
 
     embed = w.get("embed_tokens.weight", (vocab, e))
-    out = {"embed.W_E": embed if e == d else embed @ w.get("project_in.weight", (d, e)).T,
+    out = {"embed.W_E": embed if e == d else embed.float() @ w.get("project_in.weight", (d, e)).T.float(),
            "pos_embed.W_pos": w.get("embed_positions.weight", (cfg.n_ctx + POSITION_OFFSET, d))[POSITION_OFFSET:]}
     if cfg.final_norm:
         norm("final_layer_norm", "ln_final")
@@ -82,5 +82,5 @@ def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Co
             out[q + "mlp.b_out"] = w.get(p + "fc2.bias", (d,))
     if not cfg.tied_embeddings:
         head = w.get("lm_head.weight", (vocab, e)) if w.has("lm_head.weight") else embed
-        out["W_U"] = head.T if e == d else w.get("project_out.weight", (e, d)).T @ head.T
-    return cfg, {name: t.contiguous() for name, t in out.items()}
+        out["W_U"] = head.T if e == d else w.get("project_out.weight", (e, d)).T.float() @ head.T.float()
+    return cfg, out  # views: build_model lays each weight out

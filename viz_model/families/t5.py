@@ -98,5 +98,5 @@ def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Co
         scale = hf.get("scale_decoder_outputs")
         scale = opt_bool(hf, "scale_decoder_outputs", True, label) if scale is not None else \
             opt_bool(hf, "tie_word_embeddings", True, label)
-        out["W_U"] = shared.T * (d ** -0.5) if scale else shared.T
-    return cfg, {name: t.contiguous() for name, t in out.items()}
+        out["W_U"] = shared.T.float() * (d ** -0.5) if scale else shared.T
+    return cfg, out  # views: build_model lays each weight out

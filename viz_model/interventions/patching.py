@@ -25,7 +25,7 @@ Metric = Callable[[torch.Tensor], torch.Tensor]
 
 def logit_diff_metric(answer_id: int, wrong_id: int, pos: int = -1) -> Metric:
     """``logits[0, pos, answer_id] - logits[0, pos, wrong_id]`` (the logit difference of Wang et al., 2022)."""
-    return lambda logits: logits[0, pos, answer_id] - logits[0, pos, wrong_id]
+    return lambda logits: logits[0, pos, answer_id].float() - logits[0, pos, wrong_id].float()
 
 
 def prob_metric(answer_id: int, pos: int = -1) -> Metric:
