@@ -8,9 +8,11 @@ from urllib.parse import urlencode
 
 import plotly.graph_objects as go
 import streamlit as st
+import torch
 from tokenizers import Tokenizer
 
 from viz_model import CheckpointError, VizTransformer
+from viz_model.dtypes import dtype_name
 from viz_model.tokenizer import IdTokenizer
 
 from .export import figure_csv, trace_npz
@@ -317,6 +319,9 @@ def setup_page(title: str, intro: str) -> AppState:
     except CheckpointError as exc:
         st.error(f"The model {plain(name)} cannot be loaded: {plain(str(exc))}. Choose another model in the sidebar.")
         st.stop()
+    if model.dtype != torch.float32 or model.device.type != "cpu":  # the numbers' precision, where it differs
+        st.sidebar.caption(f":material/memory: {dtype_name(model.dtype)} weights on {model.device.type}: values are the "
+                           "model's own, shown as float32; norms, attention scores and patterns computed in float32.")
     if isinstance(tokenizer, IdTokenizer):  # the checkpoint came without a tokenizer
         st.info("This checkpoint has no tokenizer: type **token ids** separated by spaces (e.g. `464 3290 318`), "
                 "or upload its tokenizer.json on the Model inspector page.", icon=":material/pin:")
