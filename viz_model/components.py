@@ -16,7 +16,7 @@ from torch import nn
 
 from .config import Config
 from .hooks import HookPoint
-from .rotary import apply_rotary, rotary_angles, scaled_freqs
+from .rotary import apply_rotary, rotary_angles, rotary_scale, scaled_freqs
 
 
 class Embed(nn.Module):
@@ -284,10 +284,11 @@ class Attention(nn.Module):
         if self.cross:
             kv = None  # the encoder's keys and values are complete; nothing to cache per step
         elif cfg.positional == "rotary":
-            angles = rotary_angles(x.shape[1], cfg.d_rotary, cfg.rotary_base, kv.n_pos if kv is not None else 0,
-                                   scaled_freqs(cfg))
-            q = self.hook_rot_q(apply_rotary(q, angles.to(x.device)))
-            k = self.hook_rot_k(apply_rotary(k, angles.to(x.device)))
+            first = kv.n_pos if kv is not None else 0  # LongRoPE's factors depend on the whole sequence's length
+            angles = rotary_angles(x.shape[1], cfg.d_rotary, cfg.rotary_base, first,
+                                   scaled_freqs(cfg, first + x.shape[1]))
+            q = self.hook_rot_q(apply_rotary(q, angles.to(x.device), rotary_scale(cfg)))
+            k = self.hook_rot_k(apply_rotary(k, angles.to(x.device), rotary_scale(cfg)))
         if kv is not None:
             k, v = kv.extend(k, v)
         if cfg.n_rep > 1:  # every query head reads its group's value head (transformers' repeat_kv)

@@ -55,6 +55,13 @@ FLOAT_RANGES = {
     "attn_scale": (0.0, 1e6, False, True),  # or null (sqrt(d_head)); Gemma 2: sqrt(256) = 16, T5: 1
     "attn_softcap": (0.0, 1e6, False, True),  # or null; Gemma 2: 50
     "logit_softcap": (0.0, 1e6, False, True),  # or null; Gemma 2: 30
+    "rotary_attn_factor": (0.0, 1e4, False, True),  # LongRoPE: Phi-3-mini-128k sqrt(1 + ln 32 / ln 4096) = 1.19
+}
+# Lists of floats, LongRoPE's per-pair divisors of theta_i (or null): the range of every entry, as FLOAT_RANGES; the
+# length must be d_rotary / 2 (at most 8,192), checked in Config.validate. Phi-3-mini-128k: 1 to about 60.
+FLOAT_LIST_RANGES = {
+    "rotary_short_factor": (0.0, 1e6, False, True),
+    "rotary_long_factor": (0.0, 1e6, False, True),
 }
 BOOL_FIELDS = ("causal", "tied_embeddings", "final_norm", "attn_bias", "mlp_bias", "embed_norm", "unembed_bias",
                "parallel_residual", "norm_topk_prob")

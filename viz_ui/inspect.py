@@ -28,7 +28,10 @@ def _positions(cfg) -> str:
         parts.append(f"windowed layers: base {cfg.rotary_base_local:g}")
     if cfg.d_rotary < cfg.d_head:
         parts.append(f"partial: {cfg.d_rotary} of {cfg.d_head} dimensions turn")
-    if cfg.rotary_scaling != "none":
+    if cfg.rotary_scaling == "longrope":
+        parts.append(f"LongRoPE: a factor per pair, the long ones above {cfg.rotary_original_ctx:,} tokens, "
+                     f"cos and sin ×{cfg.rotary_attn_factor:.4g}")
+    elif cfg.rotary_scaling != "none":
         parts.append(f"{cfg.rotary_scaling} scaling ×{cfg.rotary_factor:g}")
     return f"rotary ({'; '.join(parts)})"
 
