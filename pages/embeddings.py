@@ -112,6 +112,8 @@ with tab_p:
         normed = "q_norm.hook_normalized" if cfg.qk_norm != "none" else "hook_q"  # what is rotated (after q/k norm)
         q = trace.arrays[f"blocks.{layer}.attn.{normed}"][-1, head]
         k = trace.arrays[f"blocks.{layer}.attn.{normed.replace('q', 'k', 1)}"][key_pos, cfg.kv_head(head)]
+        if cfg.clip_qkv is not None:  # OLMoE clamps q and k after their norm, before the rotation
+            q, k = np.clip(q, -cfg.clip_qkv, cfg.clip_qkv), np.clip(k, -cfg.clip_qkv, cfg.clip_qkv)
         span = min(cfg.n_ctx, max(256, trace.n_tokens))
         delta = trace.n_tokens - 1 - key_pos
         recorded = float(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head, -1, key_pos])

@@ -199,8 +199,11 @@ class Attention(nn.Module):
     head ``h`` reads key/value head ``h // (n_heads / n_kv_heads)``; ``n_kv_heads = 1`` is multi-query.
     Rotary models rotate q and k by position before the dot product (:mod:`viz_model.rotary`).
 
+    ``clip_qkv`` (OLMoE): q and k clamped to ``±clip_qkv`` after their q/k norm, v after its projection, as
+    transformers' ``OlmoeAttention`` does.
+
     Hooks: ``hook_q`` ``[batch, pos, n_heads, d_head]``, ``hook_k/v`` ``[batch, pos, n_kv_heads, d_head]``
-    (before rotation), ``hook_rot_q/rot_k`` (after rotation, rotary models only), ``hook_z``
+    (before rotation; q and k before the norm and clamp, v after the clamp), ``hook_rot_q/rot_k`` (after rotation, rotary models only), ``hook_z``
     ``[batch, pos, n_heads, d_head]``; ``hook_attn_scores`` and ``hook_pattern``
     ``[batch, head_index, query_pos, key_pos]`` (one pattern per query head).
 
@@ -278,9 +281,12 @@ class Attention(nn.Module):
         cfg = self.cfg
         source = context if self.cross else x  # cross-attention reads keys and values from the encoder
         q, k, v = self._qkv(x, source)
-        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        clip = cfg.clip_qkv
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v if clip is None else v.clamp(-clip, clip))
         if cfg.qk_norm != "none":
             q, k = self.q_norm(q), self.k_norm(k)
+        if clip is not None:  # OLMoE: q and k clamped after their norm
+            q, k = q.clamp(-clip, clip), k.clamp(-clip, clip)
         if self.cross:
             kv = None  # the encoder's keys and values are complete; nothing to cache per step
         elif cfg.positional == "rotary":

@@ -128,6 +128,8 @@ class Config:
     attn_scale: float | None = None  # scores are q.k / attn_scale; None = sqrt(d_head); Gemma 2 sqrt(256), T5 1
     attn_softcap: float | None = None  # Gemma 2: scores -> c tanh(scores / c), kept within (-c, c), before the mask
     logit_softcap: float | None = None  # Gemma 2: the same soft cap on the final logits
+    # OLMoE (and OLMo 1) option against loss spikes in training: q and k (after their norm) and v clamped to +-clip_qkv
+    clip_qkv: float | None = None  # None = no clamp
     parallel_residual: bool = False  # GPT-NeoX: attention and MLP both read resid_pre, post = pre + attn + mlp
     rel_pos_buckets: int = 0  # T5: a learned bias per head and bucket of key - query distance on the scores; 0 = none
     rel_pos_max_distance: int = 128  # T5: distances from here on share the last bucket (log-spaced buckets below)

@@ -44,6 +44,8 @@ def _attention(cfg) -> str:
         text += f", sliding window of {cfg.attn_window}{layers}"
     if cfg.qk_norm != "none":
         text += ", q/k norm " + ("per head" if cfg.qk_norm == "head" else "over all heads")
+    if cfg.clip_qkv is not None:
+        text += f", q, k and v clamped to ±{cfg.clip_qkv:g}"
     if cfg.attn_scale is not None:
         text += f", scores divided by {cfg.attn_scale:.4g} (not √d_head)"
     if cfg.attn_softcap is not None:
