@@ -171,3 +171,16 @@ def test_longrope_pages_show_the_frequencies_the_text_uses(models, tokenizer, te
     assert abs(plotly_array(curve[0]["y"])[delta] - recorded) <= 1e-4
     at = open_page(models, "longrope", "pages/head_steps.py", text)
     assert any(f"it uses the {which} factors" in i.value for i in at.info)
+
+
+def test_longrope_generation_recomputes_the_cache_when_the_text_outgrows_the_short_factors(models, tokenizer):
+    """From 5 tokens, the 5th step runs 9 positions: past the original context of 8, so it computes all of them
+    again (the cached keys were turned with the short factors) and the page says why."""
+    at = open_page(models, "longrope", "pages/output.py", "The cat sat")
+    at.number_input(key="n_new").set_value(5).run()
+    at.button[0].click().run()
+    assert not at.exception
+    kv = next(d.value for d in at.dataframe if "keys and values reused from the cache" in d.value.columns)
+    assert kv["positions computed (q, k, v)"].tolist() == [5, 1, 1, 1, 9]
+    assert kv["keys and values reused from the cache"].tolist() == [0, 5, 6, 7, 0]
+    assert any("Step 5 computed all 9 positions again" in c.value for c in at.caption)
