@@ -203,8 +203,8 @@ class Attention(nn.Module):
     transformers' ``OlmoeAttention`` does.
 
     Hooks: ``hook_q`` ``[batch, pos, n_heads, d_head]``, ``hook_k/v`` ``[batch, pos, n_kv_heads, d_head]``
-    (before rotation; q and k before the norm and clamp, v after the clamp), ``hook_rot_q/rot_k`` (after rotation, rotary models only), ``hook_z``
-    ``[batch, pos, n_heads, d_head]``; ``hook_attn_scores`` and ``hook_pattern``
+    (before rotation; q and k before the norm and clamp, v after the clamp), ``hook_rot_q/rot_k`` (after rotation,
+    rotary models only), ``hook_z`` ``[batch, pos, n_heads, d_head]``; ``hook_attn_scores`` and ``hook_pattern``
     ``[batch, head_index, query_pos, key_pos]`` (one pattern per query head).
 
     With ``cross=True`` (a decoder's cross-attention) q comes from the decoder and k, v from the encoder's
