@@ -14,7 +14,7 @@ from viz_ui.figures import (angle_heatmap, attention_heatmap, matrix_heatmap, pc
                             relative_score_curve, similarity_heatmap)
 from viz_ui.layout import (needs_window, pick_layer_head, pick_position, position_window, require_trace, setup_page,
                            show_figure, show_table)
-from viz_ui.rotary_view import angle_table, relative_scores
+from viz_ui.rotary_view import angle_table, longrope_words, relative_scores
 from viz_ui.numeric import cosine_similarity
 from viz_ui.state import get_embedding_pca, get_positional_table
 from viz_ui.tables import similarity_table
@@ -90,7 +90,9 @@ with tab_p:
             st.info(f"Partial rotary: only the first {d_rot} of the {cfg.d_head} dimensions of each query and key are "
                     f"rotated; the other {cfg.d_head - d_rot} are left as they are, so that part of q·k ignores "
                     "position entirely.", icon=":material/rotate_right:")
-        if cfg.rotary_scaling != "none":
+        if cfg.rotary_scaling == "longrope":
+            st.caption(longrope_words(cfg, trace.n_tokens) + " The angles below are the ones this text uses.")
+        elif cfg.rotary_scaling != "none":
             st.caption(f"This model rescales the frequencies for a longer context ({cfg.rotary_scaling} scaling, factor "
                        f"{cfg.rotary_factor:g}); the angles below are the rescaled ones it really uses.")
         if cfg.rotary_base_local is not None:
@@ -110,6 +112,8 @@ with tab_p:
         normed = "q_norm.hook_normalized" if cfg.qk_norm != "none" else "hook_q"  # what is rotated (after q/k norm)
         q = trace.arrays[f"blocks.{layer}.attn.{normed}"][-1, head]
         k = trace.arrays[f"blocks.{layer}.attn.{normed.replace('q', 'k', 1)}"][key_pos, cfg.kv_head(head)]
+        if cfg.clip_qkv is not None:  # OLMoE clamps q and k after their norm, before the rotation
+            q, k = np.clip(q, -cfg.clip_qkv, cfg.clip_qkv), np.clip(k, -cfg.clip_qkv, cfg.clip_qkv)
         span = min(cfg.n_ctx, max(256, trace.n_tokens))
         delta = trace.n_tokens - 1 - key_pos
         recorded = float(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head, -1, key_pos])
@@ -117,7 +121,7 @@ with tab_p:
             st.caption(f"This pair is {delta} positions apart, outside the sliding window of {cfg.attn_window}: its "
                        "recorded score is −∞ (masked), so no dot is drawn.")
         layer_cfg = state.model.blocks[layer].attn.cfg
-        show_figure(relative_score_curve(relative_scores(q, k, layer_cfg.rotary_base, span, layer_cfg),
+        show_figure(relative_score_curve(relative_scores(q, k, layer_cfg.rotary_base, span, layer_cfg, trace.n_tokens),
                                          f"Layer {layer}, head {head}: score of “{trace.labels[-1]}” → "
                                          f"“{trace.labels[key_pos]}” at every distance",
                                          [(delta, recorded, f"recorded: Δ = {delta}")] if np.isfinite(recorded) else []),

@@ -10,6 +10,7 @@ from viz_ui.explain import mask_sentence
 from viz_ui.figures import matrix_heatmap, topk_bar
 from viz_ui.layout import (pick_layer_head, pick_position, position_window, require_trace, setup_page, show_figure,
                            show_table)
+from viz_ui.rotary_view import longrope_words
 from viz_ui.steps import head_steps, largest_weights, value_contributions
 from viz_ui.tables import score_table, vector_table
 from viz_ui.text import plain
@@ -62,7 +63,8 @@ if s.rotated:
     scaled = {"linear": f" This model divides every θ_i by {layer_cfg.rotary_factor:g} (linear scaling, for a longer "
                         "context).",
               "llama3": f" This model slows the low-frequency pairs by {layer_cfg.rotary_factor:g} (Llama 3.1 "
-                        "scaling, for a longer context) and keeps the fast ones."}.get(layer_cfg.rotary_scaling, "")
+                        "scaling, for a longer context) and keeps the fast ones.",
+              "longrope": " " + longrope_words(layer_cfg, n)}.get(layer_cfg.rotary_scaling, "")
     st.info(f"Rotary positions: after the projection, q and k of the token at position m are rotated by angles "
             f"m·θ_i (θ_i = base^(−2i/d), base {layer_cfg.rotary_base:g} in this layer, one angle per pair of "
             f"dimensions).{scaled}{partial} The q and k below are the rotated ones (hooks hook_rot_q / hook_rot_k), "

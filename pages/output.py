@@ -179,6 +179,13 @@ def next_token_and_generation() -> None:
                     state, f"generation_attention_L{layer}")
         st.markdown("**The KV cache at work**")
         show_table(kv_table(records, queries, all_labels), state, hide_index=True)
+        recomputed = [s for s, r in enumerate(records) if s and r.n_reused == 0]
+        if recomputed:  # LongRoPE (viz_model.rotary.cache_needs_recompute)
+            s = recomputed[0]
+            st.caption(f"Step {s + 1} computed all {records[s].n_computed} positions again: the text became longer than "
+                       f"the {cfg.rotary_original_ctx:,} tokens of this model's pre-training context, so LongRoPE "
+                       "switched to its long factors, and the cached keys, turned with the short ones, were dropped "
+                       "(as transformers' Phi-3 does).")
     show_link(state)  # after every widget of the page, so the link holds n_new and seed too
 
 

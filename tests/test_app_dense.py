@@ -49,6 +49,12 @@ SPECS = {
         vocab_size=V, hidden_size=50, intermediate_size=66, num_hidden_layers=2, num_attention_heads=5,
         num_key_value_heads=5, max_position_embeddings=64, sliding_window=6, partial_rotary_factor=0.4,
         pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    "longrope": ("Phi3ForCausalLM", lambda: transformers.Phi3Config(  # LongRoPE: long factors above 8 tokens
+        vocab_size=V, hidden_size=50, intermediate_size=66, num_hidden_layers=2, num_attention_heads=5,
+        num_key_value_heads=5, max_position_embeddings=64, original_max_position_embeddings=8, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2, rope_parameters={"rope_type": "longrope", "rope_theta": 100.0,
+                                                         "short_factor": [1.0, 1.5, 2.5, 4.0, 6.0],
+                                                         "long_factor": [1.3, 3.0, 7.0, 11.0, 20.0]})),
     "t5": ("T5ForConditionalGeneration", lambda: transformers.T5Config(
         vocab_size=V, d_model=36, d_kv=10, d_ff=50, num_layers=2, num_decoder_layers=2, num_heads=3,
         relative_attention_num_buckets=12, relative_attention_max_distance=20, feed_forward_proj="gated-gelu",
@@ -79,7 +85,8 @@ def open_page(models, name: str, page: str | None, text: str = "The cat sat on t
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, tokenizer):
-    return dense_models(tmp_path_factory.mktemp("dense"), tokenizer, ("gemma2", "neox", "olmo2", "roberta", "t5"))
+    return dense_models(tmp_path_factory.mktemp("dense"), tokenizer,
+                        ("gemma2", "neox", "olmo2", "roberta", "t5", "longrope"))
 
 
 @pytest.mark.parametrize("page", [None, *PAGES])
@@ -142,3 +149,38 @@ def test_t5_relative_position_bias_as_a_matrix_and_in_the_scores(models):
     total = (table["q·k"] + table["+ position bias"]).to_numpy()
     np.testing.assert_allclose(total[visible], table["score"][visible].astype(float), atol=1e-4)
     assert "does not divide" in " ".join(m.value for m in at.markdown)
+
+
+@pytest.mark.parametrize("text, which", [("The cat sat", "short"), ("The cat sat on the mat. The cat", "long")])
+def test_longrope_pages_show_the_frequencies_the_text_uses(models, tokenizer, text, which):
+    """A Phi-3 with LongRoPE: the angle heatmap holds the angles of the factor list this text's length selects (short
+    up to 8 tokens, long beyond), the page says which, and the relative-score curve passes through the score the model
+    recorded (cos and sin carry the attention factor); the step-by-step page names the list too."""
+    from viz_model.rotary import scaled_freqs
+    model = models["longrope"][0]
+    n = len(tokenizer.encode(text).ids)
+    assert (n > 8) == (which == "long")
+    at = open_page(models, "longrope", "pages/embeddings.py", text)
+    assert f"This text has {n} tokens" in " ".join(c.value for c in at.caption)
+    assert f"it uses the {which} factors" in " ".join(c.value for c in at.caption)
+    angles = plotly_array(figure_titled(at, "Rotation angle")["data"][0]["z"])
+    expected = np.mod(np.arange(n)[:, None] * scaled_freqs(model.cfg, n).numpy()[None, :], 2 * np.pi)
+    np.testing.assert_allclose(angles, expected, atol=1e-5)
+    curve = figure_titled(at, "Layer 0, head 0: score")["data"]
+    delta, recorded = curve[1]["x"][0], curve[1]["y"][0]
+    assert abs(plotly_array(curve[0]["y"])[delta] - recorded) <= 1e-4
+    at = open_page(models, "longrope", "pages/head_steps.py", text)
+    assert any(f"it uses the {which} factors" in i.value for i in at.info)
+
+
+def test_longrope_generation_recomputes_the_cache_when_the_text_outgrows_the_short_factors(models, tokenizer):
+    """From 5 tokens, the 5th step runs 9 positions: past the original context of 8, so it computes all of them
+    again (the cached keys were turned with the short factors) and the page says why."""
+    at = open_page(models, "longrope", "pages/output.py", "The cat sat")
+    at.number_input(key="n_new").set_value(5).run()
+    at.button[0].click().run()
+    assert not at.exception
+    kv = next(d.value for d in at.dataframe if "keys and values reused from the cache" in d.value.columns)
+    assert kv["positions computed (q, k, v)"].tolist() == [5, 1, 1, 1, 9]
+    assert kv["keys and values reused from the cache"].tolist() == [0, 5, 6, 7, 0]
+    assert any("Step 5 computed all 9 positions again" in c.value for c in at.caption)

@@ -104,10 +104,6 @@ def test_unsupported_variants_are_refused_with_one_line(tmp_path):
     import json
 
     from viz_model import CheckpointError
-    ref = build("Qwen2ForCausalLM", llama_config("Qwen2Config", use_sliding_window=True, sliding_window=4))
-    folder = save(ref, tmp_path / "qwen-window")
-    with pytest.raises(CheckpointError, match="use_sliding_window"):
-        load_model(folder)
     folder = save(build("LlamaForCausalLM", llama_config()), tmp_path / "llama")
     config = json.loads((folder / "config.json").read_text())
     for change, words in (({"quantization_config": {"quant_method": "bitsandbytes"}}, "quantized"),

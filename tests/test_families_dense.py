@@ -136,14 +136,134 @@ def test_gemma2_and_3_softcaps_windows_and_sandwich_norms(tmp_path, cls, kw):
         assert model.blocks[1].attn.cfg.rotary_scaling == "linear" and model.blocks[0].attn.cfg.rotary_scaling == "none"
 
 
+PHI3 = dict(vocab_size=101, hidden_size=50, intermediate_size=66, num_hidden_layers=2, num_attention_heads=5,
+            num_key_value_heads=1, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
 @pytest.mark.parametrize("kw", [dict(), dict(sliding_window=6, partial_rotary_factor=0.4, num_key_value_heads=5)])
 def test_phi3_fused_projections(tmp_path, kw):
-    base = dict(vocab_size=101, hidden_size=50, intermediate_size=66, num_hidden_layers=2, num_attention_heads=5,
-                num_key_value_heads=1, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    model, cache, _ = parity(tmp_path, "Phi3ForCausalLM", transformers.Phi3Config(**{**base, **kw}))
+    model, cache, _ = parity(tmp_path, "Phi3ForCausalLM", transformers.Phi3Config(**{**PHI3, **kw}))
     if kw:
         assert model.cfg.rotary_dim == 4 and model.cfg.attn_window == 6
         assert cache["blocks.1.attn.hook_pattern"][0, :, -1, :-6].abs().max() == 0
+
+
+# LongRoPE on 8 of 10 dimensions (4 pairs, each with factors of its own), short factors up to 8 tokens
+LONGROPE = {"rope_type": "longrope", "rope_theta": 100.0, "short_factor": [1.0, 1.5, 2.5, 4.0],
+            "long_factor": [1.3, 3.0, 7.0, 11.0]}
+
+
+@pytest.fixture(scope="module")
+def longrope(tmp_path_factory):
+    """(transformers' Phi-3 with LongRoPE, ours loaded from its folder): original context 8 of 64, so the default
+    attention factor is sqrt(1 + ln 8 / ln 8) = sqrt(2)."""
+    config = transformers.Phi3Config(**PHI3, partial_rotary_factor=0.8, original_max_position_embeddings=8,
+                                     rope_parameters=dict(LONGROPE))
+    ref = build("Phi3ForCausalLM", config)
+    return ref, load_model(save(ref, tmp_path_factory.mktemp("longrope") / "phi3"))[0]
+
+
+def test_phi3_longrope_short_factors_up_to_the_original_context_long_ones_beyond(longrope):
+    """A text of 8 tokens runs on the short factors, one of 12 on the long ones, in both models (transformers keeps
+    the frequencies it chose in ``rotary_emb.inv_freq``), with the same logits and patterns."""
+    from viz_model.rotary import long_factors, scaled_freqs
+    ref, model = longrope
+    cfg = model.cfg
+    assert (cfg.rotary_scaling, cfg.rotary_original_ctx, cfg.d_rotary) == ("longrope", 8, 8)
+    assert cfg.rotary_attn_factor == ref.model.rotary_emb.attention_scaling == pytest.approx(2 ** 0.5)
+    rotated = {}
+    for n in (8, 12):
+        ids = ids_for(cfg.d_vocab, n=n)
+        _, cache = assert_parity(model, reference(ref, ids), ids)
+        assert long_factors(cfg, n) == (n > 8)
+        assert torch.equal(scaled_freqs(cfg, n), ref.model.rotary_emb.inv_freq)
+        rotated[n] = cache["blocks.0.attn.hook_rot_k"][0, :8]
+    assert (rotated[8] - rotated[12]).abs().max() > 0.1  # the same 8 tokens, turned by other angles
+
+
+def test_phi3_longrope_generation_recomputes_once_it_crosses_into_the_long_factors(longrope):
+    """Greedy generation from 6 tokens to 11 with our KV cache gives transformers' tokens and probabilities:
+    at 9 tokens both drop the cache, whose keys were turned with the short factors, and run all 9 again."""
+    from viz_model import generate
+    ref, model = longrope
+    ids = ids_for(model.cfg.d_vocab, n=6)
+    steps = generate(model, ids[0].tolist(), 5, temperature=0.0)
+    with torch.no_grad():
+        out = ref.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False,
+                           eos_token_id=None, output_logits=True, return_dict_in_generate=True)
+    assert [s.token_id for s in steps] == out.sequences[0, 6:].tolist()
+    for step, logits in zip(steps, out.logits):
+        assert abs(step.model_prob - torch.softmax(logits[0], -1)[step.token_id].item()) <= 1e-5
+    seq = out.sequences[0].tolist()
+    kv = model.new_kv_cache()
+    with torch.no_grad():  # without the recompute: 8 short-turned keys in the cache, the 9th position turned long
+        model(torch.tensor([seq[:8]]), kv_cache=kv)
+        stale = model(torch.tensor([seq[8:9]]), kv_cache=kv)[0, -1]
+    assert (stale - out.logits[3][0]).abs().max() > 1e-3
+
+
+def test_hostile_longrope_and_window_settings_are_refused_with_one_line(longrope, tmp_path):
+    import json
+
+    from viz_model import CheckpointError, Config, ConfigError
+    ref, model = longrope
+    folder = save(ref, tmp_path / "phi3")
+    config = json.loads((folder / "config.json").read_text())
+    rope = config["rope_parameters"]
+    for change, words in (({"short_factor": [1.0] * 5}, "rotary_short_factor must be a list of 4"),
+                          ({"long_factor": [1.0, 2.0, float("nan"), 3.0]}, "rotary_long_factor"),
+                          ({"long_factor": [1.0, 2.0, -3.0, 3.0]}, "rotary_long_factor"),
+                          ({"long_factor": [1.0, 2.0, 10**400, 3.0]}, "rotary_long_factor"),
+                          ({"short_factor": [1.0, "2", 3.0, 4.0]}, "rotary_short_factor"),
+                          ({"short_factor": [[1.0], 2.0, 3.0, 4.0]}, "rotary_short_factor"),
+                          ({"short_factor": [1.0] * 10**5}, "rotary_short_factor"),
+                          ({"long_factor": None}, "needs long_factor"),
+                          ({"attention_factor": 0.0}, "rotary_attn_factor"),
+                          ({"rope_type": "dynamic"}, "dynamic")):
+        (folder / "config.json").write_text(json.dumps({**config, "rope_parameters": {**rope, **change}}))
+        with pytest.raises(CheckpointError, match=words) as err:
+            load_model(folder)
+        assert "\n" not in str(err.value)
+    su = {k: v for k, v in rope.items() if k not in ("rope_type", "original_max_position_embeddings")}
+    (folder / "config.json").write_text(json.dumps({**config, "rope_parameters": None, "rope_scaling": {**su, "type": "su"}}))
+    assert load_model(folder)[0].cfg == model.cfg  # the older spelling, with the top-level context (8)
+    for change, words in (({"original_max_position_embeddings": 1}, "ln 1"),
+                          ({"original_max_position_embeddings": "8"}, "original_max_position_embeddings"),
+                          ({"model_type": "llama"}, "Phi-3 only")):
+        (folder / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(CheckpointError, match=words):
+            load_model(folder)
+    folder = save(build("Qwen2ForCausalLM", transformers.Qwen2Config(**LLAMA)), tmp_path / "qwen2")
+    config = json.loads((folder / "config.json").read_text())
+    for change, words in (({"layer_types": ["sliding_attention"] * 3}, "layer_types must list 2"),
+                          ({"layer_types": ["sliding_attention"] * 2}, "no sliding window"),
+                          ({"use_sliding_window": True, "sliding_window": 0, "layer_types": None, "max_window_layers": 1},
+                           "attn_window")):
+        (folder / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(CheckpointError, match=words):
+            load_model(folder)
+    text = json.loads(model.cfg.to_json())  # our own checkpoints' config: the lists are checked there too
+    assert Config.from_json(json.dumps(text)).rotary_long_factor == LONGROPE["long_factor"]
+    with pytest.raises(ConfigError, match="rotary_short_factor must be null without longrope"):
+        Config.from_json(json.dumps({**text, "rotary_scaling": "none"}))
+
+
+@pytest.mark.parametrize("family", ["Qwen2", "Qwen3", "Qwen2Moe"])
+def test_qwen_sliding_window_in_some_layers(tmp_path, family):
+    """use_sliding_window windows layers from max_window_layers on (Qwen2, Qwen3), or the even layers below it
+    (Qwen2-MoE): a window of 3 over a 10-token text, in exactly those layers."""
+    kw = dict(LLAMA, num_hidden_layers=4, use_sliding_window=True, sliding_window=3, max_window_layers=2)
+    if family == "Qwen2Moe":
+        kw.update(max_window_layers=3, num_experts=3, num_experts_per_tok=2, moe_intermediate_size=20,
+                  shared_expert_intermediate_size=14)
+    config = getattr(transformers, f"{family}Config")(**kw)
+    config._experts_implementation = "eager"
+    model, cache, _ = parity(tmp_path, f"{family}ForCausalLM", config, n=10)
+    windowed = [0, 2] if family == "Qwen2Moe" else [2, 3]
+    assert model.cfg.window_layers == windowed and model.cfg.attn_window == 3
+    for i in range(4):
+        hidden = cache[f"blocks.{i}.attn.hook_pattern"][0, :, -1, :-3].abs().max()
+        assert (hidden == 0) == (i in windowed), i
 
 
 @pytest.mark.parametrize("overrides", [

@@ -35,7 +35,7 @@ SPECS = {  # awkward shapes: odd vocabularies, d_head 10 / 6 / 8, grouped-query 
     "olmoe": ("OlmoeForCausalLM", lambda: transformers.OlmoeConfig(  # q/k norm over all heads, biases, renormalised
         vocab_size=89, hidden_size=40, intermediate_size=34, num_attention_heads=5, num_key_value_heads=1,
         num_experts=6, num_experts_per_tok=4, norm_topk_prob=True, attention_bias=True, pad_token_id=1,
-        eos_token_id=2, **SHAPES)),
+        eos_token_id=2, clip_qkv=0.6, **SHAPES)),  # a clamp that bites: normed q and k are about 1 in size
 }
 
 
@@ -90,6 +90,9 @@ def test_moe_family_parity_and_hooks(moe_refs, name):
         assert cfg.d_shared_mlp == 42 and cache["blocks.1.mlp.hook_shared_gate"].shape == (1, n, 1)
     if name == "olmoe":
         assert cfg.qk_norm == "all" and model.blocks[0].attn.q_norm.w.shape == (cfg.n_heads * cfg.d_head,)
+        # clip_qkv: q and k clamped after their norm, v after its projection
+        assert cfg.clip_qkv == 0.6 and cache["blocks.0.attn.hook_v"].abs().max() == pytest.approx(0.6)
+        assert cache["blocks.0.attn.q_norm.hook_normalized"].abs().max() > 1.0
 
 
 def test_transformers5_fused_expert_layout_converts_the_same(moe_refs):
@@ -244,7 +247,8 @@ def test_hostile_moe_configs_are_refused_before_allocating(tokenizer, changes, w
     ("qwen2_moe", {"decoder_sparse_step": 2}, ("decoder_sparse_step",)),
     ("qwen2_moe", {"mlp_only_layers": [0]}, ("mlp_only_layers",)),
     ("qwen2_moe", {"norm_topk_prob": "no"}, ("norm_topk_prob",)),
-    ("olmoe", {"clip_qkv": 8.0}, ("clip_qkv",)),
+    ("olmoe", {"clip_qkv": -8.0}, ("clip_qkv",)),
+    ("olmoe", {"clip_qkv": "8"}, ("clip_qkv",)),
     ("olmoe", {"num_experts_per_tok": 9}, ("experts_per_token",)),
 ])
 def test_hostile_hf_moe_configs(moe_refs, tmp_path, name, changes, words):

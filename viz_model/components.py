@@ -16,7 +16,7 @@ from torch import nn
 
 from .config import Config
 from .hooks import HookPoint
-from .rotary import apply_rotary, rotary_angles, scaled_freqs
+from .rotary import apply_rotary, rotary_angles, rotary_scale, scaled_freqs
 
 
 class Embed(nn.Module):
@@ -202,9 +202,12 @@ class Attention(nn.Module):
     head ``h`` reads key/value head ``h // (n_heads / n_kv_heads)``; ``n_kv_heads = 1`` is multi-query.
     Rotary models rotate q and k by position before the dot product (:mod:`viz_model.rotary`).
 
+    ``clip_qkv`` (OLMoE): q and k clamped to ``±clip_qkv`` after their q/k norm, v after its projection, as
+    transformers' ``OlmoeAttention`` does.
+
     Hooks: ``hook_q`` ``[batch, pos, n_heads, d_head]``, ``hook_k/v`` ``[batch, pos, n_kv_heads, d_head]``
-    (before rotation), ``hook_rot_q/rot_k`` (after rotation, rotary models only), ``hook_z``
-    ``[batch, pos, n_heads, d_head]``; ``hook_attn_scores`` and ``hook_pattern``
+    (before rotation; q and k before the norm and clamp, v after the clamp), ``hook_rot_q/rot_k`` (after rotation,
+    rotary models only), ``hook_z`` ``[batch, pos, n_heads, d_head]``; ``hook_attn_scores`` and ``hook_pattern``
     ``[batch, head_index, query_pos, key_pos]`` (one pattern per query head).
 
     With ``cross=True`` (a decoder's cross-attention) q comes from the decoder and k, v from the encoder's
@@ -281,16 +284,20 @@ class Attention(nn.Module):
         cfg = self.cfg
         source = context if self.cross else x  # cross-attention reads keys and values from the encoder
         q, k, v = self._qkv(x, source)
-        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        clip = cfg.clip_qkv
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v if clip is None else v.clamp(-clip, clip))
         if cfg.qk_norm != "none":
             q, k = self.q_norm(q), self.k_norm(k)
+        if clip is not None:  # OLMoE: q and k clamped after their norm
+            q, k = q.clamp(-clip, clip), k.clamp(-clip, clip)
         if self.cross:
             kv = None  # the encoder's keys and values are complete; nothing to cache per step
         elif cfg.positional == "rotary":
-            angles = rotary_angles(x.shape[1], cfg.d_rotary, cfg.rotary_base, kv.n_pos if kv is not None else 0,
-                                   scaled_freqs(cfg))
-            q = self.hook_rot_q(apply_rotary(q, angles.to(x.device)))
-            k = self.hook_rot_k(apply_rotary(k, angles.to(x.device)))
+            first = kv.n_pos if kv is not None else 0  # LongRoPE's factors depend on the whole sequence's length
+            angles = rotary_angles(x.shape[1], cfg.d_rotary, cfg.rotary_base, first,
+                                   scaled_freqs(cfg, first + x.shape[1]))
+            q = self.hook_rot_q(apply_rotary(q, angles.to(x.device), rotary_scale(cfg)))
+            k = self.hook_rot_k(apply_rotary(k, angles.to(x.device), rotary_scale(cfg)))
         if kv is not None:
             k, v = kv.extend(k, v)
         if cfg.n_rep > 1:  # every query head reads its group's value head (transformers' repeat_kv)

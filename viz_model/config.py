@@ -12,14 +12,14 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .limits import (BOOL_FIELDS, FAMILY_PATTERN, FLOAT_RANGES, INT_RANGES, MAX_CONFIG_CHARS, MAX_EXTRA_CHARS,
-                     MAX_EXTRA_DEPTH, OPTIONAL_FIELDS)
+from .limits import (BOOL_FIELDS, FAMILY_PATTERN, FLOAT_LIST_RANGES, FLOAT_RANGES, INT_RANGES, MAX_CONFIG_CHARS,
+                     MAX_EXTRA_CHARS, MAX_EXTRA_DEPTH, OPTIONAL_FIELDS)
 
 POSITIONAL_KINDS = ("sinusoidal", "learned", "rotary", "none")
 NORM_KINDS = ("layernorm", "rmsnorm")
 NORM_PLACEMENTS = ("pre", "post", "sandwich", "output")
 MLP_KINDS = ("gelu", "gelu_tanh", "relu", "swiglu", "geglu")
-ROTARY_SCALINGS = ("none", "linear", "llama3")
+ROTARY_SCALINGS = ("none", "linear", "llama3", "longrope")
 QK_NORMS = ("none", "head", "all")
 LM_HEADS = ("unembed", "mlm", "none")
 
@@ -36,6 +36,14 @@ def _is_int(value) -> bool:
 def _is_number(value) -> bool:
     """A JSON number: ``int`` (not ``bool``) or ``float``."""
     return isinstance(value, float) or _is_int(value)
+
+
+def _finite(value) -> bool:
+    """A JSON number that is a finite float (a 400-digit integer is not: ``float()`` of it overflows)."""
+    try:
+        return _is_number(value) and math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _show(value) -> str:
@@ -109,10 +117,19 @@ class Config:
     rotary_high_freq_factor: float = 4.0  # llama3: wavelengths below rotary_original_ctx / this are kept
     rotary_original_ctx: int = 8192  # llama3: the context of pre-training, where the wavelength bands are measured
     rotary_base_local: float | None = None  # Gemma 3: windowed layers' own rotary base (unscaled); None = rotary_base
+    # LongRoPE (rotary_scaling "longrope"; Phi-3/3.5 128k, Ding et al., 2024): one factor would slow every pair alike;
+    # LongRoPE searched a divisor of theta_i per pair instead, one list for texts of at most rotary_original_ctx tokens
+    # (chosen per forward pass, by the whole sequence's length, as transformers does) and one for longer texts, and
+    # multiplies cos and sin by rotary_attn_factor
+    rotary_short_factor: list | None = None  # longrope: [d_rotary / 2] divisors for texts <= rotary_original_ctx tokens
+    rotary_long_factor: list | None = None  # longrope: [d_rotary / 2] divisors for longer texts
+    rotary_attn_factor: float = 1.0  # longrope: cos and sin times this, sqrt(1 + ln(n_ctx / original) / ln(original))
     qk_norm: str = "none"  # RMSNorm of q and k before rotation: per head (Qwen3) or over all heads at once (OLMo2)
     attn_scale: float | None = None  # scores are q.k / attn_scale; None = sqrt(d_head); Gemma 2 sqrt(256), T5 1
     attn_softcap: float | None = None  # Gemma 2: scores -> c tanh(scores / c), kept within (-c, c), before the mask
     logit_softcap: float | None = None  # Gemma 2: the same soft cap on the final logits
+    # OLMoE (and OLMo 1) option against loss spikes in training: q and k (after their norm) and v clamped to +-clip_qkv
+    clip_qkv: float | None = None  # None = no clamp
     parallel_residual: bool = False  # GPT-NeoX: attention and MLP both read resid_pre, post = pre + attn + mlp
     rel_pos_buckets: int = 0  # T5: a learned bias per head and bucket of key - query distance on the scores; 0 = none
     rel_pos_max_distance: int = 128  # T5: distances from here on share the last bucket (log-spaced buckets below)
@@ -204,7 +221,7 @@ class Config:
             value = getattr(self, name)
             if name in OPTIONAL_FIELDS and value is None:
                 continue
-            ok = _is_number(value) and math.isfinite(value)
+            ok = _finite(value)
             ok = ok and (low <= value if low_in else low < value) and (value <= high if high_in else value < high)
             if not ok:
                 bounds = f"{'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
@@ -243,12 +260,31 @@ class Config:
             raise ConfigError(f"rotary_dim ({self.rotary_dim}) must be even and at most d_head ({self.d_head})")
         if self.rotary_scaling == "llama3" and self.rotary_high_freq_factor <= self.rotary_low_freq_factor:
             raise ConfigError("rotary_high_freq_factor must be above rotary_low_freq_factor (llama3 scaling)")
+        self._check_factor_lists()
         self._check_window_layers()
         if self.rel_pos_buckets and (self.rel_pos_buckets < 4 or self.rel_pos_max_distance <= self.rel_pos_buckets // 2):
             raise ConfigError("rel_pos_buckets must be 0 or at least 4, and rel_pos_max_distance above half of it")
         if self.parallel_residual and (self.norm_placement != "pre" or self.n_encoder_layers):
             raise ConfigError("parallel_residual needs a pre-LN decoder-only model (norm_placement = pre)")
         return self
+
+    def _check_factor_lists(self) -> None:
+        """LongRoPE's lists (:data:`limits.FLOAT_LIST_RANGES`): under ``longrope`` each a list of ``d_rotary / 2``
+        finite numbers in range, one per rotated pair; otherwise null."""
+        for name, (low, high, low_in, high_in) in FLOAT_LIST_RANGES.items():
+            value = getattr(self, name)
+            if self.rotary_scaling != "longrope":
+                if value is not None:
+                    raise ConfigError(f"config field {name} must be null without longrope scaling, got {_show(value)}")
+                continue
+            n = self.d_rotary // 2
+            ok = isinstance(value, list) and len(value) == n and all(
+                _finite(v) and (low <= v if low_in else low < v)
+                and (v <= high if high_in else v < high) for v in value)
+            if not ok:
+                bounds = f"{'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
+                raise ConfigError(f"config field {name} must be a list of {n} finite numbers in {bounds} (one per "
+                                  f"rotated pair, longrope scaling), got {_show(value)}")
 
     def _check_window_layers(self) -> None:
         layers = self.window_layers

@@ -43,7 +43,8 @@ INT_RANGES = {
     "rel_pos_max_distance": (1, 1_048_576),  # T5: 128
 }
 # Fields that may also be null (JSON null = Python None: the mechanism is off).
-OPTIONAL_FIELDS = ("attn_window", "rotary_dim", "rotary_base_local", "attn_scale", "attn_softcap", "logit_softcap")
+OPTIONAL_FIELDS = ("attn_window", "rotary_dim", "rotary_base_local", "attn_scale", "attn_softcap", "logit_softcap",
+                   "clip_qkv")
 # Float fields (an int is accepted; bool, strings, NaN and infinities are not): (low, high, low inclusive?, high inclusive?)
 FLOAT_RANGES = {
     "layer_norm_eps": (0.0, 1.0, False, False),  # BERT 1e-12, GPT-2 1e-5, Llama 1e-6 / 1e-5
@@ -57,6 +58,14 @@ FLOAT_RANGES = {
     "attn_scale": (0.0, 1e6, False, True),  # or null (sqrt(d_head)); Gemma 2: sqrt(256) = 16, T5: 1
     "attn_softcap": (0.0, 1e6, False, True),  # or null; Gemma 2: 50
     "logit_softcap": (0.0, 1e6, False, True),  # or null; Gemma 2: 30
+    "rotary_attn_factor": (0.0, 1e4, False, True),  # LongRoPE: Phi-3-mini-128k sqrt(1 + ln 32 / ln 4096) = 1.19
+    "clip_qkv": (0.0, 1e6, False, True),  # or null; OLMo 1 and OLMoE options (8 in some OLMo runs)
+}
+# Lists of floats, LongRoPE's per-pair divisors of theta_i (or null): the range of every entry, as FLOAT_RANGES; the
+# length must be d_rotary / 2 (at most 8,192), checked in Config.validate. Phi-3-mini-128k: 1 to about 60.
+FLOAT_LIST_RANGES = {
+    "rotary_short_factor": (0.0, 1e6, False, True),
+    "rotary_long_factor": (0.0, 1e6, False, True),
 }
 BOOL_FIELDS = ("causal", "tied_embeddings", "final_norm", "attn_bias", "mlp_bias", "embed_norm", "unembed_bias",
                "parallel_residual", "norm_topk_prob")

@@ -19,7 +19,30 @@ def rotary_freqs(d_head: int, base: float) -> torch.Tensor:
     return 1.0 / (base ** (torch.arange(0, d_head, 2, dtype=torch.int64).float() / d_head))
 
 
-def scaled_freqs(cfg) -> torch.Tensor:
+def long_factors(cfg, n_pos: int | None) -> bool:
+    """Whether LongRoPE uses its long factors for a sequence of ``n_pos`` positions (the longest position + 1, the
+    cached ones included): when ``n_pos > rotary_original_ctx``, as transformers' ``longrope_frequency_update``
+    decides on every forward pass (``seq_len = max(position_ids) + 1``). ``n_pos`` None: the short ones, as
+    transformers' initial frequencies. False for every other scaling."""
+    return cfg.rotary_scaling == "longrope" and n_pos is not None and n_pos > cfg.rotary_original_ctx
+
+
+def rotary_scale(cfg) -> float:
+    """What cos and sin are multiplied by (transformers' ``attention_scaling``): ``rotary_attn_factor`` under LongRoPE,
+    else 1. Rotated dimensions of q and k both grow by it, so their part of q.k grows by its square."""
+    return float(cfg.rotary_attn_factor) if cfg.rotary_scaling == "longrope" else 1.0
+
+
+def cache_needs_recompute(cfg, n_cached: int, n_new: int) -> bool:
+    """Whether a KV cache of ``n_cached`` positions holds keys rotated with LongRoPE's short factors while a forward
+    pass over ``n_new`` more positions uses the long ones (the sequence crosses ``rotary_original_ctx``). transformers'
+    Phi-3 then drops its cache and recomputes the whole sequence (``Phi3ForCausalLM.prepare_inputs_for_generation``),
+    so that every key is rotated with the same factors; :func:`viz_model.sampling.iter_generate` does the same."""
+    return (cfg.rotary_scaling == "longrope" and 0 < n_cached <= cfg.rotary_original_ctx
+            and long_factors(cfg, n_cached + n_new))
+
+
+def scaled_freqs(cfg, n_pos: int | None = None) -> torch.Tensor:
     """The frequencies a model's rotary positions really use: ``[d_rotary / 2]`` float32, radians per position.
 
     ``rotary_freqs(cfg.d_rotary, cfg.rotary_base)`` (only the first ``rotary_dim`` dimensions turn under partial
@@ -28,8 +51,18 @@ def scaled_freqs(cfg) -> torch.Tensor:
     - ``linear`` (Position Interpolation, Chen et al., 2023): every frequency divided by ``rotary_factor``;
     - ``llama3`` (Llama 3.1): with wavelength ``w = 2 pi / theta``, ``L = rotary_original_ctx``, ``lo = L /
       low_freq_factor``, ``hi = L / high_freq_factor``: ``w < hi`` kept, ``w > lo`` divided by the factor, and
-      between them ``(1 - s) theta / factor + s theta`` with ``s = (L / w - low) / (high - low)``.
+      between them ``(1 - s) theta / factor + s theta`` with ``s = (L / w - low) / (high - low)``;
+    - ``longrope`` (LongRoPE, Ding et al., 2024; Phi-3 128k): ``theta_i = 1 / (f_i base^(2i / d))``, ``f`` =
+      ``rotary_long_factor`` for a sequence of ``n_pos`` positions above ``rotary_original_ctx``, else
+      ``rotary_short_factor`` (:func:`long_factors`; transformers' ``_compute_longrope_parameters``); cos and sin
+      are multiplied by :func:`rotary_scale` besides.
+
+    ``n_pos``: the length of the sequence being run (cached positions included); only LongRoPE depends on it.
     """
+    if cfg.rotary_scaling == "longrope":
+        factors = cfg.rotary_long_factor if long_factors(cfg, n_pos) else cfg.rotary_short_factor
+        shape = torch.arange(0, cfg.d_rotary, 2, dtype=torch.int64).float() / cfg.d_rotary
+        return 1.0 / (torch.tensor(factors, dtype=torch.float32) * cfg.rotary_base ** shape)
     freqs = rotary_freqs(cfg.d_rotary, cfg.rotary_base)
     if cfg.rotary_scaling == "linear":
         return freqs / cfg.rotary_factor
@@ -59,16 +92,18 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-def apply_rotary(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+def apply_rotary(x: torch.Tensor, angles: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     """Rotate queries or keys ``x`` ``[batch, pos, head_index, d_head]`` by ``angles`` ``[pos, d_rotary / 2]``.
 
     ``x * cos + rotate_half(x) * sin`` with cos and sin repeated over both halves (transformers'
-    ``apply_rotary_pos_emb``). Partial rotary (GPT-NeoX): when ``angles`` cover fewer than ``d_head / 2`` pairs,
-    only the first ``2 * angles.shape[-1]`` dimensions turn and the rest pass unchanged.
+    ``apply_rotary_pos_emb``), both multiplied by ``scale`` when it is not 1 (LongRoPE, :func:`rotary_scale`).
+    Partial rotary (GPT-NeoX): when ``angles`` cover fewer than ``d_head / 2`` pairs, only the first
+    ``2 * angles.shape[-1]`` dimensions turn and the rest pass unchanged.
     """
     n_rot = 2 * angles.shape[-1]
     emb = torch.cat([angles, angles], dim=-1)[None, :, None, :]
+    cos, sin = (emb.cos(), emb.sin()) if scale == 1.0 else (emb.cos() * scale, emb.sin() * scale)
     if n_rot < x.shape[-1]:
         x_rot, x_pass = x[..., :n_rot], x[..., n_rot:]
-        return torch.cat([x_rot * emb.cos().to(x.dtype) + rotate_half(x_rot) * emb.sin().to(x.dtype), x_pass], dim=-1)
-    return x * emb.cos().to(x.dtype) + rotate_half(x) * emb.sin().to(x.dtype)
+        return torch.cat([x_rot * cos.to(x.dtype) + rotate_half(x_rot) * sin.to(x.dtype), x_pass], dim=-1)
+    return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)

@@ -9,6 +9,7 @@ import torch
 
 from .hooks import ActivationCache, NamesFilter
 from .model import VizTransformer
+from .rotary import cache_needs_recompute
 
 MAX_TEMPERATURE = 100.0
 
@@ -83,6 +84,10 @@ def iter_generate(model: VizTransformer, ids: list[int], n_new: int, temperature
     same inputs give the same tokens. Generation stops early when the context ``n_ctx`` is full: a prompt
     of ``n_ctx - m`` tokens allows at most ``m + 1`` new tokens (the last one is predicted, never read).
 
+    LongRoPE (Phi-3 128k): the step whose sequence first exceeds ``rotary_original_ctx`` drops the cache and runs
+    the whole sequence again (its recorded hooks cover every position), since the long factors then rotate every
+    key differently; transformers' Phi-3 does the same (:func:`viz_model.rotary.cache_needs_recompute`).
+
     Encoder-decoder models: ``src_ids`` is the source; the encoder runs once and every step's
     cross-attention reads its output; ``ids`` is the decoder's prefix (usually ``[decoder_start_id]``), and
     generation stops after the model's ``decoder_end_id``.
@@ -100,7 +105,7 @@ def iter_generate(model: VizTransformer, ids: list[int], n_new: int, temperature
     gen = torch.Generator().manual_seed(seed)
     kv = model.new_kv_cache()
     names = None if record is True else record
-    feed = list(ids)
+    feed, seq = list(ids), list(ids)
     extra = {}
     with torch.no_grad():
         if seq2seq:
@@ -108,6 +113,8 @@ def iter_generate(model: VizTransformer, ids: list[int], n_new: int, temperature
         for _ in range(n_new):
             if kv.n_pos + len(feed) > model.cfg.n_ctx:  # the newest token no longer fits: stop
                 return
+            if cache_needs_recompute(model.cfg, kv.n_pos, len(feed)):  # LongRoPE: the cached keys are short-rotated
+                kv, feed = model.new_kv_cache(), list(seq)
             tokens = torch.tensor([feed], device=model.device)
             if record is not False:
                 logits, cache = model.run_with_cache(tokens, names, kv_cache=kv, **extra)
@@ -117,6 +124,7 @@ def iter_generate(model: VizTransformer, ids: list[int], n_new: int, temperature
             probs = next_token_probs(logits, temperature, top_k, top_p)
             token = int(torch.multinomial(probs, 1, generator=gen)) if temperature > 0 else int(probs.argmax())
             feed = [token]
+            seq.append(token)
             yield Step(token, float(probs[token]), float(torch.softmax(logits.float(), -1)[token]), cache)
             if seq2seq and token == model.cfg.decoder_end_id:
                 return

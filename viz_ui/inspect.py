@@ -29,7 +29,10 @@ def _positions(cfg) -> str:
         parts.append(f"windowed layers: base {cfg.rotary_base_local:g}")
     if cfg.d_rotary < cfg.d_head:
         parts.append(f"partial: {cfg.d_rotary} of {cfg.d_head} dimensions turn")
-    if cfg.rotary_scaling != "none":
+    if cfg.rotary_scaling == "longrope":
+        parts.append(f"LongRoPE: a factor per pair, the long ones above {cfg.rotary_original_ctx:,} tokens, "
+                     f"cos and sin ×{cfg.rotary_attn_factor:.4g}")
+    elif cfg.rotary_scaling != "none":
         parts.append(f"{cfg.rotary_scaling} scaling ×{cfg.rotary_factor:g}")
     return f"rotary ({'; '.join(parts)})"
 
@@ -42,6 +45,8 @@ def _attention(cfg) -> str:
         text += f", sliding window of {cfg.attn_window}{layers}"
     if cfg.qk_norm != "none":
         text += ", q/k norm " + ("per head" if cfg.qk_norm == "head" else "over all heads")
+    if cfg.clip_qkv is not None:
+        text += f", q, k and v clamped to ±{cfg.clip_qkv:g}"
     if cfg.attn_scale is not None:
         text += f", scores divided by {cfg.attn_scale:.4g} (not √d_head)"
     if cfg.attn_softcap is not None:

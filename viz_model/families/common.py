@@ -3,12 +3,11 @@ Hugging Face ``nn.Linear`` matrices into per-head tensors."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import torch
 
-from ..config import _is_int, _is_number, _show
+from ..config import _finite, _is_int, _show
 from ..weights import CheckpointError
 
 FLOAT8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
@@ -107,7 +106,7 @@ def opt_float(cfg: Mapping, key: str, default: float, label: str) -> float:
     if key not in cfg:
         return default
     value = cfg[key]
-    if not _is_number(value) or not math.isfinite(value):
+    if not _finite(value):
         raise CheckpointError(f"{label}: config field {key} has an unexpected value (it must be a finite number), got {_show(value)}")
     return float(value)
 
@@ -153,3 +152,22 @@ def opt_dict(cfg: Mapping, key: str, label: str) -> dict:
     if not isinstance(value, dict):
         raise CheckpointError(f"{label}: config field {key} has an unexpected value (it must be a JSON object), got {_show(value)}")
     return value
+
+
+LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+def sliding_layers(cfg: Mapping, n_layers: int, label: str) -> list[int] | None:
+    """Indices of the layers ``cfg["layer_types"]`` marks ``sliding_attention`` (transformers 5 writes the list into
+    every config of a family with per-layer windows); None when the file has no such list.
+
+    Raises:
+        CheckpointError: a list that is not ``n_layers`` of :data:`LAYER_TYPES`.
+    """
+    types = cfg.get("layer_types")
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != n_layers or any(t not in LAYER_TYPES for t in types):
+        raise CheckpointError(f"{label}: config field layer_types must list {n_layers} of {', '.join(LAYER_TYPES)}, "
+                              f"got {_show(types)}")
+    return [i for i, t in enumerate(types) if t == "sliding_attention"]

@@ -18,29 +18,25 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config, _show
+from ..config import Config
 from ..weights import CheckpointError, check_config
-from .common import Weights, opt_bool, opt_dict, opt_float, opt_int, require_int
+from .common import Weights, opt_bool, opt_dict, opt_float, opt_int, require_int, sliding_layers
 from .gemma import gemma_fields, plus_one
 from .llama import config_from_hf as llama_config, convert
 from .rope import rope_fields
 
 SANDWICH = {"ln1": "input_layernorm", "ln1_post": "post_attention_layernorm", "ln2": "pre_feedforward_layernorm",
             "ln2_post": "post_feedforward_layernorm"}
-LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
 def _window_layers(hf: dict, label: str, n_layers: int, gemma3: bool) -> list[int]:
     """Indices of the sliding-window layers: ``layer_types`` when the file has it, else transformers' default
     (Gemma 2: layers 0, 2, 4, ...; Gemma 3: all but every ``sliding_window_pattern``-th)."""
-    types = hf.get("layer_types")
-    if types is None:
+    layers = sliding_layers(hf, n_layers, label)
+    if layers is None:
         every = opt_int(hf, "sliding_window_pattern", 6, label) if gemma3 else 2
         return [i for i in range(n_layers) if (i + 1) % max(1, every)]
-    if not isinstance(types, list) or len(types) != n_layers or any(t not in LAYER_TYPES for t in types):
-        raise CheckpointError(f"{label}: config field layer_types must list {n_layers} of {', '.join(LAYER_TYPES)}, "
-                              f"got {_show(types)}")
-    return [i for i, t in enumerate(types) if t == "sliding_attention"]
+    return layers
 
 
 def _gemma3_rope(hf: dict, label: str, head_dim: int) -> dict:

@@ -1,8 +1,9 @@
 """Llama-family decoders (Hugging Face ``llama``, ``mistral``, ``qwen2``): pre-RMSNorm, rotary positions
 (rotate_half pairing; Llama 3.1's ``llama3`` and ``linear`` scaling), SwiGLU feed-forward, grouped- or multi-query
 attention, no biases except Qwen2's q/k/v biases and optional ``attention_bias``/``mlp_bias``; Mistral's sliding
-window when configured. :func:`config_from_hf` and :func:`convert` also serve the families built on this layout
-(Qwen3, OLMo2, Gemma).
+window when configured, in every layer; Qwen2's and Qwen3's ``use_sliding_window``, in the layers ``layer_types``
+marks (by default those from ``max_window_layers`` on; :func:`qwen_windows`). :func:`config_from_hf` and
+:func:`convert` also serve the families built on this layout (Qwen3, OLMo2, Gemma, Phi-3, the MoE families).
 """
 
 from __future__ import annotations
@@ -13,8 +14,32 @@ import torch
 
 from ..config import Config, _show
 from ..weights import CheckpointError, check_config
-from .common import Weights, heads_in, heads_out, opt_bool, opt_float, opt_int, opt_str, require_int
+from .common import Weights, heads_in, heads_out, opt_bool, opt_float, opt_int, opt_str, require_int, sliding_layers
 from .rope import rope_fields
+
+
+def qwen_windows(hf: dict, label: str, moe: bool = False) -> dict:
+    """``attn_window`` and ``window_layers`` of a Qwen2 / Qwen3 (``moe``: Qwen2-MoE) ``config.json``, as
+    transformers 5.23's configurations set them: without ``use_sliding_window`` no layer has a window; with it the
+    window is ``sliding_window`` (4,096 when absent) in the layers ``layer_types`` marks ``sliding_attention``, and
+    when the file has no ``layer_types``, in layers ``i >= max_window_layers`` (default 28; Qwen2, Qwen3) or in the
+    even layers ``i < max_window_layers`` (Qwen2-MoE: ``(i + 1) % 2 and i < max_window_layers``).
+
+    Raises:
+        CheckpointError: a field of the wrong type; windowed layers without a window (transformers refuses them too).
+    """
+    n_layers = require_int(hf, "num_hidden_layers", label)
+    use = opt_bool(hf, "use_sliding_window", False, label)
+    window = (opt_int(hf, "sliding_window", None, label) if "sliding_window" in hf else 4096) if use else None
+    layers = sliding_layers(hf, n_layers, label)
+    if layers is None:
+        first = opt_int(hf, "max_window_layers", 28, label)
+        layers = [i for i in range(n_layers) if use and window is not None
+                  and ((i + 1) % 2 and i < first if moe else i >= first)]
+    if layers and window is None:
+        raise CheckpointError(f"{label}: layer_types marks sliding_attention layers but there is no sliding window "
+                              "(use_sliding_window false or sliding_window null)")
+    return {"attn_window": window if layers else None, "window_layers": layers or None}
 
 
 def config_from_hf(hf: dict, label: str, **fields) -> Config:
@@ -23,7 +48,7 @@ def config_from_hf(hf: dict, label: str, **fields) -> Config:
 
     Raises:
         CheckpointError: a field of the wrong type, an activation other than SiLU, rotary scaling other than
-            linear and llama3, Qwen2's per-layer sliding windows.
+            linear and llama3 (and Phi-3's LongRoPE), malformed ``layer_types`` (Qwen2, Qwen3).
     """
     family = hf["model_type"]
     act = opt_str(hf, "hidden_act", "silu", label)
@@ -34,15 +59,15 @@ def config_from_hf(hf: dict, label: str, **fields) -> Config:
     k = opt_int(hf, "head_dim", None, label) or d // h
     qkv_bias = family == "qwen2" or opt_bool(hf, "attention_bias", False, label)
     window = opt_int(hf, "sliding_window", None, label) if family == "mistral" else None
-    if family in ("qwen2", "qwen3") and opt_bool(hf, "use_sliding_window", False, label):  # windows only some layers
-        raise CheckpointError(f"{label}: {family} with use_sliding_window is not supported (per-layer windows)")
+    windows = qwen_windows(hf, label) if family in ("qwen2", "qwen3") else {"attn_window": window}
     base = dict(n_layers=require_int(hf, "num_hidden_layers", label), d_model=d, n_heads=h, n_kv_heads=g, d_head=k,
                 d_mlp=require_int(hf, "intermediate_size", label), d_vocab=require_int(hf, "vocab_size", label),
                 n_ctx=require_int(hf, "max_position_embeddings", label), positional="rotary",
-                attn_window=window, norm="rmsnorm", norm_placement="pre", mlp="swiglu", causal=True,
+                **windows, norm="rmsnorm", norm_placement="pre", mlp="swiglu", causal=True,
                 tied_embeddings=opt_bool(hf, "tie_word_embeddings", False, label), final_norm=True,
                 layer_norm_eps=opt_float(hf, "rms_norm_eps", 1e-6, label), attn_bias=qkv_bias,
-                mlp_bias=opt_bool(hf, "mlp_bias", False, label), family=family, **rope_fields(hf, label, k))
+                mlp_bias=opt_bool(hf, "mlp_bias", False, label), family=family,
+                **rope_fields(hf, label, k, longrope=family == "phi3"))
     return Config(**{**base, **fields})
 
 

@@ -1,7 +1,8 @@
 """OLMoE (Hugging Face ``model_type: olmoe``; Muennighoff et al., 2024): the Llama layout, an RMSNorm over all
 query heads and over all key heads of a position before rotation (``q_norm [d_model]``, ``k_norm [n_kv_heads *
 d_head]``; config switch ``qk_norm = "all"``, as OLMo2), and a mixture of ``num_experts`` SwiGLU experts,
-``num_experts_per_tok`` per token, renormalised only with ``norm_topk_prob`` (:mod:`viz_model.moe`).
+``num_experts_per_tok`` per token, renormalised only with ``norm_topk_prob`` (:mod:`viz_model.moe`); ``clip_qkv``:
+q and k (after their norm) and v clamped to ``±clip_qkv`` (config switch ``clip_qkv``).
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config, _show
-from ..weights import CheckpointError, check_config
-from .common import Weights, opt_bool, require_int
+from ..config import Config
+from ..weights import check_config
+from .common import Weights, opt_bool, opt_float, require_int
 from .experts import add_moe_weights
 from .llama import PRE_NORMS, config_from_hf as llama_config, convert
 
@@ -21,15 +22,14 @@ def config_from_hf(hf: dict, label: str) -> Config:
     """The :class:`Config` of an OLMoE ``config.json`` (not yet validated).
 
     Raises:
-        CheckpointError: as :func:`viz_model.families.llama.config_from_hf`; ``clip_qkv`` (clamped q, k, v).
+        CheckpointError: as :func:`viz_model.families.llama.config_from_hf`; ``clip_qkv`` not a number.
     """
-    if hf.get("clip_qkv") is not None:
-        raise CheckpointError(f"{label}: OLMoE with clip_qkv {_show(hf['clip_qkv'])} is not supported (clamped q, k and v)")
     h = require_int(hf, "num_attention_heads", label)
+    clip = None if hf.get("clip_qkv") is None else opt_float(hf, "clip_qkv", None, label)
     return llama_config(hf, label, n_experts=require_int(hf, "num_experts", label),
                         experts_per_token=require_int(hf, "num_experts_per_tok", label),
                         norm_topk_prob=opt_bool(hf, "norm_topk_prob", False, label), qk_norm="all",
-                        d_head=require_int(hf, "hidden_size", label) // h, mlp_bias=False)
+                        d_head=require_int(hf, "hidden_size", label) // h, mlp_bias=False, clip_qkv=clip)
 
 
 def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Config, dict[str, torch.Tensor]]:

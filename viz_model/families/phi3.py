@@ -2,7 +2,12 @@
 ``qkv_proj`` (``[q | k | v]`` rows: ``n_heads``, then ``n_kv_heads`` and ``n_kv_heads`` heads of ``head_dim``) and
 ``gate_up_proj`` (``[gate | up]``), split here into the separate matrices the views show. A ``sliding_window`` in
 the config applies to every layer, as transformers' eager attention does; ``partial_rotary_factor`` turns only part of
-each head. LongRoPE (``rope_scaling`` of type ``longrope`` / ``su``, the 128k models) is refused with one line.
+each head. LongRoPE (``rope_scaling`` / ``rope_parameters`` of type ``longrope``, older ``su``; the 128k models): a
+divisor of each pair's frequency, ``short_factor`` for texts of at most ``original_max_position_embeddings`` tokens and
+``long_factor`` beyond, chosen per forward pass by the whole sequence's length, and cos and sin multiplied by an
+attention factor (:func:`viz_model.families.rope.longrope_fields`, :func:`viz_model.rotary.scaled_freqs`). Generation
+with the KV cache recomputes the sequence once when it crosses into the long factors, as transformers' Phi-3 does
+(:func:`viz_model.rotary.cache_needs_recompute`).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ def config_from_hf(hf: dict, label: str) -> Config:
     """The :class:`Config` of a Phi-3 ``config.json`` (not yet validated).
 
     Raises:
-        CheckpointError: as :func:`viz_model.families.llama.config_from_hf` (LongRoPE included).
+        CheckpointError: as :func:`viz_model.families.llama.config_from_hf`; LongRoPE without its factor lists
+            (their length and values are checked by :meth:`Config.validate`, in :func:`from_hf`).
     """
     return llama_config(hf, label, attn_window=opt_int(hf, "sliding_window", None, label))
 

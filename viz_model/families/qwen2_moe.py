@@ -4,7 +4,8 @@ block's MLP replaced by a mixture of ``num_experts`` SwiGLU experts of width ``m
 ``shared_expert_intermediate_size`` that every token goes through, scaled by ``sigmoid(x W_shared_gate)``
 (config switch ``d_shared_mlp``; :mod:`viz_model.moe`). Checkpoints whose layers are not all sparse
 (``decoder_sparse_step`` above 1 or ``mlp_only_layers``) are refused; with ``num_experts`` 0 every layer is a dense
-MLP of width ``intermediate_size`` (a Qwen2 model).
+MLP of width ``intermediate_size`` (a Qwen2 model). ``use_sliding_window`` windows the layers ``layer_types`` marks,
+by default the even layers below ``max_window_layers`` (:func:`viz_model.families.llama.qwen_windows`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ..config import Config, _show
 from ..weights import CheckpointError, check_config
 from .common import Weights, opt_bool, opt_int, require_int
 from .experts import add_moe_weights
-from .llama import PRE_NORMS, config_from_hf as llama_config, convert
+from .llama import PRE_NORMS, config_from_hf as llama_config, convert, qwen_windows
 
 
 def config_from_hf(hf: dict, label: str) -> Config:
@@ -25,10 +26,9 @@ def config_from_hf(hf: dict, label: str) -> Config:
 
     Raises:
         CheckpointError: as :func:`viz_model.families.llama.config_from_hf`; dense layers among sparse ones
-            (``decoder_sparse_step`` > 1, ``mlp_only_layers``); ``use_sliding_window``.
+            (``decoder_sparse_step`` > 1, ``mlp_only_layers``); malformed ``layer_types``.
     """
-    if opt_bool(hf, "use_sliding_window", False, label):
-        raise CheckpointError(f"{label}: qwen2_moe with use_sliding_window is not supported (per-layer windows)")
+    windows = qwen_windows(hf, label, moe=True)
     n_experts = opt_int(hf, "num_experts", 60, label)
     step, dense = opt_int(hf, "decoder_sparse_step", 1, label), hf.get("mlp_only_layers") or []
     if n_experts and (step != 1 or dense):
@@ -36,12 +36,12 @@ def config_from_hf(hf: dict, label: str) -> Config:
         raise CheckpointError(f"{label}: Qwen2-MoE with dense layers among the sparse ones ({why}) is not supported")
     bias = opt_bool(hf, "qkv_bias", True, label)
     if not n_experts:  # every layer a dense MLP of width intermediate_size
-        return llama_config(hf, label, attn_bias=bias, mlp_bias=False)
+        return llama_config(hf, label, attn_bias=bias, mlp_bias=False, **windows)
     return llama_config(hf, label, n_experts=n_experts, experts_per_token=require_int(hf, "num_experts_per_tok", label),
                         norm_topk_prob=opt_bool(hf, "norm_topk_prob", False, label),
                         d_mlp=require_int(hf, "moe_intermediate_size", label),
                         d_shared_mlp=opt_int(hf, "shared_expert_intermediate_size", 0, label), attn_bias=bias,
-                        mlp_bias=False)
+                        mlp_bias=False, **windows)
 
 
 def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Config, dict[str, torch.Tensor]]:
