@@ -79,6 +79,15 @@ def _materialize_buffers(model: VizTransformer) -> None:
         raise RuntimeError(f"buffers left unmaterialized: {left[:3]}")
 
 
+def _all_finite(tensor: torch.Tensor, chunk: int = 1 << 22) -> bool:
+    """Whether every value is finite, checked a block of rows at a time (about ``chunk`` values) so that the
+    check's boolean temporaries stay small beside a memory-mapped weight of hundreds of megabytes."""
+    if tensor.ndim == 0 or tensor.numel() <= chunk:
+        return bool(torch.isfinite(tensor).all())
+    rows = max(1, chunk // max(1, tensor[0].numel()))
+    return all(bool(torch.isfinite(part).all()) for part in tensor.split(rows, dim=0))
+
+
 def _non_finite(x: torch.Tensor, name: str) -> bool:
     if not x.is_floating_point():
         return False
@@ -168,7 +177,7 @@ def build_model(cfg: Config, state: MutableMapping[str, torch.Tensor], label: st
             raise CheckpointError(f"{label}: {name} has shape {tuple(tensor.shape)}, the config needs {shape}")
         if not tensor.is_floating_point():
             raise CheckpointError(f"{label}: {name} is not a floating-point tensor ({tensor.dtype})")
-        if not bool(torch.isfinite(tensor).all()):
+        if not _all_finite(tensor):
             raise CheckpointError(f"{label}: {name} holds NaN or infinite values")
     checked, keep_float32 = {}, norm_parameters(model)
     for name in expected:  # a view in the model's dtype stays a view (of the mapped file: no copy, any layout)
