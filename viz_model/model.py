@@ -198,6 +198,7 @@ class VizTransformer(HookedModule):
         """
         if self.encoder is None:
             raise ValueError("this model has no encoder")
+        src_tokens = src_tokens.to(self.device)
         self._check_ids(src_tokens)
         return self.encoder(self.embed, src_tokens)
 
@@ -218,6 +219,8 @@ class VizTransformer(HookedModule):
                 ``[0, d_vocab)``.
         """
         offset = kv_cache.n_pos if kv_cache is not None else 0
+        tokens = tokens.to(self.device)  # ids made on the CPU run where the weights are (a no-op on the CPU)
+        src_tokens = src_tokens.to(self.device) if src_tokens is not None else None
         self._check_ids(tokens, offset)
         if self.encoder is not None and encoder_out is None:
             if src_tokens is None:
@@ -226,7 +229,7 @@ class VizTransformer(HookedModule):
         pos = self.hook_pos_embed(self.pos_embed(tokens, offset))
         resid = self.hook_embed(self.embed(tokens)) + pos.to(self.dtype)
         if self.cfg.n_token_types:
-            types = torch.zeros_like(tokens) if token_type_ids is None else token_type_ids
+            types = torch.zeros_like(tokens) if token_type_ids is None else token_type_ids.to(tokens.device)
             resid = resid + self.hook_token_type_embed(self.W_token_type[types])
         if self.ln_embed is not None:
             resid = self.ln_embed(resid)

@@ -38,7 +38,7 @@ def record_step(step: Step, n_layers: int) -> StepRecord:
     Raises:
         KeyError, TypeError: when the step was generated without ``record=is_pattern``.
     """
-    rows = np.stack([step.cache[f"blocks.{i}.attn.hook_pattern"][0, :, -1].numpy() for i in range(n_layers)])
+    rows = np.stack([step.cache[f"blocks.{i}.attn.hook_pattern"][0, :, -1].cpu().numpy() for i in range(n_layers)])
     n_keys = rows.shape[-1]
     computed = step.cache["blocks.0.attn.hook_q"].shape[1]
     return StepRecord(step.token_id, step.prob, step.model_prob, rows, computed, n_keys - computed)

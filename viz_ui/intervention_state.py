@@ -109,4 +109,4 @@ def get_corrupted_logits(path: str, clean_text: str, corrupted_text: str, pos: i
     model, _ = resolve(path)
     prompt = get_corrupted(path, clean_text, corrupted_text)
     with torch.no_grad():
-        return model(prompt.tokens, **prompt.kwargs)[0, pos].float().numpy()
+        return model(prompt.tokens, **prompt.kwargs)[0, pos].float().cpu().numpy()

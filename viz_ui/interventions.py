@@ -39,7 +39,7 @@ class Prompt:
     @property
     def tokens(self) -> torch.Tensor:
         """``[1, pos]`` int64."""
-        return torch.tensor([self.ids])
+        return torch.tensor([self.ids])  # the model moves ids to its device
 
     @property
     def kwargs(self) -> dict:
@@ -127,8 +127,8 @@ def ablation_view(model: VizTransformer, prompt: Prompt, heads: list[Head], kind
                   pos: int) -> AblationView:
     """The model with and without ``heads`` (zero or mean ablation at ``hook_z``) at position ``pos``; the ablated
     logits are :func:`viz_model.ablation.ablate_heads`'s. Generation only for causal models."""
-    intact = model(prompt.tokens, **prompt.kwargs)[0, pos].float().numpy()
-    ablated = ablation.ablate_heads(model, prompt.tokens, heads, kind, means, **prompt.kwargs)[0, pos].float().numpy()
+    intact = model(prompt.tokens, **prompt.kwargs)[0, pos].float().cpu().numpy()
+    ablated = ablation.ablate_heads(model, prompt.tokens, heads, kind, means, **prompt.kwargs)[0, pos].float().cpu().numpy()
     rows = ["embeddings"] + [f"after L{i}" for i in range(model.cfg.n_layers)]
     lens_intact = _lens(model, prompt, pos)
     hooks = ablation.head_ablation_hooks(model, heads, kind, means)
@@ -194,7 +194,7 @@ def head_effects(model: VizTransformer, prompt: Prompt, token_id: int, pos: int,
                  base: list[Head]) -> np.ndarray:
     """:func:`viz_model.ablation.head_ablation_effects` as numpy ``[n_layers, n_heads]`` (Δ log p in nats)."""
     return ablation.head_ablation_effects(model, prompt.tokens, token_id, pos, kind, means, base=base,
-                                          **prompt.kwargs).numpy()
+                                          **prompt.kwargs).cpu().numpy()
 
 
 # ---- activation patching ------------------------------------------------------------------------------------
@@ -235,7 +235,7 @@ def patching_sweep(model: VizTransformer, clean: Prompt, corrupted: Prompt, kind
         ValueError: prompts of different lengths (from :mod:`viz_model.patching`).
     """
     _, cache = _clean_cache(model, clean)
-    return SWEEPS[site](model, corrupted.tokens, cache, metric_for(kind, answer, wrong, pos), **corrupted.kwargs).numpy()
+    return SWEEPS[site](model, corrupted.tokens, cache, metric_for(kind, answer, wrong, pos), **corrupted.kwargs).cpu().numpy()
 
 
 def normalised(raw: np.ndarray, clean_value: float, corrupted_value: float) -> np.ndarray | None:

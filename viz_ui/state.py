@@ -200,7 +200,7 @@ def get_embedding_pca(path: str) -> tuple[PCA, np.ndarray]:
     """PCA (3 components) fitted on the whole token-embedding matrix W_E ``[d_vocab, d_model]``,
     and the vocabulary's coordinates ``[d_vocab, 3]``."""
     model, _ = resolve(path)
-    w_e = model.embed.W_E.detach().float().numpy()
+    w_e = model.embed.W_E.detach().float().cpu().numpy()
     pca = fit_pca(w_e, 3)
     return pca, pca.project(w_e)
 
@@ -213,7 +213,7 @@ def get_positional_table(path: str, encoder: bool = False) -> np.ndarray:
     table = (model.encoder if encoder else model).pos_embed.W_pos
     if table is None:  # rotary or no positions: P = 0 (a few rows: a 1M-token context must not allocate gigabytes)
         return np.zeros((min(model.cfg.n_ctx, 1024), model.cfg.d_model), np.float32)
-    return table.detach().float().numpy()
+    return table.detach().float().cpu().numpy()
 
 
 @st.cache_data(max_entries=16, show_spinner="Measuring the heads…")
@@ -315,6 +315,6 @@ def get_moe_intervention(path: str, text: str, kind: str, layer: int | None, exp
     trace = get_trace(path, text)
     fn = disable_experts([expert]) if kind == "disable" else force_expert(expert, [pos])
     layers = range(model.cfg.n_layers) if layer is None else [layer]
-    logits, indices, weights = run_with_routing(model, torch.tensor(np.array([trace.ids])),
+    logits, indices, weights = run_with_routing(model, torch.tensor(np.array([trace.ids]), device=model.device),
                                                 [(f"blocks.{i}.mlp.hook_router_logits", fn) for i in layers])
-    return logits[0].float().numpy(), indices[:, 0].numpy(), weights[:, 0].float().numpy()
+    return logits[0].float().cpu().numpy(), indices[:, 0].cpu().numpy(), weights[:, 0].float().cpu().numpy()

@@ -59,7 +59,7 @@ class HeadSteps:
 
 
 def _np(t) -> np.ndarray:
-    return t.detach().float().numpy()
+    return t.detach().float().cpu().numpy()
 
 
 def head_steps(model: VizTransformer, trace: Trace, layer: int, head: int, query: int) -> HeadSteps:
