@@ -12,9 +12,14 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from conftest import ROOT
+
 from viz_model import load_model
 from viz_ui.layout import EXAMPLES, PAGES
 from viz_ui.trace import token_label
+
+# A shared CI machine's 2 cores run the server, Chromium and the model: an assertion that waits at all waits long enough
+# for a rerun under load (it returns as soon as the page is right).
+expect.set_options(timeout=20_000)
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -293,7 +298,7 @@ def test_an_upload_stays_in_its_session_and_bad_files_keep_the_previous_model(br
         expect(a.get_by_text("Load your own model")).to_be_visible(timeout=60_000)
         a.locator("input[type=file]").first.set_input_files(str(junk))
         expect(a.get_by_text("broken.pt is not a readable PyTorch file")).to_be_visible(timeout=60_000)
-        expect(a.get_by_label("Model", exact=True)).to_have_value("tinystories-6l")
+        expect(a.get_by_label("Model", exact=True)).to_have_value("tinystories-6l", timeout=60_000)
         a.locator("input[type=file]").first.set_input_files(str(archive))
         expect(a.get_by_text("Loaded tiny-gpt2.zip")).to_be_visible(timeout=60_000)
         expect(a.get_by_label("Model", exact=True)).to_have_value("tiny-gpt2.zip (upload)")
@@ -318,7 +323,7 @@ def test_an_upload_stays_in_its_session_and_bad_files_keep_the_previous_model(br
         b = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
         b.goto(url + "/inspector?model=tiny-gpt2.zip%20(upload)")  # even a link naming the upload
         expect(b.get_by_text("Load your own model")).to_be_visible(timeout=60_000)
-        expect(b.get_by_label("Model", exact=True)).to_have_value("tinystories-6l")
+        expect(b.get_by_label("Model", exact=True)).to_have_value("tinystories-6l", timeout=60_000)
         b.get_by_label("Model", exact=True).click()
         options = b.get_by_role("option")
         expect(options.first).to_be_visible()
