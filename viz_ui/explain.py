@@ -124,21 +124,41 @@ def mask_sentence(cfg: Config) -> str:
 
 def mlp_width(cfg: Config) -> int:
     """Columns of a layer's ``mlp.hook_post``: ``d_mlp``, or ``n_experts · d_mlp`` in a mixture of experts (every
-    expert's units side by side, :class:`viz_model.moe.MoE`)."""
+    expert's units side by side, :class:`viz_model.moe.MoE`). ``cfg``: the layer's own (``cfg.for_layer(layer)``: a
+    dense layer among experts has its own width)."""
     return cfg.d_mlp * max(1, cfg.n_experts)
 
 
 def unit_label(cfg: Config, i: int) -> str:
-    """The name of column ``i`` of ``mlp.hook_post``: ``neuron i``, or ``E{e} unit {u}`` in a mixture of experts."""
+    """The name of column ``i`` of ``mlp.hook_post``: ``neuron i``, or ``E{e} unit {u}`` in a mixture of experts
+    (``cfg``: the layer's own, as :func:`mlp_width`)."""
     return f"neuron {i}" if not cfg.n_experts else f"E{i // cfg.d_mlp} unit {i % cfg.d_mlp}"
 
 
-def moe_note(cfg: Config) -> str:
+def dense_layers_note(cfg: Config) -> str:
+    """Which layers of a mixture of experts keep a dense MLP (Qwen2-MoE's ``decoder_sparse_step`` and
+    ``mlp_only_layers``), as a clause such as ``layers 0 and 2 are dense (one MLP of 5632 units, no router)``; empty
+    when every layer is a mixture (or the model is dense)."""
+    dense = [i for i in range(cfg.n_layers) if cfg.n_experts and not cfg.is_moe_layer(i)]
+    if not dense:
+        return ""
+    names = ", ".join(str(i) for i in dense[:-1]) + (" and " if len(dense) > 1 else "") + str(dense[-1])
+    width = cfg.d_dense_mlp or cfg.d_mlp
+    return (f"layer{'s' if len(dense) > 1 else ''} {names} {'are' if len(dense) > 1 else 'is'} dense (one MLP of "
+            f"{width} units, no router)")
+
+
+def moe_note(cfg: Config, layer: int | None = None) -> str:
     """A sentence (Markdown) on a mixture of experts' feed-forward layers and how their hidden activations are laid
-    out; empty for a dense model."""
+    out (of layer ``layer`` when given: a dense layer among experts says so); empty for a dense model."""
     if not cfg.n_experts:
         return ""
-    return (f" This model is a **mixture of experts**: each layer has {cfg.n_experts} such networks (experts) and a "
-            f"router sends each token to {cfg.experts_per_token} of them. The hidden activations below put the "
-            f"experts' units side by side (expert e's units are columns {cfg.d_mlp}·e to {cfg.d_mlp}·(e + 1) − 1), "
-            "0 where the token was not sent to that expert; page 3f shows the routing.")
+    dense = dense_layers_note(cfg)
+    head = (f" This model is a **mixture of experts**: each layer has {cfg.n_experts} such networks (experts) and a "
+            f"router sends each token to {cfg.experts_per_token} of them" + (f", except that {dense}" if dense else "")
+            + ".")
+    if layer is not None and not cfg.is_moe_layer(layer):
+        return head + f" Layer {layer} is one of the dense layers: its hidden activations below are one MLP's."
+    return head + (" The hidden activations below put the experts' units side by side (expert e's units are columns "
+                   f"{cfg.d_mlp}·e to {cfg.d_mlp}·(e + 1) − 1), 0 where the token was not sent to that expert; page 3f "
+                   "shows the routing.")
