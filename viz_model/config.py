@@ -134,6 +134,9 @@ class Config:
     rel_pos_buckets: int = 0  # T5: a learned bias per head and bucket of key - query distance on the scores; 0 = none
     rel_pos_max_distance: int = 128  # T5: distances from here on share the last bucket (log-spaced buckets below)
     n_token_types: int = 0  # segment (token type) embeddings added to the input (BERT); 0 = none
+    # RoBERTa counts positions over the tokens that are not padding (transformers' create_position_ids_from_input_ids):
+    # a token with this id takes a row of its own (W_pos_pad) and the tokens after it do not move on a position
+    position_pad_id: int | None = None  # None = every token is the next position
     embed_scale: float = 1.0  # token embeddings are multiplied by this (sqrt(d_model) in Vaswani et al. 3.4; BART option)
     embed_norm: bool = False  # a LayerNorm over embeddings + positions before the first block (BERT)
     lm_head: str = "unembed"  # output: plain unembedding, BERT's masked-LM head, or none (encoder only)
@@ -274,6 +277,10 @@ class Config:
         if self.n_experts and self.n_encoder_layers:
             raise ConfigError("a mixture of experts is supported in decoder-only and encoder-only models, not in an "
                               "encoder-decoder")
+        if self.position_pad_id is not None and (self.positional != "learned" or self.n_encoder_layers
+                                                 or self.position_pad_id >= self.d_vocab):
+            raise ConfigError("position_pad_id needs learned positions, a decoder-only or encoder-only model and a "
+                              "token id of the vocabulary")
         if self.rotary_dim is not None and (self.rotary_dim % 2 or self.rotary_dim > self.d_head):
             raise ConfigError(f"rotary_dim ({self.rotary_dim}) must be even and at most d_head ({self.d_head})")
         if self.rotary_scaling == "llama3" and self.rotary_high_freq_factor <= self.rotary_low_freq_factor:

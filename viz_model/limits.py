@@ -42,10 +42,11 @@ INT_RANGES = {
     "rotary_original_ctx": (1, 1_048_576),  # Llama 3.1's 8,192
     "rel_pos_buckets": (0, 1_024),  # T5: 32
     "rel_pos_max_distance": (1, 1_048_576),  # T5: 128
+    "position_pad_id": (0, 1_048_575),  # or null; RoBERTa: 1 (a token id, below d_vocab)
 }
 # Fields that may also be null (JSON null = Python None: the mechanism is off).
 OPTIONAL_FIELDS = ("attn_window", "rotary_dim", "rotary_base_local", "attn_scale", "attn_softcap", "logit_softcap",
-                   "clip_qkv", "d_dense_mlp")
+                   "clip_qkv", "d_dense_mlp", "position_pad_id")
 # Float fields (an int is accepted; bool, strings, NaN and infinities are not): (low, high, low inclusive?, high inclusive?)
 FLOAT_RANGES = {
     "layer_norm_eps": (0.0, 1.0, False, False),  # BERT 1e-12, GPT-2 1e-5, Llama 1e-6 / 1e-5
@@ -169,6 +170,7 @@ def count_params(cfg: "Config") -> int:
     d, v = cfg.d_model, cfg.d_vocab
     pos = cfg.n_ctx * d if cfg.positional == "learned" else 0
     total = v * d + pos + cfg.n_token_types * d + (2 * d if cfg.embed_norm else 0)
+    total += d if cfg.position_pad_id is not None else 0  # RoBERTa's padding row W_pos_pad
     dense = len(cfg.dense_layers) if cfg.n_experts and cfg.dense_layers else 0  # Qwen2-MoE's dense layers
     total += (cfg.n_layers - dense) * _block_params(cfg, cross=cfg.n_encoder_layers > 0)
     total += dense * _block_params(cfg.for_layer(cfg.dense_layers[0]), cross=False) if dense else 0

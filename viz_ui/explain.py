@@ -46,6 +46,10 @@ def positional_sentence(cfg: Config) -> str:
     if cfg.rel_pos_buckets:
         return ("Nothing is added to the embeddings: a learned relative position bias (T5), one number per head and "
                 "bucket of distance between query and key, is added to every self-attention score.")
+    if cfg.position_pad_id is not None and cfg.positional == "learned":  # RoBERTa
+        return ("A learned positional embedding P (one trained row per position) is added (x = E + P). Positions "
+                f"count only the tokens that are not padding (id {cfg.position_pad_id}): a padding token gets a row of "
+                "its own, and the token after it takes the position the padding would have had.")
     return {
         "sinusoidal": "A fixed sinusoidal positional encoding P is added to each token's embedding (x = E + P).",
         "learned": "A learned positional embedding P (one trained row per position) is added (x = E + P).",
