@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from viz_model import Config
+from viz_model.components import attn_divisor
 
 ACT_NAMES = {"gelu": "GELU", "gelu_tanh": "GELU", "relu": "ReLU", "swiglu": "SiLU", "geglu": "GELU"}
 GATED = {"swiglu": "SwiGLU", "geglu": "GeGLU"}  # gated feed-forward kinds (Shazeer, 2020) and their names
@@ -113,6 +114,38 @@ def logits_formula(cfg: Config) -> str:
     if cfg.lm_head == "mlm":
         x = rf"\mathrm{{LN}}(\mathrm{{GELU}}({x}\,W + b))"
     return rf"\text{{logits}} = {x}\,W_U" + (" + b_U" if cfg.unembed_bias else "")
+
+
+def score_formula(cfg: Config) -> str:
+    """One self-attention score of this model as plain text, in the order the forward pass computes it
+    (:func:`viz_model.components.masked_scores`): ``q·k/√d_k`` ("Attention Is All You Need", eq. 1), or with the
+    model's own divisor (:func:`viz_model.components.attn_divisor`: Gemma 2's √query_pre_attn_scalar, T5's 1),
+    soft-capped ``c·tanh(· / c)`` (Gemma 2), plus T5's relative position bias ``b``."""
+    divisor = attn_divisor(cfg)
+    text = "q·k/√d_k" if cfg.attn_scale is None else "q·k" if divisor == 1 else f"q·k/{divisor:.4g}"
+    if cfg.attn_softcap is not None:
+        text = f"{cfg.attn_softcap:g}·tanh({text} / {cfg.attn_softcap:g})"
+    return text + (" + b" if cfg.rel_pos_buckets else "")
+
+
+def score_sentence(cfg: Config) -> str:
+    """What a self-attention score is in this model, in a sentence or two (see :func:`score_formula`)."""
+    divisor, root = attn_divisor(cfg), cfg.d_head ** 0.5
+    if cfg.attn_scale is None:
+        text = f"Scores are the dot products of queries and keys divided by √d_k = √{cfg.d_head} = {root:.4g}."
+    elif divisor == 1:
+        text = ("Scores are the dot products of queries and keys, not divided by √d_k: this model (T5) divides by 1, "
+                "its initialisation keeps the dot products in range instead.")
+    else:
+        text = (f"Scores are the dot products of queries and keys divided by {divisor:.4g}, this model's own divisor "
+                f"(set by its config, e.g. Gemma 2's √query_pre_attn_scalar), not by √d_k = {root:.4g}.")
+    if cfg.attn_softcap is not None:
+        text += (f" They are then soft-capped, {cfg.attn_softcap:g}·tanh(score / {cfg.attn_softcap:g}): small scores "
+                 f"barely change, large ones stay within ±{cfg.attn_softcap:g}.")
+    if cfg.rel_pos_buckets:
+        text += (" A learned relative position bias b, one number per head and bucket of key − query distance, is "
+                 "added to every score.")
+    return text
 
 
 def mask_sentence(cfg: Config) -> str:
