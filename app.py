@@ -10,7 +10,7 @@ from viz_ui.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.explain import positional_sentence
+from viz_ui.explain import positional_sentence, score_formula
 from viz_ui.figures import topk_bar
 from viz_ui.generation import mask_positions
 from viz_ui.heads import overview_patterns
@@ -99,8 +99,10 @@ with st.expander("What each part computes", icon=":material/info:"):
                           "integer id."),
         ("Tokens → vectors", f"Each id selects a row of the embedding matrix W_E (d_model = {cfg.d_model}). "
                              + positional_sentence(cfg)),
-        ("Attention", f"In each of {cfg.n_layers} layers, {cfg.n_heads} heads compute softmax(QKᵀ/√d_k)·V "
-                      f"(d_k = {cfg.d_head}); " + ("a causal mask stops a token from looking ahead." if cfg.causal else
+        ("Attention", f"In each of {cfg.n_layers} layers, {cfg.n_heads} heads compute "
+                      + ("softmax(QKᵀ/√d_k)·V " if score_formula(cfg) == "q·k/√d_k" else
+                         f"softmax(S)·V, a score S = {score_formula(cfg)} for each query q and key k ")
+                      + f"(d_k = {cfg.d_head}); " + ("a causal mask stops a token from looking ahead." if cfg.causal else
                                                    "every token sees every other token (an encoder: no mask).")),
         ("Feed-forward", f"A two-layer network (d_mlp = {cfg.d_mlp}) transforms each position; add & norm "
                          f"({cfg.norm_placement}-LN) wraps every sub-layer."),

@@ -6,6 +6,7 @@ from viz_ui.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
+from viz_ui.explain import score_formula, score_sentence
 from viz_ui.export import pattern_table, pooled_pattern_table
 from viz_ui.figures import attention_grid, attention_heatmap
 from viz_ui.layout import (pick_layer_head, position_window, require_trace, set_shared, setup_page, show_figure,
@@ -50,13 +51,13 @@ kind = c3.radio("Show", ["weights (after softmax)", "scores (scaled, masked, bef
                 horizontal=True, key="attn_kind")
 if kind.startswith("weights"):
     matrix = trace.arrays[f"blocks.{layer}.attn.hook_pattern"][head]
-    title = f"Layer {layer}, head {head}: attention weights softmax(QKᵀ/√d_k)"
+    title = f"Layer {layer}, head {head}: attention weights softmax({score_formula(cfg)})"
     st.markdown("Each row is a probability distribution: how much of each "
                 + ("earlier token's" if cfg.causal else "token's") + " value vector the query token takes.")
 else:
     matrix = trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head]
-    title = f"Layer {layer}, head {head}: scores q·k/√d_k (d_k = {cfg.d_head})"
-    st.markdown("Scores are the dot products of queries and keys divided by √d_k."
+    title = f"Layer {layer}, head {head}: scores {score_formula(cfg)} (d_k = {cfg.d_head})"
+    st.markdown(score_sentence(cfg)
                 + (" Blank cells above the diagonal are masked with −∞: a token may not look at tokens after it, and "
                    "softmax turns −∞ into 0." if cfg.causal else " This encoder masks nothing: every cell is a score."))
 a, b = position_window(st, trace)
@@ -71,16 +72,16 @@ show_figure(attention_heatmap(matrix[a:b, a:b], labels, title, "weights" if kind
 
 if cfg.causal:
     st.subheader("Masked vs unmasked")
-    st.markdown("What the causal mask changes for this head. Left: the scores q·k/√d_k for *every* pair, as if "
-                "the mask were not there; middle: the same scores with −∞ above the diagonal (what the model "
-                "uses); right: the weights softmax would give without the mask. Without it, a token would take "
+    st.markdown(f"What the causal mask changes for this head. Left: the scores {score_formula(cfg)} for *every* "
+                "pair, as if the mask were not there; middle: the same scores with −∞ above the diagonal (what the "
+                "model uses); right: the weights softmax would give without the mask. Without it, a token would take "
                 "information from tokens that come after it, which a decoder cannot know when it generates text."
                 + (f" This layer also has a sliding window of {state.model.blocks[layer].attn.cfg.attn_window}: the "
                    "middle panel hides keys that far back too." if state.model.blocks[layer].attn.cfg.attn_window
                    else f" This model's other layers ({', '.join(map(str, cfg.window_layers))}) also have a sliding "
                    f"window of {cfg.attn_window}; this one does not." if cfg.window_layers else "")
-                + (f" The scores are soft-capped, {cfg.attn_softcap:g}·tanh(score / {cfg.attn_softcap:g}), in all "
-                   "three panels." if cfg.attn_softcap is not None else ""))
+                + (f" {score_sentence(cfg)} All three panels use these scores; only the mask differs."
+                   if cfg.attn_scale is not None or cfg.attn_softcap is not None or cfg.rel_pos_buckets else ""))
     raw, free = unmasked_view(trace, cfg, layer, head)
     m1, m2, m3 = side_by_side(state, 3)
     with m1:

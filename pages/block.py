@@ -72,13 +72,14 @@ show_figure(matrix_heatmap(both, [f"{ln1.name} input: {ln1.before_name}", f"{ln1
             state, f"layernorm_L{layer}_pos{pos}")
 
 st.header("The feed-forward network")
-st.latex(ffn_formula(cfg))
-st.markdown(f"Two layers applied to each position separately: {ffn_sentence(cfg)}. Here d_mlp = {cfg.d_mlp / cfg.d_model:g} × d_model (the original transformer used 4×: "
-            "512 → 2048). Each hidden unit (neuron) responds to some pattern in its input." + moe_note(cfg))
+layer_cfg = cfg.for_layer(layer)  # a dense layer among experts (Qwen2-MoE) has its own width
+st.latex(ffn_formula(layer_cfg))
+st.markdown(f"Two layers applied to each position separately: {ffn_sentence(layer_cfg)}. Here d_mlp = {layer_cfg.d_mlp / cfg.d_model:g} × d_model (the original transformer used 4×: "
+            "512 → 2048). Each hidden unit (neuron) responds to some pattern in its input." + moe_note(cfg, layer))
 post = trace.arrays[f"blocks.{layer}.mlp.hook_post"]
-wa, wb = position_window(st, trace, mlp_width(cfg), pos)
-show_figure(matrix_heatmap(post[wa:wb], trace.labels[wa:wb], f"Hidden activations of layer {layer}  [{n} × {mlp_width(cfg)}]",
+wa, wb = position_window(st, trace, mlp_width(layer_cfg), pos)
+show_figure(matrix_heatmap(post[wa:wb], trace.labels[wa:wb], f"Hidden activations of layer {layer}  [{n} × {mlp_width(layer_cfg)}]",
                            x_title="neuron", value_name="activation", offset=wa), state, f"mlp_post_L{layer}")
 idx, vals = top_neurons(post[pos])
-show_figure(value_bar([unit_label(cfg, i) for i in idx], vals, f"Most active neurons of layer {layer} for "
+show_figure(value_bar([unit_label(layer_cfg, i) for i in idx], vals, f"Most active neurons of layer {layer} for "
                       f"{pos} {trace.labels[pos]}", f"activation (after {ACT_NAMES[cfg.mlp]}{' gate × linear' if cfg.mlp in ('swiglu', 'geglu') else ''})"), state, f"top_neurons_L{layer}_pos{pos}")

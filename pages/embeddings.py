@@ -61,7 +61,8 @@ POSITIONAL_TEXT = {
                   "Low dimensions oscillate fast, high dimensions slowly, so every position gets a unique pattern.",
     "learned": "This model learned its positional encodings: P is a trained table with one row per position.",
 }
-st.markdown(POSITIONAL_TEXT.get(cfg.positional, positional_sentence(cfg)))
+st.markdown(positional_sentence(cfg) if cfg.position_pad_id is not None  # RoBERTa: padding has a row of its own
+            else POSITIONAL_TEXT.get(cfg.positional, positional_sentence(cfg)))
 x_name = input_name(cfg)
 # one position chooser for every windowed view of the page (drawn only when a view needs it), saying which views
 windowed = (["the E, P and x heatmaps"] if needs_window(trace, cfg.d_model) else []) + (

@@ -74,6 +74,9 @@ st.latex(r"\mathrm{CrossAttention} = \mathrm{softmax}\!\left("
          r"\quad Q = x_{dec}W_Q,\; K = h_{enc}W_K,\; V = h_{enc}W_V")
 st.markdown("Each row is a decoder position (the token it has just read, predicting the next one); each column a "
             "source token. No mask: the whole source is known."
+            + (" Unlike this model's self-attention, its cross-attention adds **no relative position bias** (T5 gives "
+               "only self-attention one): a score here is q·k alone, so where a source token stands reaches the "
+               "decoder only through the encoder's output." if cfg.rel_pos_buckets else "")
             + (" In the date model, the rows that write the year digits look at the year in the source, the month "
                "rows at the month name." if state.model_name == "dates-iso" else ""))
 patterns = cross_patterns(trace, cfg.n_layers)

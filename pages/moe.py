@@ -1,6 +1,7 @@
 """Mixture of experts: which experts the router chose for each token in each layer and with what weight, how
 many tokens each expert received, the router's probabilities for one token, and what happens to the output when
-an expert is disabled or a token is forced to one expert."""
+an expert is disabled or a token is forced to one expert. Layers that keep a dense MLP (Qwen2-MoE's
+``decoder_sparse_step``, ``mlp_only_layers``) have no router: the page names them and shows the others."""
 
 import html
 
@@ -10,7 +11,8 @@ from viz_ui.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.layout import (pick_index, pick_position, require_trace, set_shared, setup_page, shared_widget,
+from viz_ui.explain import dense_layers_note
+from viz_ui.layout import (pick_position, require_trace, set_shared, setup_page, shared_widget,
                            show_figure, show_link, side_by_side)
 from viz_ui.moe_view import (Routing, compare_bar, dense_weights, effect_by_position, expert_load, kl_bits,
                              layer_weights_heatmap, load_heatmap, moved_tokens, rerouted, router_probs_heatmap,
@@ -34,17 +36,24 @@ if not cfg.n_experts:
     st.stop()
 trace = require_trace(state)
 n_exp, k, n_layers = cfg.n_experts, cfg.experts_per_token, cfg.n_layers
-routing = routing_from_arrays(trace.arrays, n_layers)
+moe_layers = cfg.moe_layers  # every layer, unless some keep a dense MLP (Qwen2-MoE)
+row_of = {layer: row for row, layer in enumerate(moe_layers)}  # the figures' rows hold the MoE layers only
+routing = routing_from_arrays(trace.arrays, moe_layers)
 labels = trace.labels
 kind = {"swiglu": "SwiGLU", "geglu": "GeGLU"}.get(cfg.mlp, cfg.mlp.upper())
 shared = (f" Every token also goes through a **shared expert** ({cfg.d_shared_mlp} units), scaled by "
           "σ(x W_shared_gate), a gate between 0 and 1 of its own." if cfg.d_shared_mlp else "")
 weights_rule = ("those probabilities rescaled to sum to 1" if cfg.norm_topk_prob else
                 "those probabilities as they are (not rescaled: they sum to less than 1)")
-st.markdown(f"Each of the {n_layers} layers has **{n_exp} experts**, {kind} networks of d_mlp = {cfg.d_mlp} units. "
+dense = dense_layers_note(cfg)
+which = (f"Each of the {n_layers} layers has" if not dense else
+         f"{len(moe_layers)} of the {n_layers} layers ({', '.join(f'L{i}' for i in moe_layers)}) have")
+st.markdown(f"{which} **{n_exp} experts**, {kind} networks of d_mlp = {cfg.d_mlp} units. "
             f"The router, a d_model × {n_exp} matrix W_router, scores the experts for each token; softmax turns the "
             f"scores into probabilities p; the token goes to the **{k} most probable** experts, whose outputs are "
-            f"added with {weights_rule}.{shared}")
+            f"added with {weights_rule}.{shared}"
+            + (f" The other layers have no router: {dense}; the views below show only the mixture-of-experts layers."
+               if dense else ""))
 gate = rf"\tfrac{{p_e}}{{\sum_{{j \in \mathrm{{top}}_{{{k}}}(p)}} p_j}}" if cfg.norm_topk_prob else "p_e"
 extra = r" + \sigma(x\,W_{\mathrm{shared\,gate}})\,\mathrm{FFN}_{\mathrm{shared}}(x)" if cfg.d_shared_mlp else ""
 st.latex(rf"p = \mathrm{{softmax}}(x\,W_{{\mathrm{{router}}}}),\qquad \mathrm{{MoE}}(x) = "
@@ -56,11 +65,12 @@ def _clicked() -> None:
     points = st.session_state["moe_map"].selection.points
     if points and points[0].get("curve_number") == 1:
         set_shared("query", int(points[0]["x"]))
-        set_shared("layer", int(points[0]["y"]))
+        set_shared("layer", moe_layers[int(points[0]["y"])])  # row -> the model's layer
 
 
 st.header("Which experts each token used")
-show_figure(routing_map(routing, labels, n_exp, f"Top-{k} experts per token and layer"), state, "moe_map",
+show_figure(routing_map(routing, labels, n_exp, f"Top-{k} experts per token and layer"
+                        + (" (mixture-of-experts layers)" if dense else "")), state, "moe_map",
             select_key="moe_map", on_select=_clicked)
 st.caption("Each cell is one token in one layer: its colour is the expert with the largest weight, the numbers are "
            f"the {'experts chosen, first choice first (3+5: experts 3 and 5)' if k <= 2 else 'first choice'}; hover for every chosen "
@@ -68,27 +78,30 @@ st.caption("Each cell is one token in one layer: its colour is the expert with t
 
 load = expert_load(routing.indices, n_exp)
 c1, c2 = st.columns(2)
-layer = pick_index(c1, "Layer", "layer", n_layers, 0, lambda i: f"layer {i}")
+layer = shared_widget(c1.selectbox, "Layer", moe_layers, key="layer", default=moe_layers[0], valid=row_of.__contains__,
+                      cast=int, format_func=lambda i: f"layer {i}")
+row = row_of[layer]
 pos = pick_position(c2, trace, "Token")
 left, right = side_by_side(state, 2)
 with left:
-    show_figure(layer_weights_heatmap(dense_weights(routing, n_exp)[layer], routing.probs[layer], labels,
+    show_figure(layer_weights_heatmap(dense_weights(routing, n_exp)[row], routing.probs[row], labels,
                                       f"Layer {layer}: expert weights per token"),
                 state, f"moe_layer_weights_L{layer}")
 with right:
-    show_figure(load_heatmap(load, f"Load: tokens per expert ({trace.n_tokens} tokens × {k})"), state,
+    show_figure(load_heatmap(load, f"Load: tokens per expert ({trace.n_tokens} tokens × {k})", moe_layers), state,
                 "moe_load")
 even = trace.n_tokens * k / n_exp
-busiest, idlest = int(load[layer].argmax()), int(load[layer].argmin())
+busiest, idlest = int(load[row].argmax()), int(load[row].argmin())
 st.caption(f"An even split would give every expert {even:.1f} tokens per layer. In layer {layer}, E{busiest} received "
-           f"the most ({load[layer, busiest]}) and E{idlest} the fewest ({load[layer, idlest]}).")
+           f"the most ({load[row, busiest]}) and E{idlest} the fewest ({load[row, idlest]}).")
 
 quoted = f"{pos} “{html.escape(labels[pos])}”"  # position and token, e.g. 16 “.”; Plotly reads <b>… as markup
 st.header(f"The router's probabilities for token {pos} “{plain(labels[pos])}”")
 chosen = dense_weights(routing, n_exp)[:, pos] > 0
-show_figure(router_probs_heatmap(routing.probs[:, pos], chosen, f"Router probabilities of {quoted} (✓ = chosen)"),
+show_figure(router_probs_heatmap(routing.probs[:, pos], chosen, f"Router probabilities of {quoted} (✓ = chosen)",
+                                 moe_layers),
             state, f"moe_router_pos{pos}")
-st.caption(f"Each row is softmax(x W_router) in one layer for this token: it sums to 1 over the {n_exp} experts; the "
+st.caption(f"Each row is softmax(x W_router) in one {'mixture-of-experts ' if dense else ''}layer for this token: it sums to 1 over the {n_exp} experts; the "
            f"{k} largest are chosen. Click a cell of the map above to choose another token.")
 
 st.header("Interventions: change the routing, watch the output")
@@ -98,19 +111,20 @@ c1, c2, c3 = st.columns([2, 1, 1])
 action = shared_widget(c1.radio, "Intervention", actions, key="moe_do", default="disable", valid=actions.__contains__,
                        horizontal=True, format_func=lambda a: {"disable": "Disable an expert",
                                                               "force": f"Send token {pos} to one expert"}[a])
-where = shared_widget(c2.selectbox, "In", [-1, *range(n_layers)], key="moe_layer", default=-1,
-                      valid=lambda v: -1 <= v < n_layers, cast=int,
-                      format_func=lambda i: "every layer" if i < 0 else f"layer {i}")
+where = shared_widget(c2.selectbox, "In", [-1, *moe_layers], key="moe_layer", default=-1,
+                      valid=lambda v: v == -1 or v in row_of, cast=int,
+                      format_func=lambda i: ("every MoE layer" if dense else "every layer") if i < 0 else f"layer {i}")
 expert = shared_widget(c3.selectbox, "Expert", list(range(n_exp)), key="moe_expert", default=busiest,
                        valid=lambda v: 0 <= v < n_exp, cast=int, format_func=lambda e: f"E{e}")
+everywhere = "every mixture-of-experts layer" if dense else "every layer"
 if action == "disable":
-    st.markdown(f"**E{expert} is taken out** of {'every layer' if where < 0 else f'layer {where}'}: its router logit "
+    st.markdown(f"**E{expert} is taken out** of {everywhere if where < 0 else f'layer {where}'}: its router logit "
                 "becomes −∞, so its probability is 0 and the other experts' probabilities are renormalised (softmax over "
                 f"the remaining experts); each token then goes to the {k} most probable remaining experts, weighted as "
                 f"this family does ({weights_rule}). Tokens that had chosen E{expert} move to their next best expert.")
 else:
     st.markdown(f"**Token {pos} {plain(labels[pos])} is sent to E{expert} alone** in "
-                f"{'every layer' if where < 0 else f'layer {where}'}: its other router logits become −∞, so E{expert} "
+                f"{everywhere if where < 0 else f'layer {where}'}: its other router logits become −∞, so E{expert} "
                 "gets probability 1 and weight 1; every other token is routed as before.")
 try:
     after_logits, after_idx, after_w = get_moe_intervention(state.model_path, trace.text, action,
@@ -120,7 +134,7 @@ except ValueError as exc:
     st.stop()
 before = trace.arrays["hook_logits"]
 kl = kl_bits(before, after_logits)
-changed = rerouted(routing, Routing(after_idx, after_w), n_exp)  # [n_layers, pos]
+changed = rerouted(routing, Routing(after_idx, after_w), n_exp)  # [n_moe, pos]
 p_before, p_after = softmax(before[pos]), softmax(after_logits[pos])
 top = moved_tokens(p_before, p_after)
 what = f"after {quoted}" if cfg.causal else f"at {quoted}"

@@ -100,12 +100,12 @@ def add_norm() -> None:
 
 
 def feed_forward() -> None:
-    post = trace.arrays["blocks.0.mlp.hook_post"]
-    a, b = position_window(st, trace, mlp_width(cfg), last)
-    show_figure(matrix_heatmap(post[a:b], trace.labels[a:b], f"Layer 0 hidden activations [{n} × {mlp_width(cfg)}]",
+    post, layer0 = trace.arrays["blocks.0.mlp.hook_post"], cfg.for_layer(0)  # layer 0's own MLP (Qwen2-MoE: dense?)
+    a, b = position_window(st, trace, mlp_width(layer0), last)
+    show_figure(matrix_heatmap(post[a:b], trace.labels[a:b], f"Layer 0 hidden activations [{n} × {mlp_width(layer0)}]",
                                "neuron", "activation", offset=a), state, "walk_mlp")
     idx, vals = top_neurons(post[last], 10)
-    show_figure(value_bar([unit_label(cfg, i) for i in idx], vals, f"Most active for {trace.labels[last]}", "activation"),
+    show_figure(value_bar([unit_label(layer0, i) for i in idx], vals, f"Most active for {trace.labels[last]}", "activation"),
                 state, "walk_neurons")
 
 
@@ -209,8 +209,8 @@ STEPS = [
      + ("before each sub-layer, so ln1 normalised the stream *before* attention read it, and the stream itself stays "
         "un-normalised)." if cfg.norm_placement == "pre" else "after each addition: ln1 normalises resid_pre + attn_out)."),
      norm_formula(cfg), add_norm),
-    ("Feed-forward network", f"Every position then passes through the same two-layer network: {ffn_sentence(cfg)}; "
-     "its output is added to the residual stream too.", ffn_formula(cfg), feed_forward),
+    ("Feed-forward network", f"Every position then passes through the same two-layer network: {ffn_sentence(cfg.for_layer(0))}; "
+     "its output is added to the residual stream too.", ffn_formula(cfg.for_layer(0)), feed_forward),
     ("The stack of layers", f"Attention + feed-forward is one block; this model stacks {cfg.n_layers}."
      + (" The logit lens shows what the model would predict if it stopped after each block." if lm else ""),
      None, stack),

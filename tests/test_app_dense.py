@@ -92,8 +92,14 @@ def models(tmp_path_factory, tokenizer):
 @pytest.mark.parametrize("page", [None, *PAGES])
 def test_every_page_renders_on_gemma2(models, page):
     """Gemma 2 holds most new switches at once: sandwich norms, GeGLU, soft caps, a divisor of its own,
-    alternating windows, scaled embeddings (the other families were run through every page by hand)."""
-    open_page(models, "gemma2", page)
+    alternating windows, scaled embeddings (the other families were run through every page by hand). The attention
+    page writes Gemma 2's own score: q·k divided by √query_pre_attn_scalar (not √d_k), then soft-capped."""
+    at = open_page(models, "gemma2", page)
+    if page == "pages/attention.py":
+        cfg, text = models["gemma2"][0].cfg, " ".join(m.value for m in at.markdown)
+        assert cfg.attn_scale == pytest.approx(20 ** 0.5) and cfg.attn_softcap == 1.5
+        assert "Left: the scores 1.5·tanh(q·k/4.472 / 1.5) for *every* pair" in text and "√d_k for" not in text
+        assert "divided by 4.472, this model's own divisor" in text and "soft-capped" in text
 
 
 def test_soft_capped_scores_are_shown_before_and_after_the_cap(models):
@@ -184,3 +190,18 @@ def test_longrope_generation_recomputes_the_cache_when_the_text_outgrows_the_sho
     assert kv["positions computed (q, k, v)"].tolist() == [5, 1, 1, 1, 9]
     assert kv["keys and values reused from the cache"].tolist() == [0, 5, 6, 7, 0]
     assert any("Step 5 computed all 9 positions again" in c.value for c in at.caption)
+
+
+def test_t5_score_wording_no_division_a_bias_and_none_in_cross_attention(models):
+    """The attention page writes the scores T5 computes (q·k, not divided, plus its relative position bias); the
+    encoder-decoder page says its cross-attention has no position bias (Gemma 2's wording: the test above)."""
+    def words(at):
+        return " ".join(m.value for m in at.markdown)
+
+    at = open_page(models, "t5", "pages/attention.py")
+    text = words(at)
+    assert "√d_k for" not in text and "Left: the scores q·k + b for *every* pair" in text
+    assert "not divided by √d_k" in text and "relative position bias b" in text
+    assert figure_titled(at, "Layer 0, head 0: attention weights softmax(q·k + b)")
+    cross = words(open_page(models, "t5", "pages/encoder_decoder.py"))
+    assert "its cross-attention adds **no relative position bias**" in cross

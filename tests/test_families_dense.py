@@ -96,9 +96,14 @@ def test_roberta_masked_lm_positions_after_the_padding_id(tmp_path):
     model, _ = load_model(save(ref, tmp_path / "roberta"))
     assert model.cfg.n_ctx == 42 and model.cfg.family == "roberta" and model.cfg.lm_head == "mlm"
     ids = ids_for(95, n=40)
-    ids[ids == 1] = 7  # RoBERTa gives a padding token the padding row; the app runs unpadded texts
-    torch.testing.assert_close(model.pos_embed.W_pos[0], ref.roberta.embeddings.position_embeddings.weight[2])
-    assert_parity(model, reference(ref, ids), ids)
+    ids[ids == 1] = 7
+    ids[0, [6, 7, 21]] = 1  # padding inside the text: its own row, and the tokens after it do not move on
+    table = ref.roberta.embeddings.position_embeddings.weight
+    torch.testing.assert_close(model.pos_embed.W_pos[0], table[2])
+    _, cache = assert_parity(model, reference(ref, ids), ids)
+    pos = cache["hook_pos_embed"][0]
+    torch.testing.assert_close(pos[[6, 7, 21]], table[[1, 1, 1]])  # row pad_token_id
+    torch.testing.assert_close(pos[[5, 8, 22]], table[[7, 8, 21]])  # pad + 1 + (tokens that are not padding before)
 
 
 GEMMA = dict(vocab_size=97, hidden_size=42, intermediate_size=62, num_hidden_layers=3, num_attention_heads=3,

@@ -170,6 +170,9 @@ NATIVE_FIELDS = [
     ("rel_pos_buckets", 10**6, ("rel_pos_buckets",)),
     ("rel_pos_buckets", True, ("rel_pos_buckets",)),
     ("rel_pos_max_distance", 0, ("rel_pos_max_distance",)),
+    ("position_pad_id", 1, ("position_pad_id", "learned")),  # the small model's positions are sinusoidal
+    ("position_pad_id", True, ("position_pad_id",)),
+    ("position_pad_id", 10**7, ("position_pad_id",)),
     # booleans: only JSON true / false
     ("causal", "no", ("causal", "true or false")),
     ("causal", "false", ("causal",)),

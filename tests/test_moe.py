@@ -108,6 +108,51 @@ def test_transformers5_fused_expert_layout_converts_the_same(moe_refs):
     torch.testing.assert_close(fused(ids), hub(ids), atol=1e-6, rtol=0)
 
 
+MIXED = {  # Qwen2-MoE with dense layers among the sparse ones, as transformers' Qwen2MoeDecoderLayer builds them
+    "step2": (dict(decoder_sparse_step=2), [0, 2]),  # (i + 1) % 2 != 0: layers 0 and 2 dense
+    "mlp_only": (dict(mlp_only_layers=[0, 7]), [0]),  # 7 is beyond the stack: ignored, as there
+}
+
+
+@pytest.fixture(scope="module")
+def mixed_refs(tmp_path_factory) -> dict:
+    """name -> (3-layer transformers Qwen2-MoE with some dense layers, the model load_model makes of its folder)."""
+    root, out = tmp_path_factory.mktemp("mixed"), {}
+    for seed, (name, (kw, _)) in enumerate(MIXED.items()):
+        config = transformers.Qwen2MoeConfig(
+            vocab_size=320, hidden_size=36, intermediate_size=50, moe_intermediate_size=26,
+            shared_expert_intermediate_size=42, num_attention_heads=6, num_key_value_heads=3, num_experts=5,
+            num_experts_per_tok=2, norm_topk_prob=False, max_position_embeddings=64, num_hidden_layers=3, **kw)
+        config._experts_implementation = "eager"
+        ref = build("Qwen2MoeForCausalLM", config, seed=10 + seed)
+        out[name] = (ref, load_model(save(ref, root / name))[0])
+    return out
+
+
+@pytest.mark.parametrize("name", MIXED)
+def test_qwen2_moe_dense_layers_among_the_sparse_ones(mixed_refs, name):
+    """Dense layers keep an MLP of width intermediate_size and no router hooks; logits, patterns and the MoE layers'
+    router logits equal transformers'; count_params counts both kinds of layer exactly."""
+    ref, model = mixed_refs[name]
+    cfg, dense = model.cfg, MIXED[name][1]
+    assert cfg.dense_layers == dense and cfg.d_dense_mlp == 50 and cfg.d_mlp == 26
+    assert cfg.moe_layers == [i for i in range(3) if i not in dense]
+    assert count_params(cfg) == model.n_params()
+    ids = ids_for(cfg.d_vocab, n=19)
+    with torch.no_grad():
+        out = ref(ids, output_attentions=True, output_router_logits=True)
+    _, cache = assert_parity(model, out, ids)
+    assert len(out.router_logits) == len(cfg.moe_layers)
+    for i, theirs in zip(cfg.moe_layers, out.router_logits):
+        assert (cache[f"blocks.{i}.mlp.hook_router_logits"].reshape(-1, 5) - theirs).abs().max().item() <= 1e-4
+        assert cache[f"blocks.{i}.mlp.hook_post"].shape == (1, 19, 5 * 26)
+    for i in dense:
+        assert not any(n.startswith(f"blocks.{i}.mlp.") and "expert" in n for n in model.hook_dict)
+        assert cache[f"blocks.{i}.mlp.hook_post"].shape == (1, 19, 50)  # intermediate_size, not the experts'
+    _, indices, _ = run_with_routing(model, ids)
+    assert indices.shape == (len(cfg.moe_layers), 1, 19, 2)
+
+
 @pytest.fixture(scope="module")
 def moe_model() -> VizTransformer:
     return small_model(n_experts=5, experts_per_token=2, mlp="swiglu", d_shared_mlp=12)
@@ -202,14 +247,17 @@ def test_load_balancing_loss_is_one_when_balanced_and_n_experts_when_collapsed()
 
 @pytest.mark.parametrize("overrides", [dict(n_experts=4, experts_per_token=2, mlp="swiglu"),
                                        dict(n_experts=3, experts_per_token=3, d_shared_mlp=20, mlp_bias=False),
-                                       dict(n_experts=6, experts_per_token=1, mlp="gelu", causal=False, lm_head="mlm")])
+                                       dict(n_experts=6, experts_per_token=1, mlp="gelu", causal=False, lm_head="mlm"),
+                                       dict(n_experts=3, experts_per_token=2, d_shared_mlp=20, mlp="swiglu",
+                                            n_layers=3, dense_layers=[0, 2], d_dense_mlp=90)])
 def test_count_params_and_the_estimate_count_every_expert(overrides):
     cfg = small_config(**overrides)
     with torch.device("meta"):
         model = VizTransformer(cfg)
     assert count_params(cfg) == model.n_params()
     dense = small_config(**{k: v for k, v in overrides.items() if k not in ("n_experts", "experts_per_token",
-                                                                            "d_shared_mlp")})
+                                                                            "d_shared_mlp", "dense_layers",
+                                                                            "d_dense_mlp")})
     assert estimate_bytes(cfg) > estimate_bytes(dense)
 
 
@@ -229,6 +277,13 @@ def _native(tokenizer, changes: dict) -> bytes:
     ({"norm_topk_prob": "yes"}, ("norm_topk_prob",)),
     ({"d_shared_mlp": 16}, ("d_shared_mlp",)),
     ({"n_experts": 4, "n_encoder_layers": 2}, ("encoder-decoder",)),
+    ({"n_experts": 4, "dense_layers": [0, 0]}, ("dense_layers",)),
+    ({"n_experts": 4, "dense_layers": [2]}, ("dense_layers",)),
+    ({"n_experts": 4, "dense_layers": "0"}, ("dense_layers",)),
+    ({"n_experts": 4, "dense_layers": list(range(10**5))}, ("dense_layers",)),
+    ({"n_experts": 4, "dense_layers": [0, 1]}, ("dense_layers", "every layer")),
+    ({"dense_layers": [0]}, ("dense_layers", "n_experts")),
+    ({"n_experts": 4, "dense_layers": [0], "d_dense_mlp": 10**6}, ("d_dense_mlp",)),
     ({"n_experts": 1024, "d_mlp": 262_144, "d_model": 4096, "d_head": 1024}, ("VIZ_MAX_MODEL_MB",)),
 ])
 def test_hostile_moe_configs_are_refused_before_allocating(tokenizer, changes, words):
@@ -244,8 +299,9 @@ def test_hostile_moe_configs_are_refused_before_allocating(tokenizer, changes, w
 @pytest.mark.parametrize("name, changes, words", [
     ("mixtral", {"num_local_experts": "8"}, ("num_local_experts",)),
     ("mixtral", {"num_local_experts": 10**9}, ("n_experts",)),
-    ("qwen2_moe", {"decoder_sparse_step": 2}, ("decoder_sparse_step",)),
-    ("qwen2_moe", {"mlp_only_layers": [0]}, ("mlp_only_layers",)),
+    ("qwen2_moe", {"decoder_sparse_step": 0}, ("decoder_sparse_step",)),
+    ("qwen2_moe", {"mlp_only_layers": "0"}, ("mlp_only_layers",)),
+    ("qwen2_moe", {"mlp_only_layers": [0.5]}, ("mlp_only_layers",)),
     ("qwen2_moe", {"norm_topk_prob": "no"}, ("norm_topk_prob",)),
     ("olmoe", {"clip_qkv": -8.0}, ("clip_qkv",)),
     ("olmoe", {"clip_qkv": "8"}, ("clip_qkv",)),
@@ -319,3 +375,27 @@ def test_moe_page_shows_the_models_routing_and_the_intervention_effect():
     assert not at.exception and not at.error
     # token 3 keeps one expert instead of two in each of the 4 layers; later tokens may be rerouted too
     assert int(at.metric[0].value.split()[0]) >= model.cfg.n_layers
+
+
+def test_moe_page_on_a_model_with_dense_layers_shows_only_its_moe_layers(mixed_refs, tokenizer):
+    """decoder_sparse_step 2 over 3 layers: the map, load and router views hold layer 1 only (labelled L1, with the
+    numbers the model computed there), and the page names layers 0 and 2 as dense; the link's layer 0 (dense) falls
+    back to layer 1."""
+    from test_app import figure_titled
+    from test_app_dense import open_page
+
+    model = mixed_refs["step2"][1]
+    text = "The cat sat on the mat. The cat"
+    at = open_page({"mixed": (model, tokenizer)}, "mixed", "pages/moe.py", text)
+    words = " ".join(m.value for m in at.markdown)
+    assert "2 of the 3 layers" not in words and "1 of the 3 layers (L1)" in words
+    assert "layers 0 and 2 are dense (one MLP of 50 units, no router)" in words
+    _, cache = model.run_with_cache(torch.tensor([tokenizer.encode(text).ids]))
+    shown = figure_titled(at, "Top-2 experts per token and layer")
+    assert shown["layout"]["yaxis"]["ticktext"] == ["L1"]
+    np.testing.assert_array_equal(plotly_array(shown["data"][0]["z"]),
+                                  cache["blocks.1.mlp.hook_expert_indices"][0, :, :1].T.numpy())
+    assert figure_titled(at, "Layer 1: expert weights per token")
+    assert at.selectbox(key="layer").options == ["layer 1"]
+    assert at.selectbox(key="moe_layer").options == ["every MoE layer", "layer 1"]
+    assert int(at.metric[0].value.split()[-1]) == cache["blocks.1.mlp.hook_expert_indices"].shape[1]  # "n of pos"

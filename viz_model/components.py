@@ -50,7 +50,10 @@ def sinusoidal_table(n_ctx: int, d_model: int) -> torch.Tensor:
 class PosEmbed(nn.Module):
     """Absolute positions ``[batch, pos] -> [batch, pos, d_model]``: a learned table or the fixed sinusoid.
 
-    With ``positional == "none"`` it returns zeros, so ``hook_pos_embed`` always exists.
+    With ``positional == "none"`` it returns zeros, so ``hook_pos_embed`` always exists. With ``position_pad_id``
+    (RoBERTa) positions count only the tokens that are not that id, and such a token gets the row ``W_pos_pad``
+    ``[d_model]``: transformers' ``create_position_ids_from_input_ids``, ``cumsum(ids != pad) * (ids != pad) + pad``
+    in rows of its table, whose first ``pad + 1`` rows (``pad`` is ``W_pos_pad``) precede ours.
     """
 
     def __init__(self, cfg: Config) -> None:
@@ -64,11 +67,18 @@ class PosEmbed(nn.Module):
         else:  # nothing is added; no table is stored (a Llama context of 131,072 would cost gigabytes)
             self.W_pos = None
         self.d_model = cfg.d_model
+        self.pad_id = cfg.position_pad_id
+        if self.pad_id is not None:
+            self.W_pos_pad = nn.Parameter(torch.empty(cfg.d_model))
 
     def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         n_pos = tokens.shape[-1]
         if self.W_pos is None:
             return torch.zeros(tokens.shape[0], n_pos, self.d_model, device=tokens.device)
+        if self.pad_id is not None:  # RoBERTa: padding does not advance the position and has its own row
+            real = tokens != self.pad_id
+            idx = (torch.cumsum(real, dim=-1) - 1 + offset).clamp(min=0)
+            return torch.where(real[..., None], self.W_pos[idx], self.W_pos_pad)
         return self.W_pos[offset:offset + n_pos].unsqueeze(0).expand(tokens.shape[0], -1, -1)
 
 

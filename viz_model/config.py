@@ -134,6 +134,9 @@ class Config:
     rel_pos_buckets: int = 0  # T5: a learned bias per head and bucket of key - query distance on the scores; 0 = none
     rel_pos_max_distance: int = 128  # T5: distances from here on share the last bucket (log-spaced buckets below)
     n_token_types: int = 0  # segment (token type) embeddings added to the input (BERT); 0 = none
+    # RoBERTa counts positions over the tokens that are not padding (transformers' create_position_ids_from_input_ids):
+    # a token with this id takes a row of its own (W_pos_pad) and the tokens after it do not move on a position
+    position_pad_id: int | None = None  # None = every token is the next position
     embed_scale: float = 1.0  # token embeddings are multiplied by this (sqrt(d_model) in Vaswani et al. 3.4; BART option)
     embed_norm: bool = False  # a LayerNorm over embeddings + positions before the first block (BERT)
     lm_head: str = "unembed"  # output: plain unembedding, BERT's masked-LM head, or none (encoder only)
@@ -148,6 +151,10 @@ class Config:
     norm_topk_prob: bool = True  # the k chosen router probabilities rescaled to sum to 1 (Mixtral; an option elsewhere)
     # Qwen2-MoE's shared expert: an MLP of this width that every token also goes through, scaled by a sigmoid gate
     d_shared_mlp: int = 0  # 0 = none
+    # Qwen2-MoE's decoder_sparse_step and mlp_only_layers: some layers keep a dense MLP (of its own width) instead of
+    # the mixture, e.g. every other layer; only the others have a router and its hooks
+    dense_layers: list | None = None  # layers whose feed-forward is a dense MLP of width d_dense_mlp; None = none
+    d_dense_mlp: int | None = None  # width of those dense MLPs (Qwen2-MoE's intermediate_size); None = d_mlp
     family: str = "viz"  # where the weights came from: viz (native), gpt2, nanogpt, bert, llama, mistral, qwen2
     extra: dict = field(default_factory=dict)  # free-form notes kept with a checkpoint
 
@@ -184,15 +191,29 @@ class Config:
         """Whether layer ``layer``'s self-attention uses the sliding window ``attn_window``."""
         return self.attn_window is not None and (self.window_layers is None or layer in self.window_layers)
 
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether layer ``layer``'s feed-forward is a mixture of experts (``n_experts`` > 0 and not a dense layer)."""
+        return bool(self.n_experts) and (self.dense_layers is None or layer not in self.dense_layers)
+
+    @property
+    def moe_layers(self) -> list[int]:
+        """The layers whose feed-forward is a mixture of experts, in order (empty for a dense model)."""
+        return [i for i in range(self.n_layers) if self.is_moe_layer(i)]
+
     def for_layer(self, layer: int) -> "Config":
         """A copy with what differs per layer resolved: ``attn_window`` (None where the layer has no window) and
-        ``rotary_base`` (``rotary_base_local``, unscaled, in windowed layers: Gemma 3), with ``window_layers`` None. Each
-        attention module keeps its own, so that code reading ``attn.cfg`` sees that layer's mask and rotation."""
+        ``rotary_base`` (``rotary_base_local``, unscaled, in windowed layers: Gemma 3), with ``window_layers`` None; in
+        a dense layer of a mixture of experts (``dense_layers``) ``n_experts`` 0, ``d_shared_mlp`` 0 and ``d_mlp`` the
+        dense width, with ``dense_layers`` and ``d_dense_mlp`` None. Each module keeps its own, so that code reading
+        ``attn.cfg`` sees that layer's mask and rotation, and code given ``cfg.for_layer(i)`` that layer's MLP."""
         windowed = self.windowed(layer)
         local = windowed and self.rotary_base_local is not None  # Gemma 3: local layers rotate unscaled, own base
+        dense = bool(self.n_experts) and not self.is_moe_layer(layer)  # Qwen2-MoE's dense layers
+        ffn = dict(n_experts=0, d_shared_mlp=0, d_mlp=self.d_dense_mlp or self.d_mlp) if dense else {}
         return dataclasses.replace(self, attn_window=self.attn_window if windowed else None, window_layers=None,
                                    rotary_base=self.rotary_base_local if local else self.rotary_base,
-                                   rotary_base_local=None, rotary_scaling="none" if local else self.rotary_scaling)
+                                   rotary_base_local=None, rotary_scaling="none" if local else self.rotary_scaling,
+                                   dense_layers=None, d_dense_mlp=None, **ffn)
 
     def kv_head(self, head: int) -> int:
         """The key/value head that query head ``head`` reads (as transformers' ``repeat_kv``: head // n_rep)."""
@@ -256,12 +277,17 @@ class Config:
         if self.n_experts and self.n_encoder_layers:
             raise ConfigError("a mixture of experts is supported in decoder-only and encoder-only models, not in an "
                               "encoder-decoder")
+        if self.position_pad_id is not None and (self.positional != "learned" or self.n_encoder_layers
+                                                 or self.position_pad_id >= self.d_vocab):
+            raise ConfigError("position_pad_id needs learned positions, a decoder-only or encoder-only model and a "
+                              "token id of the vocabulary")
         if self.rotary_dim is not None and (self.rotary_dim % 2 or self.rotary_dim > self.d_head):
             raise ConfigError(f"rotary_dim ({self.rotary_dim}) must be even and at most d_head ({self.d_head})")
         if self.rotary_scaling == "llama3" and self.rotary_high_freq_factor <= self.rotary_low_freq_factor:
             raise ConfigError("rotary_high_freq_factor must be above rotary_low_freq_factor (llama3 scaling)")
         self._check_factor_lists()
         self._check_window_layers()
+        self._check_dense_layers()
         if self.rel_pos_buckets and (self.rel_pos_buckets < 4 or self.rel_pos_max_distance <= self.rel_pos_buckets // 2):
             raise ConfigError("rel_pos_buckets must be 0 or at least 4, and rel_pos_max_distance above half of it")
         if self.parallel_residual and (self.norm_placement != "pre" or self.n_encoder_layers):
@@ -296,6 +322,19 @@ class Config:
                               f"[0, {self.n_layers}), got {_show(layers)}")
         if self.attn_window is None:
             raise ConfigError("window_layers needs attn_window (the window those layers use)")
+
+    def _check_dense_layers(self) -> None:
+        layers = self.dense_layers
+        if layers is not None and (not isinstance(layers, list) or len(layers) > self.n_layers
+                                   or not all(_is_int(i) and 0 <= i < self.n_layers for i in layers)
+                                   or len(set(layers)) != len(layers)):
+            raise ConfigError(f"config field dense_layers must be null or a list of distinct layer indices in "
+                              f"[0, {self.n_layers}), got {_show(layers)}")
+        if (layers is not None or self.d_dense_mlp is not None) and not self.n_experts:
+            raise ConfigError("dense_layers and d_dense_mlp (dense layers among experts) need a mixture of experts "
+                              "(n_experts > 0)")
+        if layers is not None and len(layers) == self.n_layers:
+            raise ConfigError("dense_layers lists every layer: a model without a mixture of experts has n_experts 0")
 
     def to_json(self) -> str:
         """The config as a JSON string (stored in a checkpoint's metadata)."""

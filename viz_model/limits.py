@@ -37,14 +37,16 @@ INT_RANGES = {
     "n_experts": (0, 1_024),  # 0 = dense; Mixtral 8, Qwen1.5-MoE 60, OLMoE 64, DeepSeek-V3 256
     "experts_per_token": (1, 1_024),  # at most n_experts; Mixtral 2, OLMoE 8
     "d_shared_mlp": (0, 262_144),  # Qwen1.5-MoE's shared expert: 5,632
+    "d_dense_mlp": (1, 262_144),  # or null (d_mlp); Qwen2-MoE's dense layers (intermediate_size): 5,632
     "rotary_dim": (2, 16_384),  # or null (every dimension of a head turns); even and at most d_head
     "rotary_original_ctx": (1, 1_048_576),  # Llama 3.1's 8,192
     "rel_pos_buckets": (0, 1_024),  # T5: 32
     "rel_pos_max_distance": (1, 1_048_576),  # T5: 128
+    "position_pad_id": (0, 1_048_575),  # or null; RoBERTa: 1 (a token id, below d_vocab)
 }
 # Fields that may also be null (JSON null = Python None: the mechanism is off).
 OPTIONAL_FIELDS = ("attn_window", "rotary_dim", "rotary_base_local", "attn_scale", "attn_softcap", "logit_softcap",
-                   "clip_qkv")
+                   "clip_qkv", "d_dense_mlp", "position_pad_id")
 # Float fields (an int is accepted; bool, strings, NaN and infinities are not): (low, high, low inclusive?, high inclusive?)
 FLOAT_RANGES = {
     "layer_norm_eps": (0.0, 1.0, False, False),  # BERT 1e-12, GPT-2 1e-5, Llama 1e-6 / 1e-5
@@ -168,7 +170,10 @@ def count_params(cfg: "Config") -> int:
     d, v = cfg.d_model, cfg.d_vocab
     pos = cfg.n_ctx * d if cfg.positional == "learned" else 0
     total = v * d + pos + cfg.n_token_types * d + (2 * d if cfg.embed_norm else 0)
-    total += cfg.n_layers * _block_params(cfg, cross=cfg.n_encoder_layers > 0)
+    total += d if cfg.position_pad_id is not None else 0  # RoBERTa's padding row W_pos_pad
+    dense = len(cfg.dense_layers) if cfg.n_experts and cfg.dense_layers else 0  # Qwen2-MoE's dense layers
+    total += (cfg.n_layers - dense) * _block_params(cfg, cross=cfg.n_encoder_layers > 0)
+    total += dense * _block_params(cfg.for_layer(cfg.dense_layers[0]), cross=False) if dense else 0
     final = _norm_params(cfg) if cfg.final_norm else 0
     total += final
     if cfg.n_encoder_layers:
@@ -202,6 +207,7 @@ def estimate_parts(cfg: "Config", element_size: int | None = None) -> dict[str, 
     # a mixture of experts: its k experts' intermediates per token, every expert's units side by side (hook_post), the
     # shared expert's
     ffn = 3 * m if not cfg.n_experts else (3 * cfg.experts_per_token + cfg.n_experts) * m + 3 * cfg.d_shared_mlp
+    ffn = max(ffn, 3 * (cfg.d_dense_mlp or m)) if cfg.n_experts and cfg.dense_layers else ffn  # the widest layer's
     stream = BYTES * t * (4 * d + 2 * (h + 2 * g) * k + ffn)  # residual stream and one block's intermediates (float32
     # at most: a bfloat16 model's are smaller, its norms' float32 copies are among the 4 d)
     logits = 2 * BYTES * t * v  # logits and their softmax
@@ -225,7 +231,8 @@ def estimate_bytes(cfg: "Config", element_size: int | None = None) -> int:
                                                              VIZ_ATTN_BUDGET_MB), and the mask
                  + 4 T (4 d + 2 (h + 2 g) k + 3 m)         residual stream and one block's intermediates (with
                                                              E experts, k_e per token and a shared expert of
-                                                             width s, 3 m is (3 k_e + E) m + 3 s)
+                                                             width s, 3 m is (3 k_e + E) m + 3 s, or 3 m_dense
+                                                             if dense layers among them are wider)
                  + 2 · 4 T V                               logits and probabilities
         estimate = resident + max(load, run),   T = min(n_ctx, 1024)
 

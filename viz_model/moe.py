@@ -4,7 +4,9 @@ Shazeer et al. (2017), "Outrageously Large Neural Networks: The Sparsely-Gated M
 Fedus et al. (2021), "Switch Transformers"; Jiang et al. (2024), "Mixtral of Experts". The computation is that of
 ``transformers``' ``MixtralSparseMoeBlock``, ``Qwen2MoeSparseMoeBlock`` (with its shared expert) and
 ``OlmoeSparseMoeBlock``; hook names follow TransformerLens' ``MoE`` (``hook_expert_weights``,
-``hook_expert_indices``, each expert an MLP with its own ``hook_pre``/``hook_post``).
+``hook_expert_indices``, each expert an MLP with its own ``hook_pre``/``hook_post``). A model may keep dense MLPs in
+some layers (``Config.dense_layers``: Qwen2-MoE's ``decoder_sparse_step`` and ``mlp_only_layers``); only the other
+layers (``Config.moe_layers``) have a router and these hooks.
 """
 
 from __future__ import annotations
@@ -164,16 +166,17 @@ def run_with_routing(model: nn.Module, tokens: torch.Tensor, fwd_hooks=()) -> tu
     record where every token went.
 
     Returns:
-        ``(logits [batch, pos, d_vocab], indices [n_layers, batch, pos, k] int64, weights [n_layers, batch, pos,
-        k])``: each layer's chosen experts and the weights their outputs were summed with, as the model used them.
+        ``(logits [batch, pos, d_vocab], indices [n_moe, batch, pos, k] int64, weights [n_moe, batch, pos, k])``: the
+        chosen experts of each mixture-of-experts layer (``model.cfg.moe_layers``, in order: every layer unless some
+        are dense, Qwen2-MoE's ``dense_layers``) and the weights their outputs were summed with, as the model used them.
 
     Raises:
         KeyError: for a hook name the model does not have; ValueError from the model's forward.
     """
-    n = model.cfg.n_layers
-    names = [f"blocks.{i}.mlp.hook_{kind}" for kind in ("expert_indices", "topk_weights") for i in range(n)]
+    layers = model.cfg.moe_layers
+    names = [f"blocks.{i}.mlp.hook_{kind}" for kind in ("expert_indices", "topk_weights") for i in layers]
     with model.hooks(list(fwd_hooks)):
         logits, cache = model.run_with_cache(tokens, names_filter=names)
-    indices = torch.stack([cache[f"blocks.{i}.mlp.hook_expert_indices"] for i in range(n)])
-    weights = torch.stack([cache[f"blocks.{i}.mlp.hook_topk_weights"] for i in range(n)])
+    indices = torch.stack([cache[f"blocks.{i}.mlp.hook_expert_indices"] for i in layers])
+    weights = torch.stack([cache[f"blocks.{i}.mlp.hook_topk_weights"] for i in layers])
     return logits, indices, weights

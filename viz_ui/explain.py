@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from viz_model import Config
+from viz_model.components import attn_divisor
 
 ACT_NAMES = {"gelu": "GELU", "gelu_tanh": "GELU", "relu": "ReLU", "swiglu": "SiLU", "geglu": "GELU"}
 GATED = {"swiglu": "SwiGLU", "geglu": "GeGLU"}  # gated feed-forward kinds (Shazeer, 2020) and their names
@@ -46,6 +47,10 @@ def positional_sentence(cfg: Config) -> str:
     if cfg.rel_pos_buckets:
         return ("Nothing is added to the embeddings: a learned relative position bias (T5), one number per head and "
                 "bucket of distance between query and key, is added to every self-attention score.")
+    if cfg.position_pad_id is not None and cfg.positional == "learned":  # RoBERTa
+        return ("A learned positional embedding P (one trained row per position) is added (x = E + P). Positions "
+                f"count only the tokens that are not padding (id {cfg.position_pad_id}): a padding token gets a row of "
+                "its own, and the token after it takes the position the padding would have had.")
     return {
         "sinusoidal": "A fixed sinusoidal positional encoding P is added to each token's embedding (x = E + P).",
         "learned": "A learned positional embedding P (one trained row per position) is added (x = E + P).",
@@ -111,6 +116,38 @@ def logits_formula(cfg: Config) -> str:
     return rf"\text{{logits}} = {x}\,W_U" + (" + b_U" if cfg.unembed_bias else "")
 
 
+def score_formula(cfg: Config) -> str:
+    """One self-attention score of this model as plain text, in the order the forward pass computes it
+    (:func:`viz_model.components.masked_scores`): ``q·k/√d_k`` ("Attention Is All You Need", eq. 1), or with the
+    model's own divisor (:func:`viz_model.components.attn_divisor`: Gemma 2's √query_pre_attn_scalar, T5's 1),
+    soft-capped ``c·tanh(· / c)`` (Gemma 2), plus T5's relative position bias ``b``."""
+    divisor = attn_divisor(cfg)
+    text = "q·k/√d_k" if cfg.attn_scale is None else "q·k" if divisor == 1 else f"q·k/{divisor:.4g}"
+    if cfg.attn_softcap is not None:
+        text = f"{cfg.attn_softcap:g}·tanh({text} / {cfg.attn_softcap:g})"
+    return text + (" + b" if cfg.rel_pos_buckets else "")
+
+
+def score_sentence(cfg: Config) -> str:
+    """What a self-attention score is in this model, in a sentence or two (see :func:`score_formula`)."""
+    divisor, root = attn_divisor(cfg), cfg.d_head ** 0.5
+    if cfg.attn_scale is None:
+        text = f"Scores are the dot products of queries and keys divided by √d_k = √{cfg.d_head} = {root:.4g}."
+    elif divisor == 1:
+        text = ("Scores are the dot products of queries and keys, not divided by √d_k: this model (T5) divides by 1, "
+                "its initialisation keeps the dot products in range instead.")
+    else:
+        text = (f"Scores are the dot products of queries and keys divided by {divisor:.4g}, this model's own divisor "
+                f"(set by its config, e.g. Gemma 2's √query_pre_attn_scalar), not by √d_k = {root:.4g}.")
+    if cfg.attn_softcap is not None:
+        text += (f" They are then soft-capped, {cfg.attn_softcap:g}·tanh(score / {cfg.attn_softcap:g}): small scores "
+                 f"barely change, large ones stay within ±{cfg.attn_softcap:g}.")
+    if cfg.rel_pos_buckets:
+        text += (" A learned relative position bias b, one number per head and bucket of key − query distance, is "
+                 "added to every score.")
+    return text
+
+
 def mask_sentence(cfg: Config) -> str:
     """Which keys the mask hides in this model, in one sentence."""
     if not cfg.causal:
@@ -124,21 +161,41 @@ def mask_sentence(cfg: Config) -> str:
 
 def mlp_width(cfg: Config) -> int:
     """Columns of a layer's ``mlp.hook_post``: ``d_mlp``, or ``n_experts · d_mlp`` in a mixture of experts (every
-    expert's units side by side, :class:`viz_model.moe.MoE`)."""
+    expert's units side by side, :class:`viz_model.moe.MoE`). ``cfg``: the layer's own (``cfg.for_layer(layer)``: a
+    dense layer among experts has its own width)."""
     return cfg.d_mlp * max(1, cfg.n_experts)
 
 
 def unit_label(cfg: Config, i: int) -> str:
-    """The name of column ``i`` of ``mlp.hook_post``: ``neuron i``, or ``E{e} unit {u}`` in a mixture of experts."""
+    """The name of column ``i`` of ``mlp.hook_post``: ``neuron i``, or ``E{e} unit {u}`` in a mixture of experts
+    (``cfg``: the layer's own, as :func:`mlp_width`)."""
     return f"neuron {i}" if not cfg.n_experts else f"E{i // cfg.d_mlp} unit {i % cfg.d_mlp}"
 
 
-def moe_note(cfg: Config) -> str:
+def dense_layers_note(cfg: Config) -> str:
+    """Which layers of a mixture of experts keep a dense MLP (Qwen2-MoE's ``decoder_sparse_step`` and
+    ``mlp_only_layers``), as a clause such as ``layers 0 and 2 are dense (one MLP of 5632 units, no router)``; empty
+    when every layer is a mixture (or the model is dense)."""
+    dense = [i for i in range(cfg.n_layers) if cfg.n_experts and not cfg.is_moe_layer(i)]
+    if not dense:
+        return ""
+    names = ", ".join(str(i) for i in dense[:-1]) + (" and " if len(dense) > 1 else "") + str(dense[-1])
+    width = cfg.d_dense_mlp or cfg.d_mlp
+    return (f"layer{'s' if len(dense) > 1 else ''} {names} {'are' if len(dense) > 1 else 'is'} dense (one MLP of "
+            f"{width} units, no router)")
+
+
+def moe_note(cfg: Config, layer: int | None = None) -> str:
     """A sentence (Markdown) on a mixture of experts' feed-forward layers and how their hidden activations are laid
-    out; empty for a dense model."""
+    out (of layer ``layer`` when given: a dense layer among experts says so); empty for a dense model."""
     if not cfg.n_experts:
         return ""
-    return (f" This model is a **mixture of experts**: each layer has {cfg.n_experts} such networks (experts) and a "
-            f"router sends each token to {cfg.experts_per_token} of them. The hidden activations below put the "
-            f"experts' units side by side (expert e's units are columns {cfg.d_mlp}·e to {cfg.d_mlp}·(e + 1) − 1), "
-            "0 where the token was not sent to that expert; page 3f shows the routing.")
+    dense = dense_layers_note(cfg)
+    head = (f" This model is a **mixture of experts**: each layer has {cfg.n_experts} such networks (experts) and a "
+            f"router sends each token to {cfg.experts_per_token} of them" + (f", except that {dense}" if dense else "")
+            + ".")
+    if layer is not None and not cfg.is_moe_layer(layer):
+        return head + f" Layer {layer} is one of the dense layers: its hidden activations below are one MLP's."
+    return head + (" The hidden activations below put the experts' units side by side (expert e's units are columns "
+                   f"{cfg.d_mlp}·e to {cfg.d_mlp}·(e + 1) − 1), 0 where the token was not sent to that expert; page 3f "
+                   "shows the routing.")

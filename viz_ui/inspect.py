@@ -10,6 +10,8 @@ import torch
 from viz_model import VizTransformer
 from viz_model.dtypes import dtype_name
 
+from .explain import dense_layers_note
+
 FAMILY_NAMES = {"viz": "native (this project)", "gpt2": "GPT-2", "nanogpt": "nanoGPT", "bert": "BERT",
                 "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "olmo2": "OLMo 2",
                 "gpt_neox": "GPT-NeoX / Pythia", "opt": "OPT", "distilbert": "DistilBERT", "roberta": "RoBERTa",
@@ -86,7 +88,8 @@ def architecture_table(model: VizTransformer) -> pd.DataFrame:
         ("feed-forward", MLP_NAMES.get(cfg.mlp, cfg.mlp) + (
             f", mixture of {cfg.n_experts} experts, top-{cfg.experts_per_token} per token "
             f"({'weights renormalised' if cfg.norm_topk_prob else 'router probabilities as weights'})"
-            + (f", shared expert of {cfg.d_shared_mlp}" if cfg.d_shared_mlp else "") if cfg.n_experts else "")),
+            + (f", shared expert of {cfg.d_shared_mlp}" if cfg.d_shared_mlp else "")
+            + (f"; {dense_layers_note(cfg)}" if cfg.dense_layers else "") if cfg.n_experts else "")),
         ("positions", _positions(cfg)),
         ("normalisation", f"{'RMSNorm' if cfg.norm == 'rmsnorm' else 'LayerNorm'}, {PLACEMENTS[cfg.norm_placement]}"
                           + (", final norm" if cfg.final_norm else "") + (", embedding norm" if cfg.embed_norm else "")),

@@ -3,7 +3,10 @@ many tokens each expert received, the router's probabilities for one token, and 
 routing changed the output.
 
 Inputs are the recorded hooks of :class:`viz_model.moe.MoE` (batch axis removed): ``hook_expert_indices``
-``[pos, k]``, ``hook_topk_weights`` ``[pos, k]`` and ``hook_expert_weights`` ``[pos, n_experts]`` of every layer.
+``[pos, k]``, ``hook_topk_weights`` ``[pos, k]`` and ``hook_expert_weights`` ``[pos, n_experts]`` of every
+mixture-of-experts layer. A model may keep dense MLPs in some layers (Qwen2-MoE's ``decoder_sparse_step``,
+``mlp_only_layers``): arrays then hold only the MoE layers, in order, and figures name each row by its layer
+(:attr:`Routing.layers`).
 """
 
 from __future__ import annotations
@@ -26,20 +29,36 @@ MAX_TEXT_POSITIONS = 40  # cells carry their experts' numbers up to this many to
 class Routing:
     """Where every token went in every layer, as the model computed it."""
 
-    indices: np.ndarray  # [n_layers, pos, k] int: the chosen experts, most probable first
-    weights: np.ndarray  # [n_layers, pos, k]: the weights their outputs were summed with
-    probs: np.ndarray | None = None  # [n_layers, pos, n_experts]: the router's softmax (hook_expert_weights)
+    indices: np.ndarray  # [n_moe, pos, k] int: the chosen experts, most probable first
+    weights: np.ndarray  # [n_moe, pos, k]: the weights their outputs were summed with
+    probs: np.ndarray | None = None  # [n_moe, pos, n_experts]: the router's softmax (hook_expert_weights)
+    layers: list[int] | None = None  # the model's layer of each row (Config.moe_layers); None = 0 .. n_moe - 1
 
     @property
     def n_layers(self) -> int:
+        """Rows: the mixture-of-experts layers."""
         return self.indices.shape[0]
 
+    @property
+    def layer_ids(self) -> list[int]:
+        """The model's layer index of each row."""
+        return list(range(self.n_layers)) if self.layers is None else list(self.layers)
 
-def routing_from_arrays(arrays, n_layers: int) -> Routing:
-    """The :class:`Routing` recorded in a trace's arrays (``blocks.{i}.mlp.hook_expert_indices`` ...)."""
-    get = lambda kind: np.stack([np.asarray(arrays[f"blocks.{i}.mlp.hook_{kind}"]) for i in range(n_layers)])  # noqa: E731
+
+def routing_from_arrays(arrays, layers) -> Routing:
+    """The :class:`Routing` recorded in a trace's arrays (``blocks.{i}.mlp.hook_expert_indices`` ...) of ``layers``
+    (the model's mixture-of-experts layers, ``Config.moe_layers``; an int ``n``: layers 0 .. n - 1)."""
+    layers = list(range(layers)) if isinstance(layers, int) else list(layers)
+    get = lambda kind: np.stack([np.asarray(arrays[f"blocks.{i}.mlp.hook_{kind}"]) for i in layers])  # noqa: E731
     return Routing(get("expert_indices").astype(np.int64), get("topk_weights").astype(np.float32),
-                   get("expert_weights").astype(np.float32))
+                   get("expert_weights").astype(np.float32), layers)
+
+
+def _layer_axis(fig: go.Figure, layers: list[int]) -> None:
+    """Rows 0 .. n - 1 named by the model's layers (``L1``, ``L3`` ...), top down: evenly spaced rows even when the
+    dense layers between them are left out."""
+    fig.update_yaxes(autorange="reversed", title="layer", tickmode="array", tickvals=list(range(len(layers))),
+                     ticktext=[f"L{i}" for i in layers])
 
 
 def dense_weights(routing: Routing, n_experts: int) -> np.ndarray:
@@ -75,9 +94,11 @@ def _step_scale(colours: list[str]) -> list[tuple[float, str]]:
 def routing_map(routing: Routing, labels: list[str], n_experts: int, title: str) -> go.Figure:
     """The token × layer map: one cell per (layer, token), coloured by the expert with the largest weight, with the
     chosen experts written in the cell (first choice first; the first only when k > 2) and every chosen expert's
-    weight on hover. Layers run down, token positions across."""
+    weight on hover. Mixture-of-experts layers run down (row ``r`` is layer ``routing.layer_ids[r]``), token
+    positions across."""
     idx, w = routing.indices, routing.weights
     n_layers, n_pos, k = idx.shape
+    layer_of = np.array(routing.layer_ids, dtype=object)[:, None].repeat(n_pos, 1)
     text = np.array([[("+".join(map(str, idx[i, p])) if k <= 2 else str(idx[i, p, 0])) for p in range(n_pos)]
                      for i in range(n_layers)], dtype=object)
     hover = np.array([[", ".join(f"E{e} {x:.3f}" for e, x in zip(idx[i, p], w[i, p]) if x > 0) or "no expert"
@@ -95,11 +116,11 @@ def routing_map(routing: Routing, labels: list[str], n_experts: int, title: str)
     xs, ys = np.meshgrid(np.arange(n_pos), np.arange(n_layers))
     cells = go.Scatter(x=xs.ravel(), y=ys.ravel(), mode="markers", showlegend=False,
                        marker=dict(size=16, color="rgba(0,0,0,0)", line=dict(width=0)),
-                       customdata=np.stack([tokens.ravel(), hover.ravel()], axis=-1),
-                       hovertemplate="layer %{y} · pos %{x} %{customdata[0]}<br>%{customdata[1]}<extra></extra>")
+                       customdata=np.stack([tokens.ravel(), hover.ravel(), layer_of.ravel()], axis=-1),
+                       hovertemplate="layer %{customdata[2]} · pos %{x} %{customdata[0]}<br>%{customdata[1]}"
+                                     "<extra></extra>")
     fig = go.Figure([trace, cells])
-    fig.update_yaxes(autorange="reversed", title="layer", tickmode="array", tickvals=list(range(n_layers)),
-                     ticktext=[f"L{i}" for i in range(n_layers)])
+    _layer_axis(fig, routing.layer_ids)
     fig.update_xaxes(tickangle=-60, **position_ticks(labels))
     # tall enough for the colour bar's expert names too (one per expert, also at lecture font sizes)
     return _layout(fig, title, height=max(300, 150 + 40 * n_layers, 120 + 36 * min(n_experts, 16)))
@@ -122,32 +143,38 @@ def layer_weights_heatmap(weights: np.ndarray, probs: np.ndarray | None, labels:
     return _layout(fig, title, height=max(280, 130 + 26 * n_experts))
 
 
-def load_heatmap(load: np.ndarray, title: str) -> go.Figure:
-    """``[n_layers, n_experts]`` token counts, the count written in each cell."""
+def load_heatmap(load: np.ndarray, title: str, layers: list[int] | None = None) -> go.Figure:
+    """``[n_moe, n_experts]`` token counts, the count written in each cell; ``layers``: the model's layer of each row
+    (None: 0 .. n - 1)."""
     n_layers, n_experts = load.shape
+    layers = list(range(n_layers)) if layers is None else list(layers)
     fig = go.Figure(go.Heatmap(z=load, x=np.arange(n_experts), y=np.arange(n_layers), colorscale=WEIGHT_SCALE,
                                zmin=0, texttemplate="%{z}" if n_experts <= 32 else None, textfont=dict(size=14),
                                xgap=1, ygap=1, colorbar=dict(title="tokens"),
-                               hovertemplate="layer %{y} · E%{x}<br>%{z} tokens<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", title="layer", tickmode="array", tickvals=list(range(n_layers)),
-                     ticktext=[f"L{i}" for i in range(n_layers)])
+                               customdata=np.array(layers)[:, None].repeat(n_experts, 1),
+                               hovertemplate="layer %{customdata} · E%{x}<br>%{z} tokens<extra></extra>"))
+    _layer_axis(fig, layers)
     fig.update_xaxes(title="expert", tickmode="array", tickvals=list(range(n_experts)),
                      ticktext=[f"E{e}" for e in range(n_experts)] if n_experts <= 32 else None)
     return _layout(fig, title, height=max(260, 130 + 40 * n_layers))
 
 
-def router_probs_heatmap(probs: np.ndarray, chosen: np.ndarray, title: str) -> go.Figure:
-    """One token's router probabilities in every layer ``[n_layers, n_experts]`` (0..1), the experts it was sent
-    to (``chosen``, bool, same shape) marked with ✓ after their probability."""
+def router_probs_heatmap(probs: np.ndarray, chosen: np.ndarray, title: str,
+                         layers: list[int] | None = None) -> go.Figure:
+    """One token's router probabilities in every mixture-of-experts layer ``[n_moe, n_experts]`` (0..1), the experts
+    it was sent to (``chosen``, bool, same shape) marked with ✓ after their probability; ``layers``: the model's
+    layer of each row (None: 0 .. n - 1)."""
     n_layers, n_experts = probs.shape
+    layers = list(range(n_layers)) if layers is None else list(layers)
     text = np.where(chosen, np.char.add(np.char.mod("%.2f", probs), " ✓"), np.char.mod("%.2f", probs))
     fig = go.Figure(go.Heatmap(z=probs, x=np.arange(n_experts), y=np.arange(n_layers), colorscale=WEIGHT_SCALE,
                                zmin=0, zmax=1, text=text, texttemplate="%{text}" if n_experts <= 16 else None,
                                textfont=dict(size=13), xgap=1, ygap=1, colorbar=dict(title="p"),
-                               customdata=np.where(chosen, "chosen", "not chosen"),
-                               hovertemplate="layer %{y} · E%{x}<br>p = %{z:.4f} (%{customdata})<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", title="layer", tickmode="array", tickvals=list(range(n_layers)),
-                     ticktext=[f"L{i}" for i in range(n_layers)])
+                               customdata=np.stack([np.where(chosen, "chosen", "not chosen"),
+                                                    np.array(layers)[:, None].repeat(n_experts, 1).astype(str)], -1),
+                               hovertemplate="layer %{customdata[1]} · E%{x}<br>p = %{z:.4f} (%{customdata[0]})"
+                                             "<extra></extra>"))
+    _layer_axis(fig, layers)
     fig.update_xaxes(title="expert", tickmode="array", tickvals=list(range(n_experts)),
                      ticktext=[f"E{e}" for e in range(n_experts)] if n_experts <= 32 else None)
     return _layout(fig, title, height=max(260, 130 + 40 * n_layers))
@@ -200,7 +227,7 @@ def effect_by_position(kl: np.ndarray, labels: list[str], title: str, changed: n
 
 
 def rerouted(before: Routing, after: Routing, n_experts: int) -> np.ndarray:
-    """``[n_layers, pos]`` bool: where the set of experts used with a weight above 0 differs between two runs."""
+    """``[n_moe, pos]`` bool: where the set of experts used with a weight above 0 differs between two runs."""
     return ((dense_weights(before, n_experts) > 0) != (dense_weights(after, n_experts) > 0)).any(-1)
 
 

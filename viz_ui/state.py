@@ -305,7 +305,8 @@ def get_moe_intervention(path: str, text: str, kind: str, layer: int | None, exp
     ``"force"`` sends the token at ``pos`` to ``expert`` alone (:func:`viz_model.moe.force_expert`).
 
     Returns:
-        ``(logits [pos, d_vocab], indices [n_layers, pos, k], weights [n_layers, pos, k])`` of that run.
+        ``(logits [pos, d_vocab], indices [n_moe, pos, k], weights [n_moe, pos, k])`` of that run, for the model's
+        mixture-of-experts layers (``cfg.moe_layers``).
     """
     import torch
 
@@ -314,7 +315,7 @@ def get_moe_intervention(path: str, text: str, kind: str, layer: int | None, exp
     model, _ = resolve(path)
     trace = get_trace(path, text)
     fn = disable_experts([expert]) if kind == "disable" else force_expert(expert, [pos])
-    layers = range(model.cfg.n_layers) if layer is None else [layer]
+    layers = model.cfg.moe_layers if layer is None else [layer]
     logits, indices, weights = run_with_routing(model, torch.tensor(np.array([trace.ids]), device=model.device),
                                                 [(f"blocks.{i}.mlp.hook_router_logits", fn) for i in layers])
     return logits[0].float().cpu().numpy(), indices[:, 0].cpu().numpy(), weights[:, 0].float().cpu().numpy()

@@ -59,8 +59,9 @@ def moe_weights(cfg: Config, w: Weights, prefix: str, proj: tuple[str, str, str]
 def add_moe_weights(cfg: Config, w: Weights, out: dict[str, torch.Tensor], prefix: str,
                     proj: tuple[str, str, str] = PROJ, shared: bool = False) -> dict[str, torch.Tensor]:
     """``out`` (a converted state dict) with every layer's mixture of experts added: :func:`moe_weights` of
-    ``prefix.format(i)`` under ``blocks.{i}.mlp.`` (views). Returns ``out``."""
-    for i in range(cfg.n_layers):
+    ``prefix.format(i)`` under ``blocks.{i}.mlp.`` (views) for every mixture-of-experts layer (``cfg.moe_layers``;
+    dense layers keep the MLP the family's converter read). Returns ``out``."""
+    for i in cfg.moe_layers:
         for name, t in moe_weights(cfg, w, prefix.format(i), proj, shared).items():
             out[f"blocks.{i}.mlp.{name}"] = t  # a view: build_model lays it out
     return out

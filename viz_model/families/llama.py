@@ -76,7 +76,7 @@ def convert(cfg: Config, w: Weights, norms: dict[str, str], norm_weight=lambda t
     project's names. ``norms``: this project's norm name -> the checkpoint's, per layer (``ln1`` ->
     ``input_layernorm`` ...); ``norm_weight``: applied to every norm weight (Gemma stores ``w - 1``). q/k norm
     weights (``self_attn.q_norm``, ``k_norm``) are read when ``cfg.qk_norm`` asks for them."""
-    d, h, g, k, m = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_head, cfg.d_mlp
+    d, h, g, k = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.d_head
     qkv_bias = cfg.attn_bias
     out = {"embed.W_E": w.get("embed_tokens.weight", (cfg.d_vocab, d)),
            "ln_final.w": norm_weight(w.get("norm.weight", (d,)))}
@@ -96,9 +96,9 @@ def convert(cfg: Config, w: Weights, norms: dict[str, str], norm_weight=lambda t
         if qkv_bias:  # Qwen2 has no o_proj bias; Llama's attention_bias has one
             has_o = w.has(a + "o_proj.bias")
             out[q + "attn.b_O"] = w.get(a + "o_proj.bias", (d,)) if has_o else torch.zeros(d)
-        if cfg.n_experts:  # a mixture of experts: its family adds the router and experts (families/experts.py)
+        if cfg.is_moe_layer(i):  # a mixture of experts: its family adds the router and experts (families/experts.py)
             continue
-        f = p + "mlp."
+        f, m = p + "mlp.", cfg.for_layer(i).d_mlp  # Qwen2-MoE's dense layers among experts: their own width
         out[q + "mlp.W_gate"] = w.get(f + "gate_proj.weight", (m, d)).T
         out[q + "mlp.W_in"] = w.get(f + "up_proj.weight", (m, d)).T
         out[q + "mlp.W_out"] = w.get(f + "down_proj.weight", (d, m)).T

@@ -5,8 +5,9 @@ reusing :mod:`viz_model.families.bert`.
 Positions are counted after the padding id: a text without padding takes rows ``pad_token_id + 1, + 2, ...`` of
 ``position_embeddings`` (transformers' ``create_position_ids_from_input_ids``), so the table is read from row
 ``pad_token_id + 1`` on and ``n_ctx`` is ``max_position_embeddings - pad_token_id - 1`` (514 - 2 = 512 for
-roberta-base). Padding tokens inside a text, which RoBERTa would give the padding row, are not modelled: the app
-runs one unpadded text at a time.
+roberta-base). A padding token inside a text takes row ``pad_token_id`` and the tokens after it keep counting
+from where they were (``cumsum(ids != pad) * (ids != pad) + pad``): config switch ``position_pad_id``, that row
+kept as ``pos_embed.W_pos_pad``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from collections.abc import Mapping
 
 import torch
 
+import dataclasses
+
 from ..config import Config
-from ..weights import CheckpointError
+from ..weights import CheckpointError, check_config
 from . import bert
 from .common import opt_int, require_int
 
@@ -41,8 +44,7 @@ def config_from_hf(hf: dict, label: str) -> Config:
         CheckpointError: as :func:`viz_model.families.bert.config_from_hf`; a pad id beyond the position table.
     """
     cfg = bert.config_from_hf(_bert_config(hf, label), label)
-    cfg.family = "roberta"
-    return cfg
+    return dataclasses.replace(cfg, family="roberta", position_pad_id=opt_int(hf, "pad_token_id", 1, label))
 
 
 def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Config, dict[str, torch.Tensor]]:
@@ -61,8 +63,10 @@ def from_hf(hf: dict, state: Mapping[str, torch.Tensor], label: str) -> tuple[Co
                     break
         renamed[key] = value
     pos = "bert.embeddings.position_embeddings.weight"
-    if pos in renamed and isinstance(renamed[pos], torch.Tensor) and renamed[pos].ndim == 2:
-        renamed[pos] = renamed[pos][first:]
+    table = renamed.get(pos)
+    if isinstance(table, torch.Tensor) and table.ndim == 2:
+        renamed[pos] = table[first:]
     cfg, out = bert.from_hf(_bert_config(hf, label), renamed, label)
-    cfg.family = "roberta"
+    cfg = check_config(dataclasses.replace(cfg, family="roberta", position_pad_id=first - 1), label)
+    out["pos_embed.W_pos_pad"] = table[first - 1]  # the padding row (a view: build_model lays it out)
     return cfg, out
