@@ -20,9 +20,9 @@ class Weights:
 
     ``get(name, shape)`` returns the tensor or raises :class:`CheckpointError` naming the key. The tensor keeps
     the file's dtype and may be a view of the memory-mapped file: converters reshape and transpose with views
-    (no copy), and :func:`viz_model.weights.build_model` casts each weight to the model's dtype and lays it out
-    contiguously one at a time, so a load never holds two copies of the weights. A converter that does
-    arithmetic on a weight does it in float32 (``.float()``), whatever the file's dtype.
+    (no copy), and :func:`viz_model.weights.build_model` casts each weight to the model's dtype one at a time (a
+    weight already in that dtype stays a view of the file), so a load never holds two copies of the weights.
+    A converter that does arithmetic on a weight does it in float32 (``.float()``), whatever the file's dtype.
     """
 
     def __init__(self, state: Mapping[str, torch.Tensor], label: str, prefixes: tuple[str, ...] = ()) -> None:
