@@ -132,6 +132,24 @@ def norm_parameters(model: VizTransformer) -> set[str]:
             if isinstance(module, (LayerNorm, RMSNorm, QKNorm)) for leaf, _ in module.named_parameters(recurse=False)}
 
 
+MATMUL_LEAVES = ("W_in", "W_out", "W_gate", "W_U", "W_router", "W_shared_gate")
+
+
+def _linear_layout(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """A bfloat16 / float16 matrix used as ``x @ W`` (``W [in, out]``) stored as ``nn.Linear`` stores it, ``[out, in]``,
+    and used through a transposed view: on a CPU, bfloat16 products with ``[in, out]`` storage took 5-20x longer
+    (bench/load_dtype.py). Hugging Face weights arrive that way already (views, untouched); this project's own
+    checkpoints store ``[in, out]`` and are laid out once here. ``W_O [head, d_head, d_model]`` likewise, for its
+    ``[head * d_head, d_model]`` product. Values are unchanged."""
+    leaf = name.rsplit(".", 1)[-1]
+    if tensor.ndim == 2 and (leaf in MATMUL_LEAVES or name == "mlm_head.W") and tensor.stride(-1) == 1 \
+            and tensor.shape[-1] > 1:
+        return tensor.T.contiguous().T
+    if tensor.ndim == 3 and leaf == "W_O" and tensor.stride(-1) == 1:
+        return tensor.permute(2, 0, 1).contiguous().permute(1, 2, 0)
+    return tensor
+
+
 def build_model(cfg: Config, state: MutableMapping[str, torch.Tensor], label: str, file_bytes: int = 0,
                 dtype: torch.dtype | str = torch.float32, device: torch.device | str | None = "cpu") -> VizTransformer:
     """A model in eval mode (dropout 0) with ``state`` loaded, after :func:`check_config`.
@@ -181,7 +199,8 @@ def build_model(cfg: Config, state: MutableMapping[str, torch.Tensor], label: st
             raise CheckpointError(f"{label}: {name} holds NaN or infinite values")
     checked, keep_float32 = {}, norm_parameters(model)
     for name in expected:  # a view in the model's dtype stays a view (of the mapped file: no copy, any layout)
-        checked[name] = state.pop(name).to(device=device, dtype=torch.float32 if name in keep_float32 else dtype)
+        tensor = state.pop(name).to(device=device, dtype=torch.float32 if name in keep_float32 else dtype)
+        checked[name] = _linear_layout(name, tensor) if dtype != torch.float32 else tensor
     model.load_state_dict(checked, assign=True)
     del checked
     _materialize_buffers(model)
