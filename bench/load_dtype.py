@@ -40,21 +40,14 @@ start = time.perf_counter()
 if LOADER == "transformers":
     model = transformers.AutoModelForCausalLM.from_pretrained(PATH, dtype=DTYPE if DTYPE == "auto" else getattr(torch, DTYPE))
     dtype = next(model.parameters()).dtype
-    run = lambda ids: model(ids).logits
 else:
     model, _ = load_model(PATH, dtype=DTYPE)
     dtype = model.dtype
-    run = lambda ids: model(ids)
 seconds = time.perf_counter() - start
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 after = rss_mb()
-ids = torch.randint(0, 32000, (1, 64), generator=torch.Generator().manual_seed(0))
-run(ids)
-times = []
-for _ in range(3):
-    t = time.perf_counter(); run(ids); times.append(time.perf_counter() - t)
 print(json.dumps({"dtype": str(dtype).removeprefix("torch."), "load_s": seconds, "extra_peak_mb": peak - base,
-                  "after_mb": after - base, "forward_ms": 1000 * sorted(times)[1]}))
+                  "after_mb": after - base}))
 """
 
 
@@ -67,6 +60,29 @@ config = transformers.LlamaConfig(hidden_size=768, intermediate_size=3072, num_h
 model = transformers.LlamaForCausalLM(config)
 model.save_pretrained(sys.argv[1])
 model.to(torch.bfloat16).save_pretrained(sys.argv[2])
+"""
+
+
+FORWARD = r"""
+import json, statistics, sys, time
+sys.path.insert(0, ROOT)
+import torch
+torch.set_num_threads(1)
+torch.set_grad_enabled(False)
+import transformers
+from viz_model import load_model
+path = sys.argv[1]
+runs = {"ours float32": load_model(path)[0], "ours bfloat16": load_model(path, dtype="auto")[0],
+        "transformers float32": transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32),
+        "transformers bfloat16": transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)}
+ids = torch.randint(0, 32000, (1, 64), generator=torch.Generator().manual_seed(0))
+times = {k: [] for k in runs}
+for model in runs.values():
+    model(ids)
+for _ in range(7):
+    for name, model in runs.items():
+        t = time.perf_counter(); model(ids); times[name].append(1000 * (time.perf_counter() - t))
+print(json.dumps({k: round(statistics.median(v), 1) for k, v in times.items()}))
 """
 
 
@@ -99,15 +115,17 @@ def main() -> None:
             for loader in ("viz_model.load_model", "transformers"):
                 runs = [measure("ours" if loader.startswith("viz") else "transformers", files[file_dtype], dtype)
                         for _ in range(args.rounds)]
-                med = {k: statistics.median(r[k] for r in runs) for k in ("load_s", "extra_peak_mb", "after_mb",
-                                                                           "forward_ms")}
+                med = {k: statistics.median(r[k] for r in runs) for k in ("load_s", "extra_peak_mb", "after_mb")}
                 rows.append({"file": f"{file_dtype} ({sizes[file_dtype]:.0f} MB)", "dtype=": dtype, "loader": loader,
                              "model dtype": runs[0]["dtype"], "load s": round(med["load_s"], 2),
                              "extra peak MB": round(med["extra_peak_mb"]),
                              "extra peak / file": round(med["extra_peak_mb"] / sizes[file_dtype], 2),
-                             "resident after MB": round(med["after_mb"]),
-                             "forward 64 tokens ms": round(med["forward_ms"], 1)})
-    show(f"Loading a 153M-parameter Llama (medians of {args.rounds} fresh processes)", rows)
+                             "resident after MB": round(med["after_mb"])})
+        show(f"Loading a 153M-parameter Llama (medians of {args.rounds} fresh processes)", rows)
+        out = subprocess.run([sys.executable, "-c", FORWARD.replace("ROOT", repr(str(ROOT))), str(files["bfloat16"])],
+                             capture_output=True, text=True, check=True)
+        show("Forward pass at 64 tokens, ms (one process, 1 torch thread, contenders interleaved, median of 7)",
+             [json.loads(out.stdout.strip().splitlines()[-1])])
 
 
 if __name__ == "__main__":

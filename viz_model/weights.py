@@ -200,7 +200,10 @@ def build_model(cfg: Config, state: MutableMapping[str, torch.Tensor], label: st
     checked, keep_float32 = {}, norm_parameters(model)
     for name in expected:  # a view in the model's dtype stays a view (of the mapped file: no copy, any layout)
         tensor = state.pop(name).to(device=device, dtype=torch.float32 if name in keep_float32 else dtype)
-        checked[name] = _linear_layout(name, tensor) if dtype != torch.float32 else tensor
+        if dtype != torch.float32:  # norms of a float32 file stay float32: copied, or these few values would keep the
+            # whole converted file mapped (and its touched pages resident)
+            tensor = _linear_layout(name, tensor.clone() if name in keep_float32 else tensor)
+        checked[name] = tensor
     model.load_state_dict(checked, assign=True)
     del checked
     _materialize_buffers(model)
