@@ -159,7 +159,7 @@ def test_attribution_shows_a_sum_equal_to_the_models_logit(attribution_page, shi
 def test_the_exported_attribution_script_prints_the_pages_numbers(attribution_page, shipped, monkeypatch):
     ns = exported(attribution_page, shipped, monkeypatch)
     bars = figure(attribution_page, "Direct contribution")
-    np.testing.assert_allclose(list(ns["dla"].values()), plotly_array(bars["data"][0]["y"]), atol=1e-6)
+    np.testing.assert_allclose(list(ns["dla"].values()), plotly_array(bars["data"][0]["y"]), rtol=1e-5, atol=1e-5)  # float32 sums: thread counts reorder them
     assert f"{ns['logit']:.4f}" in ns["printed"]
 
 
