@@ -132,22 +132,6 @@ def test_step_by_step_and_head_view_pages(server, browser):
     assert 0 < shown < total and shown == svg.locator("line.q3").count()
 
 
-def test_every_page_loads_nothing_from_outside_the_server(server, browser):
-    """Offline guarantee: fonts, scripts and telemetry all come from the serving machine."""
-    hosts: set[str] = set()
-    context = browser.new_context()
-    context.on("request", lambda request: hosts.add(urlparse(request.url).hostname or request.url.split(":")[0]))
-    page = context.new_page()
-    for path, label, _ in PAGES:
-        slug = "" if path == "app.py" else path.removeprefix("pages/").removesuffix(".py")
-        page.goto(f"{server}/{slug}")
-        expect(page.locator("h1").first).to_be_visible(timeout=60_000)
-        page.wait_for_timeout(1500)  # let figures, fonts and any late requests load
-    local = {"127.0.0.1"}
-    assert hosts - local <= {"data", "blob"}, f"requests left the machine: {sorted(hosts - local)}"
-    context.close()
-
-
 def test_plotly_code_is_fetched_on_a_page_without_charts(server, browser):
     """The cold-start preload: the Tokens page draws no Plotly chart, yet the browser fetches Streamlit's Plotly
     chunk (started before the server imported torch), from this server, successfully."""
@@ -388,10 +372,16 @@ def check_page(page, url: str, lecture: bool) -> None:
 
 @pytest.mark.parametrize("size, theme, lecture", [((1280, 800), "dark", True), ((1920, 1080), "light", False)])
 def test_every_page_passes_the_classroom_checks(server, browser, size, theme, lecture):
+    """Every page, in two combinations of size, theme and lecture mode; and the offline guarantee on the way: fonts,
+    scripts and telemetry all come from the serving machine."""
     page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+    hosts: set[str] = set()
+    page.on("request", lambda request: hosts.add(urlparse(request.url).hostname or request.url.split(":")[0]))
     for slug in SLUGS:
         check_page(page, f"{server}/{slug}?lecture={str(lecture).lower()}&theme={theme}&scale=1.5", lecture)
+    page.wait_for_timeout(1500)  # any late request of the last page
     page.close()
+    assert hosts - {"127.0.0.1"} <= {"data", "blob"}, f"requests left the machine: {sorted(hosts - {'127.0.0.1'})}"
 
 
 @pytest.mark.parametrize("size, theme, lecture", [((1280, 800), "light", True), ((1920, 1080), "dark", True),
