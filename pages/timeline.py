@@ -84,6 +84,7 @@ best_previous = scores["previous-token"].reshape(len(steps), -1).max(1)
 phase = phase_change(steps, best_induction.tolist())
 kind = "decoder" if cfg.causal else "encoder"
 display = (state.display.scale, state.display.theme)  # figures are built styled for the page, in one pass
+legend_rows = 1 if state.display.lecture else 2  # the curves' legends: one row under a full-width figure
 st.caption(f"**{plain(name)}**: {len(steps)} snapshots from step {steps[0]:,} to step {steps[-1]:,} of one training "
            f"run of a {cfg.n_layers}-layer {kind} with {cfg.n_heads} heads per layer (d_model {cfg.d_model}, "
            f"{models[0].n_params():,} parameters, context {cfg.n_ctx} tokens).")
@@ -166,13 +167,13 @@ def at_step() -> None:
     # (sent again, but the browser keeps it as drawn: a step change redraws three figures, not four)
     if tl.train_loss is None and tl.valid_loss is None:
         st.caption("This timeline records no losses (a folder of step-named checkpoints has none).")
-        show_figure(get_scores_figure(key, display), state, "timeline_scores", styled=True)
+        show_figure(get_scores_figure(key, display, legend_rows), state, "timeline_scores", styled=True)
     else:
         loss_col, scores_col = side_by_side(state, [1.15, 2])
         with loss_col:
-            show_figure(get_loss_figure(key, i, display), state, "timeline_loss", styled=True)
+            show_figure(get_loss_figure(key, i, display, legend_rows), state, "timeline_loss", styled=True)
         with scores_col:
-            show_figure(get_scores_figure(key, display), state, "timeline_scores", styled=True)
+            show_figure(get_scores_figure(key, display, legend_rows), state, "timeline_scores", styled=True)
     if phase:
         st.caption(f":material/bolt: **Phase change between step {phase[0]:,} and step {phase[1]:,}** (shaded): the first "
                    "snapshot where the best induction score reaches halfway between its first value "

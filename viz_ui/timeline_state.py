@@ -175,21 +175,21 @@ def timeline_phase(key: str) -> tuple[int, int] | None:
 
 
 @st.cache_resource(max_entries=256, ttl=3600, show_spinner=False)
-def get_loss_figure(key: str, index: int, display: tuple[float, str]) -> go.Figure:
+def get_loss_figure(key: str, index: int, display: tuple[float, str], legend_rows: int = 2) -> go.Figure:
     """:func:`viz_ui.timeline_view.loss_curves` of the timeline, marking snapshot ``index``."""
     loaded = resolve_timeline(key)
     tl, cfg = loaded.timeline, loaded.models[0].cfg
     return loss_curves(tl.steps, tl.train_loss, tl.valid_loss, tl.steps[index], timeline_phase(key),
-                       curves_height(cfg.n_layers * cfg.n_heads), display)
+                       curves_height(cfg.n_layers * cfg.n_heads), display, legend_rows)
 
 
 @st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
-def get_scores_figure(key: str, display: tuple[float, str]) -> go.Figure:
+def get_scores_figure(key: str, display: tuple[float, str], legend_rows: int = 2) -> go.Figure:
     """:func:`viz_ui.timeline_view.score_curves` of the timeline: every head's previous-token and induction scores
     across its steps (the same figure at every step)."""
     scores = get_timeline_scores(key)
     return score_curves(resolve_timeline(key).timeline.steps, {k: scores[k] for k in ("previous-token", "induction")},
-                        timeline_phase(key), display)
+                        timeline_phase(key), display, legend_rows)
 
 
 @st.cache_resource(max_entries=64, ttl=3600, show_spinner=False)

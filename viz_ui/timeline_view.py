@@ -122,12 +122,13 @@ def curves_height(n_heads_total: int) -> int:
 
 def loss_curves(steps: list[int], train: list[float] | None, valid: list[float] | None, step: int,
                 phase: tuple[int, int] | None = None, height: int = 440,
-                display: tuple[float, str] | None = None) -> go.Figure:
+                display: tuple[float, str] | None = None, legend_rows: int = 2) -> go.Figure:
     """The train and validation loss (nats/token) of every snapshot (``None``: not recorded), step on a log axis,
     with large markers and a vertical line at the snapshot of ``step``, the phase change's ``(before, after)`` steps
     shaded. The page redraws it at every step change, so it is small: one panel, margins that already hold its
     labels and legend (:func:`curve_margins`), a mode bar of the export button only (it stands in a narrow column).
-    ``display``: ``(scale, theme)`` to build it styled for the page (:func:`viz_ui.figures.one_pass_figure`).
+    ``display``: ``(scale, theme)`` to build it styled for the page (:func:`viz_ui.figures.one_pass_figure`);
+    ``legend_rows``: the rows its legend is given room for (:func:`curve_margins`).
 
     Raises:
         ValueError: ``step`` is not one of ``steps``.
@@ -145,7 +146,7 @@ def loss_curves(steps: list[int], train: list[float] | None, valid: list[float] 
                            hoverinfo="skip", marker=dict(size=13, color=colour, line=dict(color=MARK, width=3))))
     scale = 1.0 if display is None else display[0]
     layout = dict(title=dict(text=f"Loss at step {step:,}", x=0), font=FONT, height=height,
-                  margin=dict(curve_margins(height, scale), r=10, t=60),
+                  margin=dict(curve_margins(height, scale, legend_rows), r=10, t=60),
                   xaxis=dict(title="step (log scale)", **_log_ticks(steps[-1])), yaxis=dict(title="loss (nats/token)"),
                   shapes=_marks(step, phase, ["x"]), legend=dict(orientation="h", y=-0.3),
                   modebar=dict(remove=NARROW_MODEBAR))
@@ -153,12 +154,12 @@ def loss_curves(steps: list[int], train: list[float] | None, valid: list[float] 
 
 
 def score_curves(steps: list[int], scores: dict[str, np.ndarray], phase: tuple[int, int] | None = None,
-                 display: tuple[float, str] | None = None) -> go.Figure:
+                 display: tuple[float, str] | None = None, legend_rows: int = 2) -> go.Figure:
     """One panel per head-type score (``scores`` kind -> ``[n_snapshots, n_layers, n_heads]`` in [0, 1]), side by
     side, with a line per head (colour = head, dash = layer; a legend entry ``L{layer}H{head}`` toggles the head in
     every panel); step on a log axis, the phase change's ``(before, after)`` steps shaded. It does not depend on the
     step shown, so the page sends the same figure at every step change and the browser keeps it as drawn.
-    ``display``: as :func:`loss_curves`."""
+    ``display``, ``legend_rows``: as :func:`loss_curves`."""
     x = step_x(steps)
     kinds = list(scores)
     gap = 0.08
@@ -184,7 +185,8 @@ def score_curves(steps: list[int], scores: dict[str, np.ndarray], phase: tuple[i
     annotations = [dict(text=f"{kind} score", x=sum(d) / 2, y=1.0, xref="paper", yref="paper", xanchor="center",
                         yanchor="bottom", showarrow=False) for kind, d in zip(kinds, domains)]
     layout.update(title=dict(text="Head-type scores across training", x=0), font=FONT, height=height,
-                  margin=dict(curve_margins(height, scale), r=10, t=60), yaxis=dict(range=[0, 1.02], title="score"),
+                  margin=dict(curve_margins(height, scale, legend_rows), r=10, t=60),
+                  yaxis=dict(range=[0, 1.02], title="score"),
                   annotations=annotations, shapes=_marks(None, phase, axes), legend=dict(orientation="h", y=-0.3),
                   modebar=dict(remove=["zoomin", "zoomout", "autoscale"]))  # room for the title beside it
     return one_pass_figure(traces, layout, display=display)
