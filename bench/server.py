@@ -24,13 +24,15 @@ def peak_rss_mb(pid: int) -> float:
 
 
 @contextmanager
-def app_server():
-    """Yield ``(url, process)`` of a running app; stopped afterwards."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def app_server(port: int | None = None, root: Path = ROOT):
+    """Yield ``(url, process)`` of a running app (on ``port``, or a free one; the app in the folder ``root``, by
+    default this checkout); stopped afterwards."""
+    if port is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(root / "app.py"), "--server.port", str(port)],
+                            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(240):

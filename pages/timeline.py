@@ -11,14 +11,13 @@ from pathlib import PurePosixPath
 from viz_model import CheckpointError
 from viz_model.sources import MAX_UPLOAD_MB
 from viz_model.training.timeline import PHASE_RISE, load_timeline_upload, phase_change
-from viz_ui.figures import attention_grid, attention_heatmap
 from viz_ui.layout import pick_index, set_shared, setup_page, shared_widget, show_figure, side_by_side
 from viz_ui.state import model_card, upload_hash
 from viz_ui.text import error_line, plain, recoverable
 from viz_ui.timeline_state import (MAX_SESSION_TIMELINES, MAX_VIEW_TOKENS, UPLOAD_PREFIX, add_session_timeline,
-                                   available_timelines, get_step_sample, get_step_view, get_timeline_scores,
+                                   available_timelines, get_grid_figure, get_head_figure, get_loss_figure,
+                                   get_scores_figure, get_step_sample, get_step_view, get_timeline_scores,
                                    resolve_timeline)
-from viz_ui.timeline_view import training_curves
 
 PLAY_SECONDS = 1.0  # one snapshot per tick while playing
 N_NEW = 30  # greedy tokens generated at each step
@@ -84,6 +83,8 @@ best_induction = scores["induction"].reshape(len(steps), -1).max(1)
 best_previous = scores["previous-token"].reshape(len(steps), -1).max(1)
 phase = phase_change(steps, best_induction.tolist())
 kind = "decoder" if cfg.causal else "encoder"
+display = (state.display.scale, state.display.theme)  # figures are built styled for the page, in one pass
+legend_rows = 1 if state.display.lecture else 2  # the curves' legends: one row under a full-width figure
 st.caption(f"**{plain(name)}**: {len(steps)} snapshots from step {steps[0]:,} to step {steps[-1]:,} of one training "
            f"run of a {cfg.n_layers}-layer {kind} with {cfg.n_heads} heads per layer (d_model {cfg.d_model}, "
            f"{models[0].n_params():,} parameters, context {cfg.n_ctx} tokens).")
@@ -162,21 +163,28 @@ def at_step() -> None:
         layer, head = divmod(int(scores[score][i].argmax()), cfg.n_heads)
         col.metric(label, f"{values[i]:.2f}", f"layer {layer}, head {head}", delta_color="off", delta_arrow="off")
 
+    # the losses, marking the step, are redrawn at every step change; the scores figure is the same at every step
+    # (sent again, but the browser keeps it as drawn: a step change redraws three figures, not four)
     if tl.train_loss is None and tl.valid_loss is None:
         st.caption("This timeline records no losses (a folder of step-named checkpoints has none).")
-    show_figure(training_curves(steps, tl.train_loss, tl.valid_loss, {"previous-token": scores["previous-token"],
-                                                                      "induction": scores["induction"]}, step, phase),
-                state, "timeline_curves")
+        show_figure(get_scores_figure(key, display, legend_rows), state, "timeline_scores", styled=True)
+    else:
+        loss_col, scores_col = side_by_side(state, [1.15, 2])
+        with loss_col:
+            show_figure(get_loss_figure(key, i, display, legend_rows), state, "timeline_loss", styled=True)
+        with scores_col:
+            show_figure(get_scores_figure(key, display, legend_rows), state, "timeline_scores", styled=True)
     if phase:
         st.caption(f":material/bolt: **Phase change between step {phase[0]:,} and step {phase[1]:,}** (shaded): the first "
                    "snapshot where the best induction score reaches halfway between its first value "
-                   f"({best_induction[0]:.2f}) and its highest ({best_induction.max():.2f}). The red line is the step "
-                   "shown. Scores: on a random sequence of tokens repeated twice, the mean weight on the previous "
-                   "token (previous-token) and on the token after the current token's first occurrence (induction); "
-                   "measured on each snapshot.")
+                   f"({best_induction[0]:.2f}) and its highest ({best_induction.max():.2f}). On the losses, the red "
+                   "line and the large markers are the step shown. Scores: on a random sequence of tokens repeated "
+                   "twice, the mean weight on the previous token (previous-token) and on the token after the current "
+                   "token's first occurrence (induction); measured on each snapshot.")
     else:
         st.caption(f"No phase change: the best induction score never rises {PHASE_RISE:g} above its first value "
-                   f"({best_induction[0]:.2f}; highest {best_induction.max():.2f}). The red line is the step shown.")
+                   f"({best_induction[0]:.2f}; highest {best_induction.max():.2f}). On the losses, the red line is the "
+                   "step shown.")
 
     st.subheader(f"Attention at step {step:,} on your text")
     try:
@@ -193,17 +201,15 @@ def at_step() -> None:
     default_layer, default_head = divmod(int(scores["induction"][-1].argmax()), cfg.n_heads)
     grid_col, pick_col = side_by_side(state, [3, 2])
     with grid_col:
-        grid, _ = attention_grid(view.patterns, labels=view.labels)
-        grid.update_layout(title=dict(text=f"All heads at step {step:,}"))
-        show_figure(grid, state, "timeline_all_heads", select_key="tl_grid", on_select=_open_head)
+        show_figure(get_grid_figure(key, i, shown, display), state, "timeline_all_heads", select_key="tl_grid",
+                    on_select=_open_head, styled=True)
     with pick_col:
         layer = pick_index(st, "Layer", "tl_layer", cfg.n_layers, default_layer)
         head = pick_index(st, "Head", "tl_head", cfg.n_heads, default_head)
         st.caption(f"Layer {layer}, head {head} at this step: induction score {scores['induction'][i, layer, head]:.2f}, "
                    f"previous-token score {scores['previous-token'][i, layer, head]:.2f}. It opens on the head with the "
                    "highest induction score at the last step; click a head in the grid to show it below.")
-    show_figure(attention_heatmap(view.patterns[layer, head], view.labels, f"Layer {layer}, head {head} at step {step:,}"),
-                state, f"timeline_L{layer}_H{head}")
+    show_figure(get_head_figure(key, i, shown, layer, head, display), state, f"timeline_L{layer}_H{head}", styled=True)
 
     if cfg.causal and models[i].has_lm_head:
         st.subheader(f"What the model writes at step {step:,}")

@@ -223,19 +223,52 @@ def test_timeline_page_shows_the_snapshots_own_numbers(shipped):
     assert at.select_slider(key="train_step").value == step
     assert list(at.select_slider(key="train_step").options) == [f"{s:,}" for s in data["steps"]]
     figs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
-    curves = figs["Loss and head-type scores across training"]["data"]
-    np.testing.assert_allclose(plotly_array(curves[0]["y"]), data["train_loss"])
-    np.testing.assert_allclose(plotly_array(curves[2]["y"]), data["valid_loss"])
+    loss = figs[f"Loss at step {step:,}"]["data"]  # per loss: its line, then the step's marker
+    np.testing.assert_allclose(plotly_array(loss[0]["y"]), data["train_loss"])
+    np.testing.assert_allclose(plotly_array(loss[2]["y"]), data["valid_loss"])
+    assert plotly_array(loss[1]["y"]).tolist() == pytest.approx([data["train_loss"][i]])
+    assert plotly_array(loss[3]["y"]).tolist() == pytest.approx([data["valid_loss"][i]])
+    curves = figs["Head-type scores across training"]["data"]
     model, tok = load_model(SHIPPED / data["snapshots"][i])
     ids = tok.encode("Tom had a red ball.\nTom had a red ball.").ids
     _, cache = model.run_with_cache(torch.tensor([ids]))
     shown = plotly_array(figs[f"Layer 1, head 2 at step {step:,}"]["data"][0]["z"])
     np.testing.assert_allclose(shown, cache["blocks.1.attn.hook_pattern"][0, 2].numpy(), atol=1e-6)
-    l1h2 = next(t for t in curves if t.get("name") == "L1H2" and t["xaxis"] == "x3")  # the induction panel
+    l1h2 = next(t for t in curves if t.get("name") == "L1H2" and t["xaxis"] == "x2")  # the induction panel
     np.testing.assert_allclose(plotly_array(l1h2["y"]), np.array(data["scores"]["induction"])[:, 1, 2], atol=2e-5)
     best = at.metric[2]
     assert best.label == "Best induction score" and float(best.value) == pytest.approx(
         np.array(data["scores"]["induction"][i]).max(), abs=0.006)
+    # a step change (the fragment alone reruns): the step's figures follow it; the scores figure is sent unchanged,
+    # so the browser keeps it as drawn (a figure whose specification changes is drawn anew)
+    scores_spec = next(c.proto.spec for c in at.get("plotly_chart") if "Head-type scores" in c.proto.spec)
+    at.select_slider(key="train_step").set_value(data["steps"][i + 1]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert {f"Loss at step {data['steps'][i + 1]:,}", f"All heads at step {data['steps'][i + 1]:,}",
+            f"Layer 1, head 2 at step {data['steps'][i + 1]:,}"} <= set(titles)
+    assert next(c.proto.spec for c in at.get("plotly_chart") if "Head-type scores" in c.proto.spec) == scores_spec
+
+
+def test_figures_built_in_one_pass_equal_figures_styled_afterwards():
+    """The timeline page builds its figures styled for the display in one pass (Plotly validates a figure again at
+    each update): the same figures as building them, updating their layout, then styling them (show_figure)."""
+    import plotly.io as pio
+
+    from viz_ui.figures import attention_grid, attention_heatmap, style_for_display
+    rng = np.random.default_rng(0)
+    labels = ["<s>", "Tom", " had", " a", " red", " ball", ".", "Tom"]
+    pattern = rng.random((2, 3, 8, 8)).astype(np.float32)
+    patch = dict(title=dict(text="at step 1,650"), margin=dict(l=90, r=117, b=80))
+    for scale, theme in ((1.0, "light"), (1.5, "dark")):
+        by_hand = attention_heatmap(pattern[1, 2], labels, "head")
+        by_hand.update_layout(patch)
+        one_pass = attention_heatmap(pattern[1, 2], labels, "head", patch=patch, display=(scale, theme))
+        assert json.loads(pio.to_json(one_pass)) == json.loads(pio.to_json(style_for_display(by_hand, scale, theme)))
+        by_hand = attention_grid(pattern, labels=labels)[0]
+        by_hand.update_layout(patch)
+        one_pass = attention_grid(pattern, labels=labels, patch=patch, display=(scale, theme))[0]
+        assert json.loads(pio.to_json(one_pass)) == json.loads(pio.to_json(style_for_display(by_hand, scale, theme)))
 
 
 def test_timelines_on_the_command_line_and_shipped():

@@ -79,35 +79,37 @@ def matrix_heatmap(matrix: np.ndarray, labels: list[str], title: str, x_title: s
 
 
 def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: str = "weights",
-                      offset: int = 0) -> go.Figure:
+                      offset: int = 0, patch: dict | None = None,
+                      display: tuple[float, str] | None = None) -> go.Figure:
     """One head's ``[query_pos, key_pos]`` matrix with token labels on both axes (row/column i is position
     ``offset + i``: a square window of a long text).
 
     ``kind="weights"``: softmax weights on a fixed 0..1 scale. ``kind="scores"``: scaled pre-softmax
-    scores; masked entries (-inf) are left blank and hover as "masked (−∞)".
+    scores; masked entries (-inf) are left blank and hover as "masked (−∞)". ``patch`` and ``display``: see
+    :func:`one_pass_figure`.
     """
     n = len(labels)
     q_lab = np.array(labels, dtype=object)[:, None].repeat(n, 1)
     k_lab = np.array(labels, dtype=object)[None, :].repeat(n, 0)
     if kind == "weights":
         z, shown = matrix, np.char.mod("%.4f", matrix)
-        trace = go.Heatmap(z=z, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, colorbar=dict(title="weight"))
+        trace = dict(z=z, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, colorbar=dict(title="weight"))
     else:
         finite = np.isfinite(matrix)
         z = np.where(finite, matrix, np.nan)
         shown = np.where(finite, np.char.mod("%.4f", np.where(finite, matrix, 0)), "masked (−∞)")
         limit = float(np.abs(z[finite]).max()) if finite.any() else 1.0
-        trace = go.Heatmap(z=z, colorscale=DIVERGING, zmin=-limit, zmax=limit, colorbar=dict(title="score"))
+        trace = dict(z=z, colorscale=DIVERGING, zmin=-limit, zmax=limit, colorbar=dict(title="score"))
     positions = np.arange(offset, offset + n)
-    trace.update(x=positions, y=positions, customdata=np.stack([q_lab, k_lab, shown], axis=-1), hoverongaps=False,
-                 hovertemplate="query %{y} %{customdata[0]}<br>key %{x} %{customdata[1]}"
-                               "<br>%{customdata[2]}<extra></extra>")
-    fig = go.Figure(trace)
+    trace.update(type="heatmap", x=positions, y=positions, customdata=np.stack([q_lab, k_lab, shown], axis=-1),
+                 hoverongaps=False, hovertemplate="query %{y} %{customdata[0]}<br>key %{x} %{customdata[1]}"
+                                                  "<br>%{customdata[2]}<extra></extra>")
     ticks = position_ticks(labels, offset=offset)
-    fig.update_yaxes(autorange="reversed", title="query position", **ticks)
-    fig.update_xaxes(title="key position", tickangle=-60, scaleanchor="y", constrain="domain", **ticks)
-    size = max(480, min(950, 200 + 24 * n))
-    return _layout(fig, title, height=size)
+    base = dict(yaxis=dict(autorange="reversed", title="query position", **ticks),
+                xaxis=dict(title="key position", tickangle=-60, scaleanchor="y", constrain="domain", **ticks),
+                title=dict(text=title, x=0), font=FONT, height=max(480, min(950, 200 + 24 * n)),
+                margin=dict(l=10, r=10, t=60, b=10))
+    return one_pass_figure([trace], base, patch, display)
 
 
 def grid_block(n_layers: int, n_heads: int, n_q: int, n_k: int, max_tile: int = 48, max_cells: int = 250_000) -> int:
@@ -131,7 +133,8 @@ def pool_blocks(matrices: np.ndarray, block: int) -> np.ndarray:
 
 def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 250_000,
                    pooled_by: int = 1, labels: list[str] | None = None,
-                   key_labels: list[str] | None = None) -> tuple[go.Figure, bool]:
+                   key_labels: list[str] | None = None, patch: dict | None = None,
+                   display: tuple[float, str] | None = None) -> tuple[go.Figure, bool]:
     """Every layer and head at once: ``patterns`` ``[n_layers, n_heads, query_pos, key_pos]`` (key_pos may
     differ from query_pos: cross-attention's target × source).
 
@@ -142,7 +145,8 @@ def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 25
 
     ``labels`` / ``key_labels``: token labels of the query / key positions, for the hover of each tile, which
     names its layer, head and strongest query → key pair. The last trace is an invisible scatter with one
-    clickable point per tile: ``point_index = layer * n_heads + head``.
+    clickable point per tile: ``point_index = layer * n_heads + head``. ``patch`` and ``display``: see
+    :func:`one_pass_figure`.
 
     Returns:
         ``(figure, pooled)``: pooled is True when tiles were pooled.
@@ -159,26 +163,28 @@ def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 25
         for head in range(n_heads):
             r, c = layer * (tq + gap), head * (tk + gap)
             canvas[r:r + tq, c:c + tk] = patterns[layer, head]
-    fig = go.Figure(go.Heatmap(z=canvas, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, hoverongaps=False,
-                               colorbar=dict(title="weight"), hovertemplate="weight %{z:.3f}<extra></extra>"))
     rows = [i * (tq + gap) + (tq - 1) / 2 for i in range(n_layers)]
     cols = [i * (tk + gap) + (tk - 1) / 2 for i in range(n_heads)]
-    # square tiles; both axes shrink their domain (not extend their range) to keep them square, so the head
-    # labels on top stay next to the first row of tiles
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=rows, constrain="domain", constraintoward="top",
-                     ticktext=[f"L{i}" for i in range(n_layers)], title="layer", showgrid=False, zeroline=False)
-    fig.update_xaxes(tickmode="array", tickvals=cols, ticktext=[f"H{i}" for i in range(n_heads)], constrain="domain",
-                     side="top", showgrid=False, zeroline=False, scaleanchor="y")  # tick labels H0.. name the heads
-    fig.add_trace(_tile_points(patterns, rows, cols, block, labels, key_labels if key_labels is not None else labels))
-    height = max(300, min(1100, 90 + 110 * n_layers))
     title = "All heads: attention weights" + (f" (max-pooled over {block}×{block} blocks)" if pooled else "")
-    return _layout(fig, title, height=height), pooled
+    base = dict(
+        # square tiles; both axes shrink their domain (not extend their range) to keep them square, so the head
+        # labels on top stay next to the first row of tiles
+        yaxis=dict(autorange="reversed", tickmode="array", tickvals=rows, constrain="domain", constraintoward="top",
+                   ticktext=[f"L{i}" for i in range(n_layers)], title="layer", showgrid=False, zeroline=False),
+        xaxis=dict(tickmode="array", tickvals=cols, ticktext=[f"H{i}" for i in range(n_heads)], constrain="domain",
+                   side="top", showgrid=False, zeroline=False, scaleanchor="y"),  # tick labels H0.. name the heads
+        title=dict(text=title, x=0), font=FONT, height=max(300, min(1100, 90 + 110 * n_layers)),
+        margin=dict(l=10, r=10, t=60, b=10))
+    heatmap = dict(type="heatmap", z=canvas, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, hoverongaps=False,
+                   colorbar=dict(title="weight"), hovertemplate="weight %{z:.3f}<extra></extra>")
+    points = _tile_points(patterns, rows, cols, block, labels, key_labels if key_labels is not None else labels)
+    return one_pass_figure([heatmap, points], base, patch, display), pooled
 
 
 def _tile_points(patterns: np.ndarray, rows: list[float], cols: list[float], block: int,
-                 labels: list[str] | None, key_labels: list[str] | None) -> go.Scatter:
+                 labels: list[str] | None, key_labels: list[str] | None) -> dict:
     """One invisible, clickable point per tile of :func:`attention_grid`, whose hover names the head and its
-    strongest query → key pair (positions are block starts when the tiles are pooled)."""
+    strongest query → key pair (positions are block starts when the tiles are pooled): a scatter trace as a dict."""
     n_layers, n_heads = patterns.shape[:2]
     flat = patterns.reshape(n_layers, n_heads, -1)
     best = flat.argmax(-1)
@@ -193,8 +199,8 @@ def _tile_points(patterns: np.ndarray, rows: list[float], cols: list[float], blo
             ys.append(rows[layer])
             text.append(f"Layer {layer}, head {head}<br>strongest: {pair}, {float(flat[layer, head].max()):.2f}"
                         "<br>click: show this head below")
-    return go.Scatter(x=xs, y=ys, mode="markers", text=text, hovertemplate="%{text}<extra></extra>", showlegend=False,
-                      marker=dict(size=24, color="rgba(0,0,0,0)", line=dict(width=0)))
+    return dict(type="scatter", x=xs, y=ys, mode="markers", text=text, hovertemplate="%{text}<extra></extra>",
+                showlegend=False, marker=dict(size=24, color="rgba(0,0,0,0)", line=dict(width=0)))
 
 
 def similarity_heatmap(sim: np.ndarray, labels: list[str], title: str, offset: int = 0) -> go.Figure:
@@ -399,24 +405,56 @@ def cost_curve(n: np.ndarray, measured: np.ndarray, fitted: np.ndarray, memory_m
     return _layout(fig, title, height=440)
 
 
+def display_layout(font_size: float, height: float | None, axes, scale: float = 1.0, theme: str = "light") -> dict:
+    """The layout that :func:`style_for_display` gives a figure, as a dict: fonts of ``font_size * scale`` px in the
+    theme's ink, the theme's background (and template, when dark), ``height`` (px; Plotly's 450 when None) grown
+    with ``scale``, the top margin; ``axes``: the layout's axis names (``"xaxis"``, ``"yaxis2"``, …), whose tick
+    fonts follow. :func:`one_pass_figure` merges it into a layout dict."""
+    ink = "#000000" if theme == "light" else "#f2f2f2"
+    size = round(font_size * scale)
+    patch = {"template": f"viz_{theme}"} if theme != "light" else {}  # figures start from viz_light (pio default)
+    patch.update(font=dict(size=size, color=ink), paper_bgcolor="#ffffff" if theme == "light" else "#0e1117",
+                 plot_bgcolor="#ffffff" if theme == "light" else "#0e1117",
+                 height=round((height or 450) * (1 + (scale - 1) * 0.6)), margin=dict(t=round(60 * scale)))
+    patch.update({axis: dict(tickfont=dict(size=size, color=ink)) for axis in axes})
+    return patch
+
+
+def merge_layout(layout: dict, patch: dict | None) -> dict:
+    """``layout`` updated by ``patch`` as ``fig.update_layout(patch)`` would (nested dicts merged, other values
+    replaced), without a Plotly figure: a new dict."""
+    out = dict(layout)
+    for key, value in (patch or {}).items():
+        out[key] = merge_layout(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def one_pass_figure(data: list[dict], layout: dict, patch: dict | None = None,
+                    display: tuple[float, str] | None = None) -> go.Figure:
+    """A figure built in one pass from trace dicts and a layout dict (each later ``update_layout`` or ``add_trace``
+    validates the figure again: tens of ms, paid at every rerun of a page): ``layout`` updated by ``patch``
+    (:func:`merge_layout`), then, given ``display = (scale, theme)``, styled as :func:`style_for_display` would
+    style it (show it with ``show_figure(..., styled=True)``)."""
+    layout = merge_layout(layout, patch)
+    if display is not None:
+        scale, theme = display
+        axes = sorted({"xaxis", "yaxis"} | {k for k in layout if k.startswith(("xaxis", "yaxis"))})
+        size = (layout.get("font") or {}).get("size") or FONT["size"]
+        layout = merge_layout(layout, display_layout(size, layout.get("height"), axes, scale, theme))
+        data = [merge_layout(t, {"textfont": {"size": round(t["textfont"]["size"] * scale)}})
+                if (t.get("textfont") or {}).get("size") else t for t in data]
+    return go.Figure(dict(data=data, layout=layout))
+
+
 def style_for_display(fig: go.Figure, scale: float = 1.0, theme: str = "light") -> go.Figure:
     """Scale every font of a figure by ``scale`` and apply a high-contrast ``"light"`` or a ``"dark"`` theme.
 
     Used by lecture mode: text sizes (layout, titles, ticks, colour bars, cell and bar texts) and the
-    height grow with ``scale``; the figure is changed in place and returned.
+    height grow with ``scale``; the figure is changed in place and returned. The layout's part is
+    :func:`display_layout`, set in one update (each Plotly update validates again).
     """
-    base = fig.layout.font.size or FONT["size"]
-    ink = "#000000" if theme == "light" else "#f2f2f2"
-    size = round(base * scale)
-    if theme != "light":  # figures start from viz_light (pio.templates.default)
-        fig.layout.template = f"viz_{theme}"
-    fig.update_layout(font=dict(size=size, color=ink),
-                      paper_bgcolor="#ffffff" if theme == "light" else "#0e1117",
-                      plot_bgcolor="#ffffff" if theme == "light" else "#0e1117",
-                      height=round((fig.layout.height or 450) * (1 + (scale - 1) * 0.6)),
-                      margin=dict(t=round(60 * scale)))
-    fig.update_xaxes(tickfont=dict(size=size, color=ink))
-    fig.update_yaxes(tickfont=dict(size=size, color=ink))
+    axes = [k for k in fig.layout if k.startswith(("xaxis", "yaxis")) and fig.layout[k] is not None]
+    fig.update_layout(display_layout(fig.layout.font.size or FONT["size"], fig.layout.height, axes, scale, theme))
     for trace in fig.data:
         textfont = getattr(trace, "textfont", None)
         if textfont is not None and textfont.size:

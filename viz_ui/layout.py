@@ -443,15 +443,17 @@ def side_by_side(state: AppState, spec) -> list:
 
 
 def show_figure(fig: go.Figure, state: AppState, view: str, data=None, select_key: str | None = None,
-                on_select=None) -> None:
+                on_select=None, styled: bool = False) -> None:
     """Render a figure with a PNG/SVG export in its toolbar and a CSV of its data, named after the model
     and view. ``data``: a callable returning the DataFrame to export, when the figure's own cells are not
     the best table (e.g. tiled or pooled figures); by default :func:`figure_frame` of the figure.
     ``select_key`` and ``on_select``: a clickable figure (Streamlit point selection under that widget key; the
-    callback reads ``st.session_state[select_key].selection``)."""
+    callback reads ``st.session_state[select_key].selection``). ``styled``: the figure was built styled for
+    this display (``viz_ui.figures.one_pass_figure`` with ``display=(scale, theme)``), not to be styled again."""
     d = state.display
     filename = f"{_file_stem(state.model_name)}_{view}"
-    style_for_display(fig, d.scale, d.theme)
+    if not styled:
+        style_for_display(fig, d.scale, d.theme)
     config = {"displaylogo": False, "displayModeBar": not d.lecture,
               "toImageButtonOptions": {"format": d.export, "scale": 3 if d.export == "png" else 1, "filename": filename}}
     if select_key:

@@ -1,6 +1,7 @@
 """Streamlit caching glue of the timeline page (the counterpart of :mod:`viz_ui.state` for training timelines):
 timelines loaded once per server process (shipped ones and ``--timeline`` ones) or kept in one session (uploads),
-their head-type scores, and each snapshot's attention and greedy sample of a text."""
+their head-type scores, each snapshot's attention and greedy sample of a text, and the page's figures of each
+snapshot (built once per display: a step change revisited sends figures already built)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import plotly.graph_objects as go
 import streamlit as st
 import torch
 
 from viz_model import CheckpointError, VizTransformer
 from viz_model.sampling import generate
 from viz_model.tokenizer import IdTokenizer
-from viz_model.training.timeline import TIMELINE_FILE, LoadedTimeline, load_timeline, snapshot_scores
+from viz_model.training.timeline import TIMELINE_FILE, LoadedTimeline, load_timeline, phase_change, snapshot_scores
 
+from .figures import attention_grid, attention_heatmap
+from .timeline_view import curves_height, grid_margins, head_margins, loss_curves, score_curves
 from .trace import encode_text, token_label, tokenizer_errors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,3 +162,59 @@ def get_step_sample(key: str, index: int, text: str, n_new: int) -> tuple[str, i
     steps = generate(model, prompt, n_new, temperature=0.0)
     with tokenizer_errors("the continuation cannot be decoded"):
         return tokenizer.decode([s.token_id for s in steps]), len(prompt), len(ids)
+
+
+# The page's figures, built styled for a display ``(scale, theme)`` and shared read-only between sessions: show them
+# with ``show_figure(..., styled=True)``, which leaves them as they are. Building one costs 5-25 ms (Plotly validates
+# it); a step change shows three.
+
+def timeline_phase(key: str) -> tuple[int, int] | None:
+    """The phase change of the timeline's best induction score (:func:`viz_model.training.timeline.phase_change`)."""
+    steps, induction = resolve_timeline(key).timeline.steps, get_timeline_scores(key)["induction"]
+    return phase_change(steps, induction.reshape(len(steps), -1).max(1).tolist())
+
+
+@st.cache_resource(max_entries=256, ttl=3600, show_spinner=False)
+def get_loss_figure(key: str, index: int, display: tuple[float, str], legend_rows: int = 2) -> go.Figure:
+    """:func:`viz_ui.timeline_view.loss_curves` of the timeline, marking snapshot ``index``."""
+    loaded = resolve_timeline(key)
+    tl, cfg = loaded.timeline, loaded.models[0].cfg
+    return loss_curves(tl.steps, tl.train_loss, tl.valid_loss, tl.steps[index], timeline_phase(key),
+                       curves_height(cfg.n_layers * cfg.n_heads), display, legend_rows)
+
+
+@st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
+def get_scores_figure(key: str, display: tuple[float, str], legend_rows: int = 2) -> go.Figure:
+    """:func:`viz_ui.timeline_view.score_curves` of the timeline: every head's previous-token and induction scores
+    across its steps (the same figure at every step)."""
+    scores = get_timeline_scores(key)
+    return score_curves(resolve_timeline(key).timeline.steps, {k: scores[k] for k in ("previous-token", "induction")},
+                        timeline_phase(key), display, legend_rows)
+
+
+@st.cache_resource(max_entries=64, ttl=3600, show_spinner=False)
+def get_grid_figure(key: str, index: int, text: str, display: tuple[float, str]) -> go.Figure:
+    """Every head's attention (:func:`viz_ui.figures.attention_grid`) of snapshot ``index`` over ``text``, titled with
+    its step; its last trace has one clickable point per head.
+
+    Raises:
+        ValueError: as :func:`step_view`.
+    """
+    view, cfg = get_step_view(key, index, text), resolve_timeline(key).models[index].cfg
+    step = resolve_timeline(key).timeline.steps[index]
+    fig, _ = attention_grid(view.patterns, labels=view.labels, display=display,
+                            patch=dict(title=dict(text=f"All heads at step {step:,}"),
+                                       margin=grid_margins(cfg.n_layers, display[0])))
+    return fig
+
+
+@st.cache_resource(max_entries=64, ttl=3600, show_spinner=False)
+def get_head_figure(key: str, index: int, text: str, layer: int, head: int, display: tuple[float, str]) -> go.Figure:
+    """The attention of one head (:func:`viz_ui.figures.attention_heatmap`) of snapshot ``index`` over ``text``.
+
+    Raises:
+        ValueError: as :func:`step_view`.
+    """
+    view, step = get_step_view(key, index, text), resolve_timeline(key).timeline.steps[index]
+    return attention_heatmap(view.patterns[layer, head], view.labels, f"Layer {layer}, head {head} at step {step:,}",
+                             patch=dict(margin=head_margins(view.labels, display[0])), display=display)

@@ -6,10 +6,12 @@ Steps are drawn on a log axis, where step 0 (initialisation) has no place: it is
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import plotly.graph_objects as go
 
-from .figures import FONT
+from .figures import FONT, one_pass_figure, position_ticks
 
 ZERO_AT = 0.5  # where step 0 is drawn on the log axis
 MARK = "#b3261e"  # the current step (the app's primary colour: 6.4:1 on white)
@@ -18,6 +20,63 @@ PHASE_EDGE = "#b35c00"  # its dotted edges
 HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
                 "#d62728"]
 DASHES = ["solid", "dash", "dot", "dashdot"]
+NARROW_MODEBAR = ["zoom", "pan", "select", "lasso", "zoomin", "zoomout", "autoscale", "resetscale"]
+
+
+# Margins that already hold a figure's tick labels, axis titles, colour bar and legend. Plotly draws a figure with
+# the margins it is given, measures what does not fit, and draws it all again with wider ones (automargin): about
+# 40 % of a figure's time in the browser, at every step change. Estimates a little over what Plotly measures (every
+# character taken as CHAR_EM font sizes wide; a colour bar's 2 % gap taken on a 1,800 px plot; a legend in two rows)
+# let it draw once; where a label is wider still (or the legend needs three rows), Plotly widens the margin as before.
+CHAR_EM = 0.55
+STANDOFF = 15  # px between tick labels and the axis title (the template's title.standoff)
+LINE_EM = 1.3  # a line of text, in font sizes
+SLACK = 6  # px
+
+
+def _font_px(scale: float) -> int:
+    return round(FONT["size"] * scale)
+
+
+def _text_px(chars: int, scale: float) -> float:
+    """About the most that ``chars`` characters take across, in px."""
+    return CHAR_EM * _font_px(scale) * chars
+
+
+def _title_px(scale: float) -> float:
+    """An axis title and its distance from the tick labels, in px."""
+    return STANDOFF + LINE_EM * _font_px(scale)
+
+
+def _colour_bar_px(scale: float) -> int:
+    """The right margin of a colour bar titled "weight" with ticks 0 to 1 (30 px thick, 10 px pads), placed by Plotly
+    2 % of the plot's width right of it."""
+    return round(max(30 + 2 * 10 + _text_px(3, scale), _text_px(6, scale) + 2 * 10) + 0.02 * 1800) + SLACK
+
+
+def head_margins(labels: list[str], scale: float = 1.0) -> dict:
+    """Margins (px) for :func:`viz_ui.figures.attention_heatmap` of ``labels`` at font ``scale``: its position ·
+    token tick labels (the x ones turned 60°), the axis titles and the colour bar."""
+    widest = _text_px(max(map(len, position_ticks(labels)["ticktext"]), default=1), scale)
+    return dict(l=round(widest + _title_px(scale)) + SLACK, r=_colour_bar_px(scale),
+                b=round(widest * math.sin(math.pi / 3) + _font_px(scale) / 2 + _title_px(scale)) + SLACK)
+
+
+def grid_margins(n_layers: int, scale: float = 1.0) -> dict:
+    """Margins (px) for :func:`viz_ui.figures.attention_grid` at font ``scale``: the layer labels (L0, L1, …) and
+    title on the left, the colour bar on the right."""
+    return dict(l=round(_text_px(len(f"L{n_layers - 1}"), scale) + _title_px(scale)) + SLACK, r=_colour_bar_px(scale))
+
+
+def curve_margins(height: int, scale: float = 1.0, rows: int = 2) -> dict:
+    """Margins (px) for :func:`loss_curves` and :func:`score_curves` (``height`` px before scaling; the same bottom
+    margin, so that the two figures' step axes line up side by side) at font ``scale``: the y axis's tick labels (up
+    to 3 characters) and title on the left; below, the step axis and a legend in ``rows`` rows (each about two font
+    sizes high), whose top Plotly places 30 % of the plot's height under the plot."""
+    f = _font_px(scale)
+    legend = rows * (2 * f + 2) + 6
+    plot = height * (1 + (scale - 1) * 0.6) - 60 * scale  # before the bottom margin
+    return dict(l=round(_text_px(3, scale) + _title_px(scale)) + SLACK, b=round((legend + 0.3 * plot) / 1.3) + SLACK)
 
 
 def step_x(steps) -> np.ndarray:
@@ -37,11 +96,10 @@ def _log_ticks(last: int) -> dict:
     return dict(type="log", tickmode="array", tickvals=vals, ticktext=text)
 
 
-def _marks(step: int, phase: tuple[int, int] | None, axes: list[str]) -> list[dict]:
-    """Shapes for the current step (a vertical line) and the phase change (a shaded band) on each x axis of
-    ``axes`` (``"x"``, ``"x2"``, …), as plain dicts: ``fig.add_vline`` validates a whole shape per call (tens of ms
-    for a figure redrawn at every step)."""
-    x = float(step_x([step])[0])
+def _marks(step: int | None, phase: tuple[int, int] | None, axes: list[str]) -> list[dict]:
+    """Shapes for the current step (a vertical line; none when ``step`` is None) and the phase change (a shaded band)
+    on each x axis of ``axes`` (``"x"``, ``"x2"``, …), as plain dicts: ``fig.add_vline`` validates a whole shape per
+    call (tens of ms for a figure redrawn at every step)."""
     shapes = []
     for axis in axes:
         if phase:
@@ -49,70 +107,86 @@ def _marks(step: int, phase: tuple[int, int] | None, axes: list[str]) -> list[di
                                x1=float(step_x([phase[1]])[0]), y0=0, y1=1, fillcolor=PHASE,
                                line=dict(color=PHASE_EDGE, width=1, dash="dot"), layer="below",
                                label=dict(text="phase change ", textposition="top left", xanchor="right")))  # text colour
-        shapes.append(dict(type="line", xref=axis, yref="paper", x0=x, x1=x, y0=0, y1=1,
-                           line=dict(color=MARK, width=2)))
+        if step is not None:
+            x = float(step_x([step])[0])
+            shapes.append(dict(type="line", xref=axis, yref="paper", x0=x, x1=x, y0=0, y1=1,
+                               line=dict(color=MARK, width=2)))
     return shapes
 
 
-def _figure(traces: list, title: str, height: int, **layout) -> go.Figure:
-    """A figure built with its whole layout at once (each later ``update_layout`` validates the layout again: tens
-    of ms, paid at every step change); title, font, height and margins as :func:`viz_ui.figures._layout`."""
-    return go.Figure(traces, dict(title=dict(text=title, x=0), font=FONT, height=height,
-                                  margin=dict(l=10, r=10, t=60, b=10), **layout))
+def curves_height(n_heads_total: int) -> int:
+    """The height (px, before lecture scaling) of the loss and score figures, which stand side by side: taller with
+    more heads in the scores' legend."""
+    return 440 + 22 * (n_heads_total // 9)
 
 
-def training_curves(steps: list[int], train: list[float] | None, valid: list[float] | None,
-                    scores: dict[str, np.ndarray], step: int, phase: tuple[int, int] | None = None) -> go.Figure:
-    """One figure, side by side: the train and validation loss (nats/token) of every snapshot (when recorded), with a
-    marker at the snapshot of ``step``; then one panel per head-type score (``scores`` kind ->
-    ``[n_snapshots, n_layers, n_heads]`` in [0, 1]) with a line per head (colour = head, dash = layer; a legend entry
-    ``L{layer}H{head}`` toggles the head in every panel). Every panel: step on a log axis, a vertical line at
-    ``step``, the phase change's ``(before, after)`` steps shaded. One figure rather than two: the browser draws
-    each figure anew at every step change, and a figure's fixed cost is most of a small one's."""
+def loss_curves(steps: list[int], train: list[float] | None, valid: list[float] | None, step: int,
+                phase: tuple[int, int] | None = None, height: int = 440,
+                display: tuple[float, str] | None = None, legend_rows: int = 2) -> go.Figure:
+    """The train and validation loss (nats/token) of every snapshot (``None``: not recorded), step on a log axis,
+    with large markers and a vertical line at the snapshot of ``step``, the phase change's ``(before, after)`` steps
+    shaded. The page redraws it at every step change, so it is small: one panel, margins that already hold its
+    labels and legend (:func:`curve_margins`), a mode bar of the export button only (it stands in a narrow column).
+    ``display``: ``(scale, theme)`` to build it styled for the page (:func:`viz_ui.figures.one_pass_figure`);
+    ``legend_rows``: the rows its legend is given room for (:func:`curve_margins`).
+
+    Raises:
+        ValueError: ``step`` is not one of ``steps``.
+    """
     x = step_x(steps)
     i = steps.index(step)
+    traces = []
+    for name, values, colour in (("train loss", train, "#1f77b4"), ("validation loss", valid, "#ff7f0e")):
+        if values is None:
+            continue
+        traces.append(dict(type="scatter", x=x, y=values, mode="lines+markers", name=name, customdata=steps,
+                           line=dict(color=colour), marker=dict(size=5),
+                           hovertemplate=f"step %{{customdata:,}}<br>{name} %{{y:.3f}}<extra></extra>"))
+        traces.append(dict(type="scatter", x=[x[i]], y=[values[i]], mode="markers", showlegend=False,
+                           hoverinfo="skip", marker=dict(size=13, color=colour, line=dict(color=MARK, width=3))))
+    scale = 1.0 if display is None else display[0]
+    layout = dict(title=dict(text=f"Loss at step {step:,}", x=0), font=FONT, height=height,
+                  margin=dict(curve_margins(height, scale, legend_rows), r=10, t=60),
+                  xaxis=dict(title="step (log scale)", **_log_ticks(steps[-1])), yaxis=dict(title="loss (nats/token)"),
+                  shapes=_marks(step, phase, ["x"]), legend=dict(orientation="h", y=-0.3),
+                  modebar=dict(remove=NARROW_MODEBAR))
+    return one_pass_figure(traces, layout, display=display)
+
+
+def score_curves(steps: list[int], scores: dict[str, np.ndarray], phase: tuple[int, int] | None = None,
+                 display: tuple[float, str] | None = None, legend_rows: int = 2) -> go.Figure:
+    """One panel per head-type score (``scores`` kind -> ``[n_snapshots, n_layers, n_heads]`` in [0, 1]), side by
+    side, with a line per head (colour = head, dash = layer; a legend entry ``L{layer}H{head}`` toggles the head in
+    every panel); step on a log axis, the phase change's ``(before, after)`` steps shaded. It does not depend on the
+    step shown, so the page sends the same figure at every step change and the browser keeps it as drawn.
+    ``display``, ``legend_rows``: as :func:`loss_curves`."""
+    x = step_x(steps)
     kinds = list(scores)
-    has_loss = train is not None or valid is not None
-    widths = ([0.8] if has_loss else []) + [1.0] * len(kinds)
-    gap = 0.06
-    unit = (1 - gap * (len(widths) - 1)) / sum(widths)
-    domains, left = [], 0.0
-    for w in widths:
-        domains.append([left, min(1.0, left + w * unit)])
-        left += w * unit + gap
-    traces, layout, notes = [], {}, []
-    axes = ["x" if k == 0 else f"x{k + 1}" for k in range(len(widths))]
+    gap = 0.08
+    width = (1 - gap * (len(kinds) - 1)) / len(kinds)
+    domains = [[k * (width + gap), min(1.0, k * (width + gap) + width)] for k in range(len(kinds))]
+    axes = ["x" if k == 0 else f"x{k + 1}" for k in range(len(kinds))]
     ticks = _log_ticks(steps[-1])
-    for k, axis in enumerate(axes):
-        layout["xaxis" if k == 0 else f"xaxis{k + 1}"] = dict(domain=domains[k], title="step (log scale)",
-                                                              anchor="y" if has_loss and k == 0 else "y2", **ticks)
-    if has_loss:
-        for name, values, colour in (("train loss", train, "#1f77b4"), ("validation loss", valid, "#ff7f0e")):
-            if values is None:
-                continue
-            traces.append(go.Scatter(x=x, y=values, mode="lines+markers", name=name, customdata=steps,
-                                     line=dict(color=colour), marker=dict(size=5), xaxis="x", yaxis="y",
-                                     hovertemplate=f"step %{{customdata:,}}<br>{name} %{{y:.3f}}<extra></extra>"))
-            traces.append(go.Scatter(x=[x[i]], y=[values[i]], mode="markers", showlegend=False, hoverinfo="skip",
-                                     xaxis="x", yaxis="y",
-                                     marker=dict(size=13, color=colour, line=dict(color=MARK, width=3))))
-        layout["yaxis"] = dict(title="loss (nats/token)", anchor="x")
-        notes.append(("loss", domains[0]))
-    score_axes = axes[1:] if has_loss else axes
+    layout = {("xaxis" if k == 0 else f"xaxis{k + 1}"): dict(domain=domains[k], title="step (log scale)", anchor="y",
+                                                            **ticks) for k in range(len(kinds))}
+    traces = []
     _, n_layers, n_heads = next(iter(scores.values())).shape
-    for c, (kind, axis) in enumerate(zip(kinds, score_axes)):
+    for c, (kind, axis) in enumerate(zip(kinds, axes)):
         for layer in range(n_layers):
             for head in range(n_heads):
                 name = f"L{layer}H{head}"
-                traces.append(go.Scatter(
-                    x=x, y=scores[kind][:, layer, head], xaxis=axis, yaxis="y2", mode="lines", name=name,
-                    legendgroup=name, showlegend=c == 0, customdata=steps,
+                traces.append(dict(
+                    type="scatter", x=x, y=scores[kind][:, layer, head], xaxis=axis, yaxis="y", mode="lines",
+                    name=name, legendgroup=name, showlegend=c == 0, customdata=steps,
                     line=dict(color=HEAD_COLOURS[head % len(HEAD_COLOURS)], dash=DASHES[layer % len(DASHES)], width=2),
                     hovertemplate=f"{name}<br>step %{{customdata:,}}<br>{kind} %{{y:.3f}}<extra></extra>"))
-        notes.append((f"{kind} score", domains[axes.index(axis)]))
-    layout["yaxis2"] = dict(range=[0, 1.02], title="score", anchor=score_axes[0])
-    annotations = [dict(text=text, x=sum(d) / 2, y=1.0, xref="paper", yref="paper", xanchor="center",
-                        yanchor="bottom", showarrow=False) for text, d in notes]
-    return _figure(traces, "Loss and head-type scores across training", 440 + 22 * (n_layers * n_heads // 9),
-                   **layout, annotations=annotations, shapes=_marks(step, phase, axes),
-                   legend=dict(orientation="h", y=-0.3))
+    height = curves_height(n_layers * n_heads)
+    scale = 1.0 if display is None else display[0]
+    annotations = [dict(text=f"{kind} score", x=sum(d) / 2, y=1.0, xref="paper", yref="paper", xanchor="center",
+                        yanchor="bottom", showarrow=False) for kind, d in zip(kinds, domains)]
+    layout.update(title=dict(text="Head-type scores across training", x=0), font=FONT, height=height,
+                  margin=dict(curve_margins(height, scale, legend_rows), r=10, t=60),
+                  yaxis=dict(range=[0, 1.02], title="score"),
+                  annotations=annotations, shapes=_marks(None, phase, axes), legend=dict(orientation="h", y=-0.3),
+                  modebar=dict(remove=["zoomin", "zoomout", "autoscale"]))  # room for the title beside it
+    return one_pass_figure(traces, layout, display=display)
