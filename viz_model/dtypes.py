@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable
 
@@ -68,6 +69,12 @@ def auto_dtype(sizes: Iterable[tuple[torch.dtype, int]]) -> torch.dtype:
     return max(totals, key=totals.get) if totals else torch.float32
 
 
+def tensors_dtype(tensors: Iterable[object]) -> torch.dtype:
+    """:func:`auto_dtype` of loaded tensors (anything that is not a floating tensor is skipped)."""
+    return auto_dtype((t.dtype, t.numel() * t.element_size()) for t in tensors
+                      if isinstance(t, torch.Tensor) and t.is_floating_point())
+
+
 def safetensors_sizes(path: str) -> list[tuple[torch.dtype, int]]:
     """``(dtype, bytes)`` of every floating tensor of a safetensors file, from its header alone (nothing is read).
 
@@ -81,10 +88,8 @@ def safetensors_sizes(path: str) -> list[tuple[torch.dtype, int]]:
             part = f.get_slice(key)
             name = part.get_dtype()
             if name in SAFETENSORS_FLOATS:
-                n = 1
-                for dim in part.get_shape():
-                    n *= int(dim)
-                sizes.append((SAFETENSORS_FLOATS[name], n * (8 if name == "F64" else 4 if name == "F32" else 2)))
+                itemsize = {"F64": 8, "F32": 4}.get(name, 2)
+                sizes.append((SAFETENSORS_FLOATS[name], math.prod(int(d) for d in part.get_shape()) * itemsize))
     return sizes
 
 

@@ -24,7 +24,7 @@ import torch
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
-from .dtypes import DtypeError, auto_dtype, parse_dtype, resolve_device, safetensors_sizes
+from .dtypes import DtypeError, auto_dtype, parse_dtype, resolve_device, safetensors_sizes, tensors_dtype
 from .limits import model_element_size
 from .checkpoint import DEFAULT_MODEL, FORMAT, first_line, load_checkpoint, read_metadata, read_tokenizer, reraise_interrupts
 from .families import from_hf, from_nanogpt, hf_config, nanogpt_config
@@ -258,7 +258,7 @@ def _load_file(path: Path, label: str, progress: Progress, max_mb: int = MAX_UPL
         if isinstance(ckpt, dict) and "model_args" in ckpt and "model" in ckpt:
             if not isinstance(ckpt["model_args"], dict) or not isinstance(ckpt["model"], dict):
                 raise CheckpointError(f"{label}: model_args and model must be dictionaries (nanoGPT layout)")
-            want = _auto_dtype(dtype, [t for t in ckpt["model"].values() if isinstance(t, torch.Tensor)])
+            want = tensors_dtype(ckpt["model"].values()) if dtype == "auto" else dtype
             with model_element_size(want.itemsize):
                 nanogpt_config(ckpt["model_args"], label)  # types, ranges and the memory estimate first
                 progress(0.5, "Converting nanoGPT weights")
@@ -398,13 +398,6 @@ def _read_json(path: Path, label: str, max_bytes: int) -> object:
 
 def _weight_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
-
-
-def _auto_dtype(dtype: torch.dtype | str, tensors: list[torch.Tensor]) -> torch.dtype:
-    """``dtype``, or for ``"auto"`` the dtype holding most bytes of ``tensors``' floating ones."""
-    if dtype != "auto":
-        return dtype
-    return auto_dtype((t.dtype, t.numel() * t.element_size()) for t in tensors if t.is_floating_point())
 
 
 def _folder_dtype(dtype: torch.dtype | str, folder: Path, hf: dict, label: str) -> torch.dtype:

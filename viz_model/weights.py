@@ -18,7 +18,7 @@ from torch import nn
 
 from .components import LayerNorm, PosEmbed, QKNorm, RMSNorm, sinusoidal_table
 from .config import Config, ConfigError
-from .dtypes import DtypeError, auto_dtype, parse_dtype, resolve_device
+from .dtypes import DtypeError, parse_dtype, resolve_device, tensors_dtype
 from .limits import BudgetError, check_budget
 from .model import VizTransformer
 
@@ -162,7 +162,8 @@ def build_model(cfg: Config, state: MutableMapping[str, torch.Tensor], label: st
     (``Tensor.to``: a tensor already in that dtype is used as it is, whatever its strides: a transposed view of
     a Hugging Face ``[out, in]`` matrix serves as ``W [in, out]``), so the weights of a memory-mapped safetensors
     file in the model's dtype are never copied (the parameters are the file's pages, private and copy-on-write,
-    as ``transformers`` does) and a converted file's tensors are released as they go. ``label`` names the file in messages; ``file_bytes`` as in :func:`check_config`.
+    as ``transformers`` does) and a converted file's tensors are released as they go. ``label`` names the file in
+    messages; ``file_bytes`` as in :func:`check_config`.
 
     Raises:
         CheckpointError: an unknown dtype or device; invalid config or over the memory cap; missing, unexpected or
@@ -171,8 +172,7 @@ def build_model(cfg: Config, state: MutableMapping[str, torch.Tensor], label: st
     try:
         dtype = parse_dtype(dtype)
         if dtype == "auto":
-            dtype = auto_dtype((t.dtype, t.numel() * t.element_size()) for t in state.values()
-                               if isinstance(t, torch.Tensor) and t.is_floating_point())
+            dtype = tensors_dtype(state.values())
         device = resolve_device(device)
     except DtypeError as exc:
         raise CheckpointError(f"{label}: {exc}") from None
