@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import os
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +15,6 @@ from viz_model.tokenizer import train_bpe
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
-
-if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n 2: each worker on one core, not two workers on two threads each
-    torch.set_num_threads(1)
 
 
 def small_config(**overrides) -> Config:

@@ -109,13 +109,13 @@ def iter_generate(model: VizTransformer, ids: list[int], n_new: int, temperature
     extra = {}
     with torch.no_grad():
         if seq2seq:
-            extra["encoder_out"] = model.encode(torch.tensor([src_ids], device=model.device))
+            extra["encoder_out"] = model.encode(torch.tensor([src_ids]))
         for _ in range(n_new):
             if kv.n_pos + len(feed) > model.cfg.n_ctx:  # the newest token no longer fits: stop
                 return
             if cache_needs_recompute(model.cfg, kv.n_pos, len(feed)):  # LongRoPE: the cached keys are short-rotated
                 kv, feed = model.new_kv_cache(), list(seq)
-            tokens = torch.tensor([feed], device=model.device)
+            tokens = torch.tensor([feed])
             if record is not False:
                 logits, cache = model.run_with_cache(tokens, names, kv_cache=kv, **extra)
             else:

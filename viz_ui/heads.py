@@ -55,7 +55,7 @@ def head_scores(model: VizTransformer, trace: Trace, length: int | None = None, 
             previous.append(diagonal_score(p, 1, 1))
             first.append(p[:, :, 1:, 0].mean(-1))
         scores["previous-token"], scores["first-token"] = np.concatenate(previous), np.concatenate(first)
-    src = torch.tensor(trace.src_ids, device=model.device).unsqueeze(0) if trace.is_encoder_decoder else None  # the encoder reads the text
+    src = torch.tensor(trace.src_ids).unsqueeze(0) if trace.is_encoder_decoder else None  # the encoder reads the text
     rep = repeated_scores(model, length, seed, src)
     scores["duplicate-token"], scores["induction"] = rep["duplicate-token"].cpu().numpy(), rep["induction"].cpu().numpy()
     return scores

@@ -316,6 +316,6 @@ def get_moe_intervention(path: str, text: str, kind: str, layer: int | None, exp
     trace = get_trace(path, text)
     fn = disable_experts([expert]) if kind == "disable" else force_expert(expert, [pos])
     layers = model.cfg.moe_layers if layer is None else [layer]
-    logits, indices, weights = run_with_routing(model, torch.tensor(np.array([trace.ids]), device=model.device),
+    logits, indices, weights = run_with_routing(model, torch.tensor(np.array([trace.ids])),
                                                 [(f"blocks.{i}.mlp.hook_router_logits", fn) for i in layers])
     return logits[0].float().cpu().numpy(), indices[:, 0].cpu().numpy(), weights[:, 0].float().cpu().numpy()

@@ -257,7 +257,7 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
         small = {"store_dtype": torch.float16, "keep_float32": ("hook_logits", *sorted(qk))}
     if not model.cfg.is_encoder_decoder:
         labels = _labels(tokenizer, ids)
-        _, cache = model.run_with_cache(torch.tensor([ids], device=model.device), names_filter=keep, **small)
+        _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=keep, **small)
         return Trace(text=text, ids=np.array(ids, dtype=np.int64), labels=labels,
                      offsets=list(enc.offsets[:n_ctx]), n_tokens_total=len(enc.ids),
                      arrays=_arrays(cache, model, derive=bool(small) or _derive(model, len(ids), len(ids), budget)),
@@ -267,7 +267,7 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
     out = [s.token_id for s in steps]
     dec = [cfg.decoder_start_id] + (out[:-1] if out and out[-1] == cfg.decoder_end_id else out)
     labels, src_labels = _labels(tokenizer, dec), _labels(tokenizer, ids)
-    _, cache = model.run_with_cache(torch.tensor([dec], device=model.device), names_filter=keep, src_tokens=torch.tensor([ids], device=model.device))
+    _, cache = model.run_with_cache(torch.tensor([dec]), names_filter=keep, src_tokens=torch.tensor([ids]))
     n = max(len(dec), len(ids))
     return Trace(text=text, ids=np.array(dec, dtype=np.int64), labels=labels, offsets=[(0, 0)] * len(dec),
                  n_tokens_total=len(enc.ids), arrays=_arrays(cache, model, derive=_derive(model, n, n, budget)),
