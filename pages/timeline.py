@@ -11,11 +11,11 @@ from pathlib import PurePosixPath
 from viz_model import CheckpointError
 from viz_model.sources import MAX_UPLOAD_MB
 from viz_model.training.timeline import PHASE_RISE, load_timeline_upload, phase_change
-from viz_ui.layout import pick_index, set_shared, setup_page, shared_widget, show_figure, side_by_side
+from viz_ui.layout import pick_index, selected_points, set_shared, setup_page, shared_widget, show_figure, side_by_side
 from viz_ui.state import model_card, upload_hash
 from viz_ui.text import error_line, plain, recoverable
 from viz_ui.timeline_state import (MAX_SESSION_TIMELINES, MAX_VIEW_TOKENS, UPLOAD_PREFIX, add_session_timeline,
-                                   available_timelines, get_grid_figure, get_head_figure, get_loss_figure,
+                                   available_timelines, get_grid_figure, get_head_figure, get_loss_figure, get_loss_step,
                                    get_scores_figure, get_step_sample, get_step_view, get_timeline_scores,
                                    resolve_timeline)
 
@@ -122,7 +122,7 @@ shown = f"{text}\n{text}" if repeat else text
 
 def _open_head() -> None:
     """on_select of the all-heads grid: the clicked tile becomes the head shown large."""
-    points = st.session_state["tl_grid"].selection.points
+    points = selected_points("tl_grid")
     if points and points[0].get("curve_number") == 1:
         layer, head = divmod(points[0]["point_index"], cfg.n_heads)
         set_shared("tl_layer", layer)
@@ -163,17 +163,20 @@ def at_step() -> None:
         layer, head = divmod(int(scores[score][i].argmax()), cfg.n_heads)
         col.metric(label, f"{values[i]:.2f}", f"layer {layer}, head {head}", delta_color="off", delta_arrow="off")
 
-    # the losses, marking the step, are redrawn at every step change; the scores figure is the same at every step
-    # (sent again, but the browser keeps it as drawn: a step change redraws three figures, not four)
+    # charts redrawn in place (viz_ui/live_chart.py): the scores figure is the same at every step (not drawn again);
+    # the losses are the same figure too, with the step's marks moved (a few ms); the grid and the head are redrawn
     if tl.train_loss is None and tl.valid_loss is None:
         st.caption("This timeline records no losses (a folder of step-named checkpoints has none).")
-        show_figure(get_scores_figure(key, display, legend_rows), state, "timeline_scores", styled=True)
+        show_figure(get_scores_figure(key, display, legend_rows), state, "timeline_scores", styled=True,
+                    live="tl_scores_chart")
     else:
         loss_col, scores_col = side_by_side(state, [1.15, 2])
         with loss_col:
-            show_figure(get_loss_figure(key, i, display, legend_rows), state, "timeline_loss", styled=True)
+            show_figure(get_loss_figure(key, display, legend_rows), state, "timeline_loss", styled=True,
+                        live="tl_loss_chart", update=get_loss_step(key, i))
         with scores_col:
-            show_figure(get_scores_figure(key, display, legend_rows), state, "timeline_scores", styled=True)
+            show_figure(get_scores_figure(key, display, legend_rows), state, "timeline_scores", styled=True,
+                        live="tl_scores_chart")
     if phase:
         st.caption(f":material/bolt: **Phase change between step {phase[0]:,} and step {phase[1]:,}** (shaded): the first "
                    "snapshot where the best induction score reaches halfway between its first value "
@@ -201,15 +204,16 @@ def at_step() -> None:
     default_layer, default_head = divmod(int(scores["induction"][-1].argmax()), cfg.n_heads)
     grid_col, pick_col = side_by_side(state, [3, 2])
     with grid_col:
-        show_figure(get_grid_figure(key, i, shown, display), state, "timeline_all_heads", select_key="tl_grid",
-                    on_select=_open_head, styled=True)
+        show_figure(get_grid_figure(key, i, shown, display), state, "timeline_all_heads", on_select=_open_head,
+                    styled=True, live="tl_grid")
     with pick_col:
         layer = pick_index(st, "Layer", "tl_layer", cfg.n_layers, default_layer)
         head = pick_index(st, "Head", "tl_head", cfg.n_heads, default_head)
         st.caption(f"Layer {layer}, head {head} at this step: induction score {scores['induction'][i, layer, head]:.2f}, "
                    f"previous-token score {scores['previous-token'][i, layer, head]:.2f}. It opens on the head with the "
                    "highest induction score at the last step; click a head in the grid to show it below.")
-    show_figure(get_head_figure(key, i, shown, layer, head, display), state, f"timeline_L{layer}_H{head}", styled=True)
+    show_figure(get_head_figure(key, i, shown, layer, head, display), state, f"timeline_L{layer}_H{head}", styled=True,
+                live="tl_head_chart")
 
     if cfg.causal and models[i].has_lm_head:
         st.subheader(f"What the model writes at step {step:,}")

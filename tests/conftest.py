@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 
 import numpy as np
@@ -57,3 +58,16 @@ def plotly_array(value) -> np.ndarray:
         shape = [int(n) for n in str(value.get("shape", len(flat))).split(",")]
         return flat.reshape(shape)
     return np.array(value, dtype=float)  # None (a gap) becomes NaN
+
+
+def shown_figures(at) -> list[dict]:
+    """Every Plotly figure an AppTest page shows, as Plotly JSON: ``st.plotly_chart``'s and the live charts'
+    (viz_ui/live_chart.py: the figure with its layout update applied, as the browser draws it)."""
+    from viz_ui.figures import merge_layout
+    figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    for c in at.get("bidi_component"):
+        data = json.loads(c.proto.json)
+        if "figure" in data:
+            fig = json.loads(data["figure"])
+            figs.append(dict(fig, layout=merge_layout(fig["layout"], data.get("update"))))
+    return figs

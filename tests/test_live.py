@@ -3,7 +3,6 @@ asked or at the time limit with a usable model, refuses what the limits forbid w
 the job's own numbers."""
 
 import io
-import json
 import threading
 import time
 
@@ -12,7 +11,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, plotly_array
+from conftest import ROOT, plotly_array, shown_figures
 from viz_model import load_model
 from viz_model.training import live
 from viz_model.training.live import (SHIPPED_TEXT, Registry, ServerBusy, TrainingRefused, TrainJob, TrainSettings,
@@ -153,8 +152,7 @@ def open_train_page(**widgets) -> AppTest:
 
 
 def figure(at: AppTest, start: str) -> dict:
-    figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    return next(f for f in figs if f["layout"]["title"]["text"].startswith(start))
+    return next(f for f in shown_figures(at) if f["layout"]["title"]["text"].startswith(start))
 
 
 def test_the_page_trains_shows_the_jobs_numbers_and_adopts_the_model():

@@ -11,7 +11,7 @@ import torch
 from safetensors import safe_open
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, plotly_array, small_model
+from conftest import ROOT, plotly_array, shown_figures, small_model
 from viz_model import CheckpointError, load_model, save_checkpoint
 from viz_model.training.timeline import (load_timeline, load_timeline_upload, log_spaced_steps, phase_change,
                                          read_timeline, write_timeline)
@@ -222,12 +222,14 @@ def test_timeline_page_shows_the_snapshots_own_numbers(shipped):
     assert not at.exception, [e.value for e in at.exception]
     assert at.select_slider(key="train_step").value == step
     assert list(at.select_slider(key="train_step").options) == [f"{s:,}" for s in data["steps"]]
-    figs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
-    loss = figs[f"Loss at step {step:,}"]["data"]  # per loss: its line, then the step's marker
-    np.testing.assert_allclose(plotly_array(loss[0]["y"]), data["train_loss"])
-    np.testing.assert_allclose(plotly_array(loss[2]["y"]), data["valid_loss"])
-    assert plotly_array(loss[1]["y"]).tolist() == pytest.approx([data["train_loss"][i]])
-    assert plotly_array(loss[3]["y"]).tolist() == pytest.approx([data["valid_loss"][i]])
+    figs = {f["layout"]["title"]["text"]: f for f in shown_figures(at)}
+    loss = figs[f"Loss at step {step:,}"]
+    np.testing.assert_allclose(plotly_array(loss["data"][0]["y"]), data["train_loss"])
+    np.testing.assert_allclose(plotly_array(loss["data"][1]["y"]), data["valid_loss"])
+    # the step's marks: a circle on each curve at the step's loss, and a line at the step
+    circles = [s for s in loss["layout"]["shapes"] if s["type"] == "circle"]
+    assert [c["yanchor"] for c in circles] == pytest.approx([data["train_loss"][i], data["valid_loss"][i]])
+    assert any(s["type"] == "line" and s["x0"] == step for s in loss["layout"]["shapes"])
     curves = figs["Head-type scores across training"]["data"]
     model, tok = load_model(SHIPPED / data["snapshots"][i])
     ids = tok.encode("Tom had a red ball.\nTom had a red ball.").ids
@@ -239,15 +241,20 @@ def test_timeline_page_shows_the_snapshots_own_numbers(shipped):
     best = at.metric[2]
     assert best.label == "Best induction score" and float(best.value) == pytest.approx(
         np.array(data["scores"]["induction"][i]).max(), abs=0.006)
-    # a step change (the fragment alone reruns): the step's figures follow it; the scores figure is sent unchanged,
-    # so the browser keeps it as drawn (a figure whose specification changes is drawn anew)
-    scores_spec = next(c.proto.spec for c in at.get("plotly_chart") if "Head-type scores" in c.proto.spec)
+    # a step change (the fragment alone reruns): the step's figures follow it in the same live charts (redrawn in
+    # place); the scores figure and the losses' own figure are sent unchanged (only the losses' marks move)
+    charts = {c.proto.id: json.loads(c.proto.json) for c in at.get("bidi_component")}
     at.select_slider(key="train_step").set_value(data["steps"][i + 1]).run()
     assert not at.exception, [e.value for e in at.exception]
-    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    after = {c.proto.id: json.loads(c.proto.json) for c in at.get("bidi_component")}
+    assert after.keys() == charts.keys() and len(charts) == 4  # the same four charts
+    titles = {f["layout"]["title"]["text"] for f in shown_figures(at)}
     assert {f"Loss at step {data['steps'][i + 1]:,}", f"All heads at step {data['steps'][i + 1]:,}",
-            f"Layer 1, head 2 at step {data['steps'][i + 1]:,}"} <= set(titles)
-    assert next(c.proto.spec for c in at.get("plotly_chart") if "Head-type scores" in c.proto.spec) == scores_spec
+            f"Layer 1, head 2 at step {data['steps'][i + 1]:,}", "Head-type scores across training"} == titles
+    kept = [k for k in charts if charts[k]["figure"] == after[k]["figure"]]
+    assert len(kept) == 2 and all(charts[k]["revision"] == after[k]["revision"] for k in kept)
+    assert {json.loads(after[k]["figure"])["layout"]["title"]["text"] for k in kept} == {
+        "Loss", "Head-type scores across training"}
 
 
 def test_figures_built_in_one_pass_equal_figures_styled_afterwards():

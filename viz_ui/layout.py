@@ -17,6 +17,7 @@ from viz_model.tokenizer import IdTokenizer
 
 from .export import figure_csv, trace_npz
 from .figures import style_for_display
+from .live_chart import clicked_point, live_chart
 from .state import available_models, get_salient_head, get_trace, resolve
 from .text import plain
 from .trace import Trace
@@ -443,25 +444,49 @@ def side_by_side(state: AppState, spec) -> list:
 
 
 def show_figure(fig: go.Figure, state: AppState, view: str, data=None, select_key: str | None = None,
-                on_select=None, styled: bool = False) -> None:
+                on_select=None, styled: bool = False, live: str | None = None, update: dict | None = None) -> None:
     """Render a figure with a PNG/SVG export in its toolbar and a CSV of its data, named after the model
     and view. ``data``: a callable returning the DataFrame to export, when the figure's own cells are not
     the best table (e.g. tiled or pooled figures); by default :func:`figure_frame` of the figure.
     ``select_key`` and ``on_select``: a clickable figure (Streamlit point selection under that widget key; the
-    callback reads ``st.session_state[select_key].selection``). ``styled``: the figure was built styled for
-    this display (``viz_ui.figures.one_pass_figure`` with ``display=(scale, theme)``), not to be styled again."""
+    callback reads :func:`selected_points` of ``select_key``). ``styled``: the figure was built styled for
+    this display (``viz_ui.figures.one_pass_figure`` with ``display=(scale, theme)``), not to be styled again.
+    ``live``: the key of a chart redrawn in place (:mod:`viz_ui.live_chart`; the same key at every rerun) for a
+    figure that changes at every move of a slider; a click calls ``on_select``, and ``select_key`` is ``live``.
+    ``update``: a layout update shown on top of ``fig`` (``fig.update_layout(update)``): with ``live``, a change of
+    ``update`` alone is redrawn in a few ms (:func:`viz_ui.live_chart.live_chart`). Where this server cannot draw
+    live charts, the figure is shown as any other."""
     d = state.display
     filename = f"{_file_stem(state.model_name)}_{view}"
     if not styled:
         style_for_display(fig, d.scale, d.theme)
     config = {"displaylogo": False, "displayModeBar": not d.lecture,
               "toImageButtonOptions": {"format": d.export, "scale": 3 if d.export == "png" else 1, "filename": filename}}
-    if select_key:
-        st.plotly_chart(fig, theme=None, config=config, key=select_key, on_select=on_select, selection_mode="points")
-    else:
-        st.plotly_chart(fig, theme=None, config=config)
+    # as Streamlit's own charts: clicks select (no box or lasso), no upload to Plotly's cloud
+    live_config = dict(config, modeBarButtonsToRemove=["lasso2d", "select2d", "sendChartToCloud"])
+    if live is None or live_chart(fig, live_config, live, on_click=on_select, update=update) is None:
+        if update:
+            fig = go.Figure(fig).update_layout(update)  # a copy: ``fig`` may be a cached figure
+        select_key = select_key or (live if on_select else None)
+        if select_key:
+            st.plotly_chart(fig, theme=None, config=config, key=select_key, on_select=on_select, selection_mode="points")
+        else:
+            st.plotly_chart(fig, theme=None, config=config)
     if not d.lecture:
         csv = (lambda: figure_csv(fig)) if data is None else (lambda: data().to_csv(index=False))
         st.download_button("Data (CSV)", data=csv, file_name=f"{filename}.csv", mime="text/csv",
                            key=f"csv_{view}", type="tertiary", icon=":material/download:")
     show_link(state)
+
+
+def selected_points(key: str) -> list[dict]:
+    """The points selected or clicked in the figure shown by :func:`show_figure` with ``select_key`` (or ``live``)
+    ``key``, as Plotly reports them (``curve_number``, ``point_index``, …); read it in the ``on_select`` callback."""
+    value = st.session_state.get(key)
+    if value is None:
+        return []
+    selection = getattr(value, "selection", None)
+    if selection is not None:  # st.plotly_chart
+        return list(selection.points)
+    click = clicked_point(key)
+    return [click] if click else []

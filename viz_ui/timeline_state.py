@@ -21,7 +21,7 @@ from viz_model.tokenizer import IdTokenizer
 from viz_model.training.timeline import TIMELINE_FILE, LoadedTimeline, load_timeline, phase_change, snapshot_scores
 
 from .figures import attention_grid, attention_heatmap
-from .timeline_view import curves_height, grid_margins, head_margins, loss_curves, score_curves
+from .timeline_view import curves_height, grid_margins, head_margins, loss_curves, loss_step, score_curves
 from .trace import encode_text, token_label, tokenizer_errors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,13 +174,21 @@ def timeline_phase(key: str) -> tuple[int, int] | None:
     return phase_change(steps, induction.reshape(len(steps), -1).max(1).tolist())
 
 
-@st.cache_resource(max_entries=256, ttl=3600, show_spinner=False)
-def get_loss_figure(key: str, index: int, display: tuple[float, str], legend_rows: int = 2) -> go.Figure:
-    """:func:`viz_ui.timeline_view.loss_curves` of the timeline, marking snapshot ``index``."""
+@st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
+def get_loss_figure(key: str, display: tuple[float, str], legend_rows: int = 2) -> go.Figure:
+    """:func:`viz_ui.timeline_view.loss_curves` of the timeline without the marks of a step (the same figure at every
+    step; :func:`get_loss_step` draws them)."""
     loaded = resolve_timeline(key)
     tl, cfg = loaded.timeline, loaded.models[0].cfg
-    return loss_curves(tl.steps, tl.train_loss, tl.valid_loss, tl.steps[index], timeline_phase(key),
+    return loss_curves(tl.steps, tl.train_loss, tl.valid_loss, None, timeline_phase(key),
                        curves_height(cfg.n_layers * cfg.n_heads), display, legend_rows)
+
+
+def get_loss_step(key: str, index: int) -> dict:
+    """The marks of snapshot ``index`` on :func:`get_loss_figure`, as a layout update
+    (:func:`viz_ui.timeline_view.loss_step`)."""
+    tl = resolve_timeline(key).timeline
+    return loss_step(tl.steps, tl.train_loss, tl.valid_loss, tl.steps[index], timeline_phase(key))
 
 
 @st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)

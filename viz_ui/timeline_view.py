@@ -11,7 +11,7 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from .figures import FONT, one_pass_figure, position_ticks
+from .figures import FONT, merge_layout, one_pass_figure, position_ticks
 
 ZERO_AT = 0.5  # where step 0 is drawn on the log axis
 MARK = "#b3261e"  # the current step (the app's primary colour: 6.4:1 on white)
@@ -120,13 +120,48 @@ def curves_height(n_heads_total: int) -> int:
     return 440 + 22 * (n_heads_total // 9)
 
 
-def loss_curves(steps: list[int], train: list[float] | None, valid: list[float] | None, step: int,
+LOSS_COLOURS = {"train loss": "#1f77b4", "validation loss": "#ff7f0e"}
+STEP_MARKER_PX = 13  # the diameter of the circles marking the step on the loss curves
+
+
+def _log_range(steps: list[int]) -> tuple[float, float]:
+    """The loss figure's step axis range (log10 units): from step 0 (at :data:`ZERO_AT`) to the last step, with 4 %
+    of room on either side."""
+    lo, hi = math.log10(ZERO_AT), math.log10(max(1, steps[-1]))
+    pad = 0.04 * (hi - lo)
+    return lo - pad, hi + pad
+
+
+def loss_step(steps: list[int], train: list[float] | None, valid: list[float] | None, step: int,
+              phase: tuple[int, int] | None = None) -> dict:
+    """What :func:`loss_curves` draws for ``step``, as a layout update (``fig.update_layout``): the title, and the
+    shapes: the phase change's band, a vertical line at the step, and a circle (:data:`STEP_MARKER_PX` px, the
+    curve's colour ringed in the step's red) on each recorded curve at the step. Shapes, not traces: the page moves
+    them with ``Plotly.relayout`` (a few ms) instead of drawing the figure again (:mod:`viz_ui.live_chart`).
+
+    Raises:
+        ValueError: ``step`` is not one of ``steps``.
+    """
+    i = steps.index(step)
+    lo, hi = _log_range(steps)
+    x = (math.log10(step_x([step])[0]) - lo) / (hi - lo)  # on the plot's width: Plotly draws a circle of a fixed
+    shapes = _marks(step, phase, ["x"])                    # size anchored on a log axis too narrow and off centre
+    r = STEP_MARKER_PX / 2
+    for name, values in (("train loss", train), ("validation loss", valid)):
+        if values is not None and math.isfinite(values[i]):
+            shapes.append(dict(type="circle", xref="paper", yref="y", xsizemode="pixel", ysizemode="pixel", xanchor=x,
+                               yanchor=float(values[i]), x0=-r, x1=r, y0=-r, y1=r, fillcolor=LOSS_COLOURS[name],
+                               line=dict(color=MARK, width=3), layer="above"))
+    return dict(title=dict(text=f"Loss at step {step:,}"), shapes=shapes)
+
+
+def loss_curves(steps: list[int], train: list[float] | None, valid: list[float] | None, step: int | None,
                 phase: tuple[int, int] | None = None, height: int = 440,
                 display: tuple[float, str] | None = None, legend_rows: int = 2) -> go.Figure:
     """The train and validation loss (nats/token) of every snapshot (``None``: not recorded), step on a log axis,
-    with large markers and a vertical line at the snapshot of ``step``, the phase change's ``(before, after)`` steps
-    shaded. The page redraws it at every step change, so it is small: one panel, margins that already hold its
-    labels and legend (:func:`curve_margins`), a mode bar of the export button only (it stands in a narrow column).
+    the phase change's ``(before, after)`` steps shaded, and the marks of ``step`` (:func:`loss_step`; ``None``: the
+    figure without them, on which the page draws them). One panel, margins that already hold its labels and
+    legend (:func:`curve_margins`), a mode bar of the export button only (it stands in a narrow column).
     ``display``: ``(scale, theme)`` to build it styled for the page (:func:`viz_ui.figures.one_pass_figure`);
     ``legend_rows``: the rows its legend is given room for (:func:`curve_margins`).
 
@@ -134,22 +169,20 @@ def loss_curves(steps: list[int], train: list[float] | None, valid: list[float] 
         ValueError: ``step`` is not one of ``steps``.
     """
     x = step_x(steps)
-    i = steps.index(step)
     traces = []
-    for name, values, colour in (("train loss", train, "#1f77b4"), ("validation loss", valid, "#ff7f0e")):
-        if values is None:
-            continue
-        traces.append(dict(type="scatter", x=x, y=values, mode="lines+markers", name=name, customdata=steps,
-                           line=dict(color=colour), marker=dict(size=5),
-                           hovertemplate=f"step %{{customdata:,}}<br>{name} %{{y:.3f}}<extra></extra>"))
-        traces.append(dict(type="scatter", x=[x[i]], y=[values[i]], mode="markers", showlegend=False,
-                           hoverinfo="skip", marker=dict(size=13, color=colour, line=dict(color=MARK, width=3))))
+    for name, values in (("train loss", train), ("validation loss", valid)):
+        if values is not None:
+            traces.append(dict(type="scatter", x=x, y=values, mode="lines+markers", name=name, customdata=steps,
+                               line=dict(color=LOSS_COLOURS[name]), marker=dict(size=5),
+                               hovertemplate=f"step %{{customdata:,}}<br>{name} %{{y:.3f}}<extra></extra>"))
     scale = 1.0 if display is None else display[0]
-    layout = dict(title=dict(text=f"Loss at step {step:,}", x=0), font=FONT, height=height,
+    layout = dict(title=dict(text="Loss", x=0), font=FONT, height=height,
                   margin=dict(curve_margins(height, scale, legend_rows), r=10, t=60),
-                  xaxis=dict(title="step (log scale)", **_log_ticks(steps[-1])), yaxis=dict(title="loss (nats/token)"),
-                  shapes=_marks(step, phase, ["x"]), legend=dict(orientation="h", y=-0.3),
-                  modebar=dict(remove=NARROW_MODEBAR))
+                  xaxis=dict(title="step (log scale)", range=list(_log_range(steps)), **_log_ticks(steps[-1])),
+                  yaxis=dict(title="loss (nats/token)"), shapes=_marks(None, phase, ["x"]),
+                  legend=dict(orientation="h", y=-0.3), modebar=dict(remove=NARROW_MODEBAR))
+    if step is not None:
+        layout = merge_layout(layout, loss_step(steps, train, valid, step, phase))
     return one_pass_figure(traces, layout, display=display)
 
 

@@ -1,0 +1,92 @@
+"""A Plotly chart redrawn in place: for figures that change at every move of a slider (the timeline's step).
+
+Streamlit's Plotly element gives a chart whose figure changed a new identity: the browser throws the old chart
+away and draws a new one, twice (once before its width is known, then at the real width). On the timeline page
+that was most of a step change's time (bench/timeline.py). This Streamlit component (``st.components.v2``, in the
+page's own DOM, no iframe) keeps one Plotly chart per key and hands each new figure to ``Plotly.react``, which
+redraws only what changed. Plotly's code is the plotly package's own ``plotly.min.js`` (the version its figures
+are written for), copied into the app's ``static/`` folder and served by Streamlit's static file serving
+(``server.enableStaticServing`` in .streamlit/config.toml): nothing is fetched from the internet.
+
+Where that cannot be done (static serving off, the folder not writable), :func:`live_chart_source` returns None
+and callers fall back to ``st.plotly_chart``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import plotly
+import plotly.graph_objects as go
+import plotly.io
+import streamlit as st
+
+ROOT = Path(__file__).resolve().parent.parent
+STATIC = ROOT / "static"  # Streamlit serves the folder beside the main script (app.py) as app/static/
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+_JS = (Path(__file__).with_name("live_chart.js")).read_text(encoding="utf-8")
+_COMPONENT = st.components.v2.component("viz_live_chart", js=_JS, isolate_styles=False)  # Plotly's CSS is global
+
+
+def _install() -> str | None:
+    """Copy plotly.min.js into :data:`STATIC` under a name with plotly's version (a new version is a new URL, so a
+    browser never runs a cached older copy) unless it is there; its URL relative to the app's pages, or None."""
+    name = f"plotly-{plotly.__version__}.min.js"
+    target = STATIC / name
+    try:
+        if not target.is_file() or target.stat().st_size != PLOTLY_JS.stat().st_size:
+            STATIC.mkdir(exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=STATIC, suffix=".part", delete=False) as tmp:
+                with PLOTLY_JS.open("rb") as src:
+                    shutil.copyfileobj(src, tmp)
+            os.chmod(tmp.name, 0o644)
+            os.replace(tmp.name, target)  # atomic: another session never serves half a file
+    except OSError:
+        return None
+    return f"app/static/{name}"
+
+
+_SOURCE: str | None | bool = False  # not looked at yet
+
+
+def live_chart_source() -> str | None:
+    """The URL (relative to the page) of Plotly's code for live charts, or None when this server cannot serve it
+    (``server.enableStaticServing`` off, or the static folder not writable): then show figures with
+    ``st.plotly_chart``."""
+    global _SOURCE
+    if not st.get_option("server.enableStaticServing"):
+        return None
+    if _SOURCE is False:
+        _SOURCE = _install()
+    return _SOURCE
+
+
+def live_chart(fig: go.Figure, config: dict, key: str, on_click=None, update: dict | None = None) -> dict | None:
+    """Draw ``fig`` in the live chart ``key`` (the same key at every rerun: the browser keeps the chart and
+    updates it in place). ``config``: Plotly's config (mode bar, export). ``on_click``: a callback run when a
+    point is clicked; it reads :func:`clicked_point`. ``update``: a layout update drawn on top of ``fig``, as
+    ``fig.update_layout(update)`` would (e.g. the marks of a slider's position: title, shapes; JSON values only):
+    when only ``update`` changed since the last rerun, the browser applies it with ``Plotly.relayout`` (a few ms)
+    instead of drawing the figure again (tens of ms).
+
+    Returns:
+        The component's result (``.click`` is the last click, for one rerun), or None when live charts are not
+        available (see :func:`live_chart_source`; nothing was drawn).
+    """
+    src = live_chart_source()
+    if src is None:
+        return None
+    figure = plotly.io.to_json(fig, validate=False)
+    return _COMPONENT(key=key, data={"figure": figure, "config": config, "src": src, "clickable": on_click is not None,
+                                     "revision": str(hash(figure)), "update": update or {}},
+                      on_click_change=on_click or (lambda: None))
+
+
+def clicked_point(key: str) -> dict | None:
+    """The point clicked in the live chart ``key`` during this rerun: ``{"curve_number", "point_index", "x", "y"}``
+    as Plotly reports them, or None."""
+    result = st.session_state.get(key)
+    return None if result is None else result.get("click")
