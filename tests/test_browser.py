@@ -1,5 +1,6 @@
 """A real browser (Debian's Chromium through Playwright) against a real ``streamlit run``."""
 
+import json
 import re
 import socket
 import subprocess
@@ -424,4 +425,38 @@ def test_links_hold_only_what_differs_from_the_defaults(server, browser):
     settled(page)
     expect(page).to_have_url(re.compile(r"lecture=true"))
     assert not re.search(r"theme=|scale=|export=", page.url), page.url
+    page.close()
+
+
+def test_timeline_step_changes_redraw_the_same_charts_in_place(server, browser):
+    """Page 6's charts are live charts (viz_ui/live_chart.py): a step change redraws the same Plotly charts with the
+    next snapshot (no new chart), the mode bar has the export and fullscreen buttons but no upload to Plotly's
+    cloud, and a click on a tile of the all-heads grid shows that head large."""
+    steps = json.loads((ROOT / "assets" / "timelines" / "induction-2l" / "timeline.json").read_text())["steps"]
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(f"{server}/timeline?train_step={steps[20]}&tl_layer=1&tl_head=2")
+    head = page.locator(".viz-live-chart").filter(has=page.locator(".gtitle", has_text="Layer 1, head 2 at step"))
+    expect(head.locator(".gtitle")).to_have_text(f"Layer 1, head 2 at step {steps[20]:,}", timeout=60_000)
+    expect(page.locator(".viz-live-chart")).to_have_count(4)
+    page.evaluate("() => document.querySelectorAll('.viz-live-chart').forEach((d, i) => { d.__testMark = i; })")
+    titles = {s: page.locator(".viz-live-chart .gtitle").filter(has_text=s) for s in ("Loss at step", "All heads at")}
+    page.get_by_role("slider", name="Training step (snapshots, log-spaced)").press("ArrowRight")
+    expect(head.locator(".gtitle")).to_have_text(f"Layer 1, head 2 at step {steps[21]:,}", timeout=60_000)
+    expect(titles["Loss at step"]).to_have_text(f"Loss at step {steps[21]:,}")
+    expect(titles["All heads at"]).to_have_text(f"All heads at step {steps[21]:,}")
+    assert page.evaluate("() => [...document.querySelectorAll('.viz-live-chart')].map(d => d.__testMark)") == [0, 1, 2, 3]
+    buttons = page.evaluate("() => [...document.querySelectorAll('.viz-live-chart .modebar-btn')]"
+                            ".map(b => b.getAttribute('data-title'))")
+    assert "Fullscreen" in buttons and any("Download plot" in b for b in buttons)
+    assert not any("Share" in b or "Cloud" in b for b in buttons)
+    # a click on head 1 of layer 0 in the grid (its last trace has one point per head)
+    page.locator(".viz-live-chart").filter(has=page.locator(".gtitle", has_text="All heads")).scroll_into_view_if_needed()
+    x, y = page.evaluate("""() => { const gd = [...document.querySelectorAll('.viz-live-chart')]
+            .find(d => d.layout.title.text.startsWith('All heads'));
+        const tr = gd._fullData[gd._fullData.length - 1], xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+        const r = gd.getBoundingClientRect();
+        return [r.left + xa._offset + xa.l2p(tr.x[1]), r.top + ya._offset + ya.l2p(tr.y[1])]; }""")
+    page.mouse.click(x, y)
+    expect(page.locator(".viz-live-chart .gtitle").filter(has_text=f"Layer 0, head 1 at step {steps[21]:,}")
+           ).to_have_count(1, timeout=60_000)
     page.close()

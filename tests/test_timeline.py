@@ -283,3 +283,35 @@ def test_timelines_on_the_command_line_and_shipped():
     assert command_line_timelines(["--model", "m.safetensors", "--timeline", "runs/mine/", "--timeline", "b.zip"]) == {
         "mine": "runs/mine/", "b.zip": "b.zip"}
     assert shipped_timelines() == {"induction-2l": str(SHIPPED)}
+
+
+def test_without_live_charts_the_page_shows_the_same_figures(shipped, monkeypatch):
+    """Where the server cannot serve Plotly's code for live charts (static serving off, or no writable static/), the
+    page shows its figures with st.plotly_chart: the losses' figure with the step's marks drawn in."""
+    import viz_ui.live_chart as live_chart
+    monkeypatch.setattr(live_chart, "live_chart_source", lambda: None)
+    data, _ = shipped
+    i = len(data["steps"]) // 2
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params["train_step"] = str(data["steps"][i])
+    at.run()
+    at.switch_page("pages/timeline.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.get("bidi_component")
+    figs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+    loss = figs[f"Loss at step {data['steps'][i]:,}"]
+    circles = [s for s in loss["layout"]["shapes"] if s["type"] == "circle"]
+    assert [c["yanchor"] for c in circles] == pytest.approx([data["train_loss"][i], data["valid_loss"][i]])
+    assert f"All heads at step {data['steps'][i]:,}" in figs and "Head-type scores across training" in figs
+
+
+def test_plotly_code_for_live_charts_is_the_plotly_packages_own(tmp_path, monkeypatch):
+    import viz_ui.live_chart as live_chart
+    monkeypatch.setattr(live_chart, "STATIC", tmp_path / "static")
+    url = live_chart._install()
+    name = url.rsplit("/", 1)[1]
+    assert url == f"app/static/{name}" and live_chart.plotly.__version__ in name
+    assert (tmp_path / "static" / name).read_bytes() == live_chart.PLOTLY_JS.read_bytes()
+    (tmp_path / "a file").write_text("")
+    monkeypatch.setattr(live_chart, "STATIC", tmp_path / "a file" / "static")  # cannot be created: no live charts
+    assert live_chart._install() is None
