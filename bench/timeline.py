@@ -3,13 +3,13 @@
 On the shipped timeline (assets/timelines/induction-2l), with the text twice (63 tokens):
 
 1. the server's work for one step change, in process: the snapshot's attention patterns and greedy sample (a step's
-   first visit), building the page's figures of the step (a step's first visit; then cached), and serialising
-   them as ``st.plotly_chart`` does (every visit) (median of N, ms);
+   first visit), building the page's figures of the step (the grid and the head; a step's first visit, then cached;
+   and the losses' marks) and serialising them as the live charts do (every visit) (median of N, ms);
 2. in Chromium at 1280×800 against ``streamlit run``, before and after: the page of an earlier commit (``--before``,
-   by default the one before the step change was made fast) and this checkout's, run in turns (ABBA) so that the
+   by default the release before the live charts) and this checkout's, run in turns (ABBA) so that the
    machine's load hits both alike. ArrowRight on the step slider, then: the frame that shows the next snapshot's
    head (timed inside the page from the keydown's own timestamp, as bench/latency.py), the frame after the last
-   figure stopped changing (Streamlit draws each new Plotly chart twice), and the browser's main-thread CPU time
+   figure stopped changing (Streamlit's own Plotly element draws each new chart twice), and the main-thread CPU time
    for the change (thread time from a Chrome trace: the part that another process's load inflates least). At a
    step's first visit, and again once every step is cached. Each with the 1-minute load average (``uptime``):
    this machine's 2 cores are shared, so run several rounds and read the spread.
@@ -35,7 +35,7 @@ from common import ROOT, show
 from server import CHROMIUM_ARGS, app_server
 
 TIMELINE = ROOT / "assets" / "timelines" / "induction-2l"
-BEFORE = "4825ddf"  # the page before the step change was made fast: one figure of loss and scores redrawn at each step
+BEFORE = "4f0084a"  # page 6 before the live charts: three st.plotly_chart figures drawn anew at each step (4825ddf: four)
 VIEWPORT = {"width": 1280, "height": 800}
 TRACE_CATEGORIES = ["toplevel", "devtools.timeline", "disabled-by-default-devtools.timeline", "blink.user_timing"]
 
@@ -53,22 +53,23 @@ def text_of(n_tokens: int) -> tuple[str, int]:
 def server_side(text: str, repeats: int) -> dict[str, float]:
     """Median ms of the server's work for one step change, each part measured on its own, as the page does it: what
     it computes and builds per (snapshot, text) at a step's first visit (viz_ui.timeline_state caches it), and what
-    it sends at every visit (the three figures of the step serialised as ``st.plotly_chart`` does; the scores
-    figure, the same at every step, is built once)."""
+    it sends at every visit (the grid and the head serialised as the live charts do, the losses' figure with the
+    step's marks; the scores figure and the losses' own figure, the same at every step, are built once)."""
     import plotly.io
-    import plotly.tools
 
     from viz_model.sampling import generate
     from viz_model.training.timeline import load_timeline, phase_change, snapshot_scores
     from viz_ui.figures import attention_grid, attention_heatmap
     from viz_ui.timeline_state import step_view
-    from viz_ui.timeline_view import curves_height, grid_margins, head_margins, loss_curves
+    from viz_ui.timeline_view import curves_height, grid_margins, head_margins, loss_curves, loss_step
 
     loaded = load_timeline(TIMELINE)
     tl, tok, cfg = loaded.timeline, loaded.tokenizer, loaded.models[0].cfg
     scores = {k: v.numpy() for k, v in snapshot_scores(loaded.models).items()}
     phase = phase_change(tl.steps, scores["induction"].reshape(len(tl.steps), -1).max(1).tolist())
     display = (1.0, "light")
+    base = loss_curves(tl.steps, tl.train_loss, tl.valid_loss, None, phase, curves_height(cfg.n_layers * cfg.n_heads),
+                       display)
     times: dict[str, list[float]] = defaultdict(list)
     for r in range(repeats + 1):
         i = (r * 7) % len(tl.steps)
@@ -78,22 +79,22 @@ def server_side(text: str, repeats: int) -> dict[str, float]:
         t1 = time.perf_counter()
         generate(model, tok.encode(text).ids, 30, temperature=0.0)
         t2 = time.perf_counter()
-        figs = [loss_curves(tl.steps, tl.train_loss, tl.valid_loss, step, phase,
-                            curves_height(cfg.n_layers * cfg.n_heads), display),
-                attention_grid(view.patterns, labels=view.labels, display=display,
+        figs = [attention_grid(view.patterns, labels=view.labels, display=display,
                                patch=dict(title=dict(text=f"All heads at step {step:,}"),
                                           margin=grid_margins(cfg.n_layers)))[0],
                 attention_heatmap(view.patterns[1, 2], view.labels, f"Layer 1, head 2 at step {step:,}",
                                   patch=dict(margin=head_margins(view.labels)), display=display)]
+        marks = loss_step(tl.steps, tl.train_loss, tl.valid_loss, step, phase)
         t3 = time.perf_counter()
-        for f in figs:  # as st.plotly_chart does
-            plotly.io.to_json(plotly.tools.return_figure_from_figure_or_data(f, True), validate=False)
+        for f in figs + [base]:  # as viz_ui.live_chart does (the losses' figure is sent again with its marks)
+            plotly.io.to_json(f, validate=False)
+        json.dumps(marks)
         t4 = time.perf_counter()
         if r:  # the first round warms up
             for name, dt in (("attention patterns (first visit)", t1 - t0),
                              ("greedy sample, 30 tokens (first visit)", t2 - t1),
-                             ("building the 3 figures (first visit)", t3 - t2),
-                             ("serialising the 3 figures (every visit)", t4 - t3)):
+                             ("building the grid, the head and the losses' marks (first visit)", t3 - t2),
+                             ("serialising the step's 3 changed charts (every visit)", t4 - t3)):
                 times[name].append(dt * 1000)
     return {name: statistics.median(v) for name, v in times.items()}
 
