@@ -11,13 +11,17 @@ from pathlib import PurePosixPath
 from viz_model import CheckpointError
 from viz_model.sources import MAX_UPLOAD_MB
 from viz_model.training.timeline import PHASE_RISE, load_timeline_upload, phase_change
-from viz_ui.layout import pick_index, selected_points, set_shared, setup_page, shared_widget, show_figure, side_by_side
+from viz_ui.layout import (pick_index, selected_points, set_shared, setup_page, shared_value, shared_widget, show_figure,
+                          side_by_side)
+from viz_ui.live_chart import Frames, live_chart_source
+from viz_ui.scrubber import reported_step, step_scrubber
 from viz_ui.state import model_card, upload_hash
 from viz_ui.text import error_line, plain, recoverable
 from viz_ui.timeline_state import (MAX_SESSION_TIMELINES, MAX_VIEW_TOKENS, UPLOAD_PREFIX, add_session_timeline,
-                                   available_timelines, get_grid_figure, get_head_figure, get_loss_figure, get_loss_step,
-                                   get_scores_figure, get_step_sample, get_step_view, get_timeline_scores,
-                                   resolve_timeline)
+                                   available_timelines, get_grid_figure, get_grid_frames, get_head_figure,
+                                   get_head_frames, get_loss_figure, get_loss_frames, get_scores_figure,
+                                   get_step_sample, get_step_view, get_timeline_scores, resolve_timeline, step_window)
+from viz_ui.timeline_view import step_metrics
 
 PLAY_SECONDS = 1.0  # one snapshot per tick while playing
 N_NEW = 30  # greedy tokens generated at each step
@@ -65,7 +69,7 @@ if not timelines:
             "upload a .zip below.")
     upload_section()
     st.stop()
-top = st.columns([3, 1, 1.3], vertical_alignment="bottom")
+top = st.columns([3, 1.3], vertical_alignment="bottom")
 name = shared_widget(top[0].selectbox, "Timeline", list(timelines), key="timeline", default=next(iter(timelines)),
                      valid=timelines.__contains__,
                      help="The shipped timeline, those given with --timeline, and your uploads (this session only; "
@@ -90,26 +94,7 @@ st.caption(f"**{plain(name)}**: {len(steps)} snapshots from step {steps[0]:,} to
            f"{models[0].n_params():,} parameters, context {cfg.n_ctx} tokens).")
 
 
-def _play_pressed() -> None:
-    """Play starts from the step shown (from the first one when the last is shown); Pause leaves the step slider
-    on the snapshot shown last."""
-    if not st.session_state.get("_tl_playing"):
-        now = st.session_state.get("_train_step", steps[-1])
-        i = steps.index(now) if now in steps else len(steps) - 1
-        st.session_state["_tl_pos"] = 0 if i == len(steps) - 1 else i
-        st.session_state["_tl_playing"] = True
-    else:
-        st.session_state["_tl_playing"] = False
-        set_shared("train_step", steps[min(st.session_state.get("_tl_pos", 0), len(steps) - 1)])
-
-
-playing = bool(st.session_state.get("_tl_playing"))
-top[1].button("Pause" if playing else "Play", icon=":material/pause:" if playing else ":material/play_arrow:",
-              key="tl_play", on_click=_play_pressed, width="stretch",
-              help=f"Show the next snapshot every {PLAY_SECONDS:g} s, from the step shown; it stops at the last one "
-                   "(press again to start over).")
-st.session_state["_tl_full_run"] = True  # the fragment's run inside a full run shows the current snapshot again
-repeat = top[2].toggle("Show my text twice", value=True, key="tl_repeat",
+repeat = top[1].toggle("Show my text twice", value=True, key="tl_repeat",
                        help="Your text, a line break, and your text again (cut to the model's context). An induction "
                             "head shows on text that repeats: in the second copy each token looks at the token that "
                             "followed its first occurrence.")
@@ -118,6 +103,15 @@ if not text:
     upload_section()
     st.stop()
 shown = f"{text}\n{text}" if repeat else text
+metrics = step_metrics(steps, tl.train_loss, tl.valid_loss, scores)
+live = live_chart_source() is not None  # else every step change is drawn by the server (st.plotly_chart)
+
+
+def _step_reported() -> None:
+    """on_index_change of the scrubber: the step the browser shows becomes the page's (and the link's)."""
+    index = reported_step("tl_step")
+    if index is not None and 0 <= index < len(steps):
+        set_shared("train_step", steps[index])
 
 
 def _open_head() -> None:
@@ -129,42 +123,28 @@ def _open_head() -> None:
         set_shared("tl_head", head)
 
 
-@st.fragment(run_every=PLAY_SECONDS if playing else None)
+@st.fragment
 def at_step() -> None:
-    """Everything that depends on the step, as a fragment: a step change (or a tick of Play) reruns only this."""
+    """Everything that depends on the step, as a fragment. A step change is drawn in the browser at once (the
+    scrubber and the charts' frames); the server hears of it when the user pauses, and reruns only this."""
     state.shown_link = ""  # redraw the sidebar's link from this fragment too (see pages/output.py)
-    if playing:  # no step widget while playing: a tick never races a value the browser sends for it
-        pos = min(st.session_state.get("_tl_pos", 0), len(steps) - 1)
-        if not st.session_state.pop("_tl_full_run", False) and st.session_state.get("_tl_drawn") == pos:
-            pos += 1  # only once this snapshot was drawn in full (a slow run may be cut short by the next tick)
-        if pos >= len(steps):
-            st.session_state["_tl_playing"] = False
-            set_shared("train_step", steps[-1])
-            st.rerun(scope="app")
-        st.session_state["_tl_pos"] = pos
-        step = steps[pos]
-        st.progress(pos / max(1, len(steps) - 1), text=f"Playing: step {step:,} (snapshot {pos + 1} of {len(steps)})")
-    else:
-        st.session_state.pop("_tl_full_run", None)
-        step = shared_widget(st.select_slider, "Training step (snapshots, log-spaced)", options=steps,
-                             key="train_step", default=steps[-1], valid=lambda v: v in steps, cast=int,
-                             format_func=lambda s: f"{s:,}",
-                             help="Each mark is a saved snapshot: dense early on and where the induction score moved.")
+    step = shared_value("train_step", steps[-1], valid=lambda v: v in steps, cast=int)
     i = steps.index(step)
-    metrics = st.columns(4)
-    for col, label, values in ((metrics[0], "Train loss", tl.train_loss), (metrics[1], "Validation loss", tl.valid_loss)):
-        if values is None:
-            col.metric(label, "not recorded")
-        else:
-            col.metric(f"{label} (nats/token)", f"{values[i]:.3f}", f"{values[i] - values[0]:+.3f} since step {steps[0]:,}",
-                       delta_color="inverse")
-    for col, label, values, score in ((metrics[2], "Best induction score", best_induction, "induction"),
-                                      (metrics[3], "Best previous-token score", best_previous, "previous-token")):
-        layer, head = divmod(int(scores[score][i].argmax()), cfg.n_heads)
-        col.metric(label, f"{values[i]:.2f}", f"layer {layer}, head {head}", delta_color="off", delta_arrow="off")
+    try:
+        window = step_window(key, i, shown) if live else (i, i + 1)
+        error = None
+    except ValueError as exc:
+        window, error = (0, len(steps)), str(exc)
+    step_scrubber("tl_step", [f"{s:,}" for s in steps], i, "Training step (snapshots, log-spaced)", _step_reported,
+                  metrics=metrics, window=window, immediate=not live, theme=state.display.theme,
+                  play_seconds=PLAY_SECONDS,
+                  help="Each mark is a saved snapshot: dense early on and where the induction score moved. Arrow "
+                       "keys move one snapshot; Home and End go to the first and the last.",
+                  play_help=f"Show the next snapshot every {PLAY_SECONDS:g} s, from the step shown; it stops at the "
+                            "last one (press again to start over).")
 
-    # charts redrawn in place (viz_ui/live_chart.py): the scores figure is the same at every step (not drawn again);
-    # the losses are the same figure too, with the step's marks moved (a few ms); the grid and the head are redrawn
+    # the charts follow the scrubber in the browser, from frames of every step in the window (viz_ui/live_chart.py)
+    loss_frames = Frames(get_loss_figure(key, display, legend_rows), "tl_step", i, 0, len(steps), get_loss_frames(key))
     if tl.train_loss is None and tl.valid_loss is None:
         st.caption("This timeline records no losses (a folder of step-named checkpoints has none).")
         show_figure(get_scores_figure(key, display, legend_rows), state, "timeline_scores", styled=True,
@@ -172,8 +152,8 @@ def at_step() -> None:
     else:
         loss_col, scores_col = side_by_side(state, [1.15, 2])
         with loss_col:
-            show_figure(get_loss_figure(key, display, legend_rows), state, "timeline_loss", styled=True,
-                        live="tl_loss_chart", update=get_loss_step(key, i))
+            show_figure(get_loss_figure(key, display, legend_rows, i), state, "timeline_loss", styled=True,
+                        live="tl_loss_chart", frames=loss_frames)
         with scores_col:
             show_figure(get_scores_figure(key, display, legend_rows), state, "timeline_scores", styled=True,
                         live="tl_scores_chart")
@@ -189,31 +169,33 @@ def at_step() -> None:
                    f"({best_induction[0]:.2f}; highest {best_induction.max():.2f}). On the losses, the red line is the "
                    "step shown.")
 
-    st.subheader(f"Attention at step {step:,} on your text")
-    try:
-        view = get_step_view(key, i, shown)
-    except ValueError as exc:
-        st.error(f"The text cannot be run by this timeline's model: {plain(str(exc))}.")
-        st.session_state["_tl_drawn"] = i if playing else None
+    st.subheader("Attention on your text")
+    if error is not None:
+        st.error(f"The text cannot be run by this timeline's model: {plain(error)}.")
         return
+    view = get_step_view(key, i, shown)
     n = len(view.labels)
     if view.n_tokens_total > n:
         st.caption(f":material/content_cut: The text has {view.n_tokens_total:,} tokens under this timeline's tokenizer; "
                    f"the first {n:,} are shown ("
                    + ("the model's context)." if n == cfg.n_ctx else f"at most {MAX_VIEW_TOKENS} here)."))
+    lo, hi = window
     default_layer, default_head = divmod(int(scores["induction"][-1].argmax()), cfg.n_heads)
     grid_col, pick_col = side_by_side(state, [3, 2])
     with grid_col:
+        grid_frames = Frames(get_grid_figure(key, lo, shown, display), "tl_step", i, lo, hi - lo,
+                             get_grid_frames(key, shown, lo, hi)) if live else None
         show_figure(get_grid_figure(key, i, shown, display), state, "timeline_all_heads", on_select=_open_head,
-                    styled=True, live="tl_grid")
+                    styled=True, live="tl_grid", frames=grid_frames)
     with pick_col:
         layer = pick_index(st, "Layer", "tl_layer", cfg.n_layers, default_layer)
         head = pick_index(st, "Head", "tl_head", cfg.n_heads, default_head)
-        st.caption(f"Layer {layer}, head {head} at this step: induction score {scores['induction'][i, layer, head]:.2f}, "
-                   f"previous-token score {scores['previous-token'][i, layer, head]:.2f}. It opens on the head with the "
-                   "highest induction score at the last step; click a head in the grid to show it below.")
+        st.caption("The head shown below, with its scores at the step shown under its title. It opens on the head "
+                   "with the highest induction score at the last step; click a head in the grid to show it.")
+    head_frames = Frames(get_head_figure(key, lo, shown, layer, head, display), "tl_step", i, lo, hi - lo,
+                         get_head_frames(key, shown, layer, head, lo, hi)) if live else None
     show_figure(get_head_figure(key, i, shown, layer, head, display), state, f"timeline_L{layer}_H{head}", styled=True,
-                live="tl_head_chart")
+                live="tl_head_chart", frames=head_frames)
 
     if cfg.causal and models[i].has_lm_head:
         st.subheader(f"What the model writes at step {step:,}")
@@ -228,7 +210,6 @@ def at_step() -> None:
             space = " " if continuation[:1].isspace() else ""
             st.markdown(f"{'…' if len(text) > 200 else ''}{plain(text[-200:], None)}{space}"
                         + (f"**{plain(written, None)}**" if written else "*(only white space)*"))
-    st.session_state["_tl_drawn"] = i if playing else None
 
 
 at_step()

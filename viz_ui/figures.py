@@ -6,7 +6,9 @@ rows instead of being merged by Plotly's categorical axis.
 
 from __future__ import annotations
 
+import base64
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
@@ -78,6 +80,15 @@ def matrix_heatmap(matrix: np.ndarray, labels: list[str], title: str, x_title: s
     return _layout(fig, title, height=max(300, min(900, 80 + 22 * len(labels))))
 
 
+def typed_array(values: np.ndarray) -> dict:
+    """A float32 array as Plotly's typed array (``{"dtype": "f4", "bdata": base64, "shape": "rows, cols"}``, the
+    form plotly.py 6 itself writes numpy arrays in): a quarter of the size of a JSON list of numbers, decoded by
+    plotly.js without parsing numbers. NaN stays NaN (a gap)."""
+    a = np.ascontiguousarray(values, dtype="<f4")
+    return {"dtype": "f4", "bdata": base64.b64encode(a.tobytes()).decode("ascii"),
+            "shape": ", ".join(str(n) for n in a.shape)}
+
+
 def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: str = "weights",
                       offset: int = 0, patch: dict | None = None,
                       display: tuple[float, str] | None = None) -> go.Figure:
@@ -91,19 +102,20 @@ def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: s
     n = len(labels)
     q_lab = np.array(labels, dtype=object)[:, None].repeat(n, 1)
     k_lab = np.array(labels, dtype=object)[None, :].repeat(n, 0)
-    if kind == "weights":
-        z, shown = matrix, np.char.mod("%.4f", matrix)
-        trace = dict(z=z, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, colorbar=dict(title="weight"))
+    hover = "query %{y} %{customdata[0]}<br>key %{x} %{customdata[1]}<br>"
+    if kind == "weights":  # the hover reads the weight from z: a new z (another step of a timeline) is all that changes
+        trace = dict(z=matrix, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, colorbar=dict(title="weight"),
+                     customdata=np.stack([q_lab, k_lab], axis=-1), hovertemplate=hover + "%{z:.4f}<extra></extra>")
     else:
         finite = np.isfinite(matrix)
         z = np.where(finite, matrix, np.nan)
         shown = np.where(finite, np.char.mod("%.4f", np.where(finite, matrix, 0)), "masked (−∞)")
         limit = float(np.abs(z[finite]).max()) if finite.any() else 1.0
-        trace = dict(z=z, colorscale=DIVERGING, zmin=-limit, zmax=limit, colorbar=dict(title="score"))
+        trace = dict(z=z, colorscale=DIVERGING, zmin=-limit, zmax=limit, colorbar=dict(title="score"),
+                     customdata=np.stack([q_lab, k_lab, shown], axis=-1),
+                     hovertemplate=hover + "%{customdata[2]}<extra></extra>")
     positions = np.arange(offset, offset + n)
-    trace.update(type="heatmap", x=positions, y=positions, customdata=np.stack([q_lab, k_lab, shown], axis=-1),
-                 hoverongaps=False, hovertemplate="query %{y} %{customdata[0]}<br>key %{x} %{customdata[1]}"
-                                                  "<br>%{customdata[2]}<extra></extra>")
+    trace.update(type="heatmap", x=positions, y=positions, hoverongaps=False)
     ticks = position_ticks(labels, offset=offset)
     base = dict(yaxis=dict(autorange="reversed", title="query position", **ticks),
                 xaxis=dict(title="key position", tickangle=-60, scaleanchor="y", constrain="domain", **ticks),
@@ -138,24 +150,65 @@ def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 25
     """Every layer and head at once: ``patterns`` ``[n_layers, n_heads, query_pos, key_pos]`` (key_pos may
     differ from query_pos: cross-attention's target × source).
 
-    The heads are tiled into one float32 heatmap (rows = layers, columns = heads) with blank gaps.
-    Sequences longer than the tile size are pooled by block maximum (:func:`grid_block`, :func:`pool_blocks`;
-    12 x 12 heads at 256 tokens: about 1.3 MB sent to the browser). ``pooled_by``: the caller already pooled
-    the patterns by that block size (one layer at a time, so a long text's float32 stack never exists).
+    The heads are tiled into one float32 heatmap (rows = layers, columns = heads) with blank gaps
+    (:func:`grid_tiles`). Sequences longer than the tile size are pooled by block maximum (:func:`grid_block`,
+    :func:`pool_blocks`; 12 x 12 heads at 256 tokens: about 1.3 MB sent to the browser). ``pooled_by``: the caller
+    already pooled the patterns by that block size (one layer at a time, so a long text's float32 stack never exists).
 
     ``labels`` / ``key_labels``: token labels of the query / key positions, for the hover of each tile, which
-    names its layer, head and strongest query → key pair. The last trace is an invisible scatter with one
-    clickable point per tile: ``point_index = layer * n_heads + head``. ``patch`` and ``display``: see
-    :func:`one_pass_figure`.
+    names its layer, head and strongest query → key pair (:func:`grid_tile_texts`). The last trace is an invisible
+    scatter with one clickable point per tile: ``point_index = layer * n_heads + head``. ``patch`` and
+    ``display``: see :func:`one_pass_figure`.
 
     Returns:
         ``(figure, pooled)``: pooled is True when tiles were pooled.
     """
+    n_layers, n_heads = patterns.shape[:2]
+    tiles = grid_tiles(patterns, max_tile, max_cells, pooled_by)
+    title = "All heads: attention weights" + (f" (max-pooled over {tiles.block}×{tiles.block} blocks)"
+                                              if tiles.pooled else "")
+    base = dict(
+        # square tiles; both axes shrink their domain (not extend their range) to keep them square, so the head
+        # labels on top stay next to the first row of tiles
+        yaxis=dict(autorange="reversed", tickmode="array", tickvals=tiles.rows, constrain="domain",
+                   constraintoward="top", ticktext=[f"L{i}" for i in range(n_layers)], title="layer", showgrid=False,
+                   zeroline=False),
+        xaxis=dict(tickmode="array", tickvals=tiles.cols, ticktext=[f"H{i}" for i in range(n_heads)], constrain="domain",
+                   side="top", showgrid=False, zeroline=False, scaleanchor="y"),  # tick labels H0.. name the heads
+        title=dict(text=title, x=0), font=FONT, height=max(300, min(1100, 90 + 110 * n_layers)),
+        margin=dict(l=10, r=10, t=60, b=10))
+    heatmap = dict(type="heatmap", z=tiles.canvas, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, hoverongaps=False,
+                   colorbar=dict(title="weight"), hovertemplate="weight %{z:.3f}<extra></extra>")
+    xs = [tiles.cols[h] for _ in range(n_layers) for h in range(n_heads)]
+    ys = [tiles.rows[layer] for layer in range(n_layers) for _ in range(n_heads)]
+    points = dict(type="scatter", x=xs, y=ys, mode="markers", hovertemplate="%{text}<extra></extra>",
+                  text=grid_tile_texts(tiles, labels, key_labels if key_labels is not None else labels),
+                  showlegend=False, marker=dict(size=24, color="rgba(0,0,0,0)", line=dict(width=0)))
+    return one_pass_figure([heatmap, points], base, patch, display), tiles.pooled
+
+
+@dataclass(frozen=True)
+class GridTiles:
+    """Every head's map tiled into one canvas, as :func:`attention_grid` draws it."""
+
+    canvas: np.ndarray  # [n_layers * (tq + gap) - gap, n_heads * (tk + gap) - gap] float32, NaN in the gaps
+    tiles: np.ndarray  # [n_layers, n_heads, tq, tk]: the (pooled) maps
+    rows: list[float]  # the canvas row at the centre of each layer's tiles
+    cols: list[float]  # the canvas column at the centre of each head's tiles
+    block: int  # positions per tile cell along each axis (1: not pooled)
+
+    @property
+    def pooled(self) -> bool:
+        return self.block > 1
+
+
+def grid_tiles(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 250_000, pooled_by: int = 1) -> GridTiles:
+    """``patterns`` ``[n_layers, n_heads, query_pos, key_pos]`` max-pooled (:func:`grid_block`, :func:`pool_blocks`)
+    and tiled into one float32 canvas with blank (NaN) gaps: rows = layers, columns = heads. ``pooled_by``: as
+    :func:`attention_grid`."""
     n_layers, n_heads, n_q, n_k = patterns.shape
     inner = grid_block(n_layers, n_heads, n_q, n_k, max_tile, max_cells)
     patterns = pool_blocks(patterns, inner)
-    block = inner * pooled_by
-    pooled = block > 1
     tq, tk = patterns.shape[-2:]  # tiles are rectangular for cross-attention (target × source)
     gap = max(1, max(tq, tk) // 8)
     canvas = np.full((n_layers * (tq + gap) - gap, n_heads * (tk + gap) - gap), np.nan, dtype=np.float32)
@@ -163,44 +216,26 @@ def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 25
         for head in range(n_heads):
             r, c = layer * (tq + gap), head * (tk + gap)
             canvas[r:r + tq, c:c + tk] = patterns[layer, head]
-    rows = [i * (tq + gap) + (tq - 1) / 2 for i in range(n_layers)]
-    cols = [i * (tk + gap) + (tk - 1) / 2 for i in range(n_heads)]
-    title = "All heads: attention weights" + (f" (max-pooled over {block}×{block} blocks)" if pooled else "")
-    base = dict(
-        # square tiles; both axes shrink their domain (not extend their range) to keep them square, so the head
-        # labels on top stay next to the first row of tiles
-        yaxis=dict(autorange="reversed", tickmode="array", tickvals=rows, constrain="domain", constraintoward="top",
-                   ticktext=[f"L{i}" for i in range(n_layers)], title="layer", showgrid=False, zeroline=False),
-        xaxis=dict(tickmode="array", tickvals=cols, ticktext=[f"H{i}" for i in range(n_heads)], constrain="domain",
-                   side="top", showgrid=False, zeroline=False, scaleanchor="y"),  # tick labels H0.. name the heads
-        title=dict(text=title, x=0), font=FONT, height=max(300, min(1100, 90 + 110 * n_layers)),
-        margin=dict(l=10, r=10, t=60, b=10))
-    heatmap = dict(type="heatmap", z=canvas, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, hoverongaps=False,
-                   colorbar=dict(title="weight"), hovertemplate="weight %{z:.3f}<extra></extra>")
-    points = _tile_points(patterns, rows, cols, block, labels, key_labels if key_labels is not None else labels)
-    return one_pass_figure([heatmap, points], base, patch, display), pooled
+    return GridTiles(canvas, patterns, [i * (tq + gap) + (tq - 1) / 2 for i in range(n_layers)],
+                     [i * (tk + gap) + (tk - 1) / 2 for i in range(n_heads)], inner * pooled_by)
 
 
-def _tile_points(patterns: np.ndarray, rows: list[float], cols: list[float], block: int,
-                 labels: list[str] | None, key_labels: list[str] | None) -> dict:
-    """One invisible, clickable point per tile of :func:`attention_grid`, whose hover names the head and its
-    strongest query → key pair (positions are block starts when the tiles are pooled): a scatter trace as a dict."""
-    n_layers, n_heads = patterns.shape[:2]
-    flat = patterns.reshape(n_layers, n_heads, -1)
+def grid_tile_texts(tiles: GridTiles, labels: list[str] | None, key_labels: list[str] | None) -> list[str]:
+    """The hover text of each tile of :func:`attention_grid`, layer by layer: its head and strongest query → key
+    pair (positions are block starts when the tiles are pooled) and "click: show this head below"."""
+    n_layers, n_heads = tiles.tiles.shape[:2]
+    flat = tiles.tiles.reshape(n_layers, n_heads, -1)
     best = flat.argmax(-1)
-    xs, ys, text = [], [], []
+    block, text = tiles.block, []
     for layer in range(n_layers):
         for head in range(n_heads):
-            q, k = divmod(int(best[layer, head]), patterns.shape[-1])
+            q, k = divmod(int(best[layer, head]), tiles.tiles.shape[-1])
             q, k = q * block, k * block
             pair = (f"{q} {_plain(labels[q])} → {k} {_plain(key_labels[k])}" if labels is not None and block == 1
                     else f"query {q} → key {k}" + (f" (blocks of {block})" if block > 1 else ""))
-            xs.append(cols[head])
-            ys.append(rows[layer])
             text.append(f"Layer {layer}, head {head}<br>strongest: {pair}, {float(flat[layer, head].max()):.2f}"
                         "<br>click: show this head below")
-    return dict(type="scatter", x=xs, y=ys, mode="markers", text=text, hovertemplate="%{text}<extra></extra>",
-                showlegend=False, marker=dict(size=24, color="rgba(0,0,0,0)", line=dict(width=0)))
+    return text
 
 
 def similarity_heatmap(sim: np.ndarray, labels: list[str], title: str, offset: int = 0) -> go.Figure:
@@ -405,17 +440,18 @@ def cost_curve(n: np.ndarray, measured: np.ndarray, fitted: np.ndarray, memory_m
     return _layout(fig, title, height=440)
 
 
-def display_layout(font_size: float, height: float | None, axes, scale: float = 1.0, theme: str = "light") -> dict:
+def display_layout(font_size: float, height: float | None, axes, scale: float = 1.0, theme: str = "light",
+                   top: float = 60) -> dict:
     """The layout that :func:`style_for_display` gives a figure, as a dict: fonts of ``font_size * scale`` px in the
     theme's ink, the theme's background (and template, when dark), ``height`` (px; Plotly's 450 when None) grown
-    with ``scale``, the top margin; ``axes``: the layout's axis names (``"xaxis"``, ``"yaxis2"``, …), whose tick
-    fonts follow. :func:`one_pass_figure` merges it into a layout dict."""
+    with ``scale``, the top margin (``top`` px, scaled); ``axes``: the layout's axis names (``"xaxis"``,
+    ``"yaxis2"``, …), whose tick fonts follow. :func:`one_pass_figure` merges it into a layout dict."""
     ink = "#000000" if theme == "light" else "#f2f2f2"
     size = round(font_size * scale)
     patch = {"template": f"viz_{theme}"} if theme != "light" else {}  # figures start from viz_light (pio default)
     patch.update(font=dict(size=size, color=ink), paper_bgcolor="#ffffff" if theme == "light" else "#0e1117",
                  plot_bgcolor="#ffffff" if theme == "light" else "#0e1117",
-                 height=round((height or 450) * (1 + (scale - 1) * 0.6)), margin=dict(t=round(60 * scale)))
+                 height=round((height or 450) * (1 + (scale - 1) * 0.6)), margin=dict(t=round(top * scale)))
     patch.update({axis: dict(tickfont=dict(size=size, color=ink)) for axis in axes})
     return patch
 
@@ -440,7 +476,8 @@ def one_pass_figure(data: list[dict], layout: dict, patch: dict | None = None,
         scale, theme = display
         axes = sorted({"xaxis", "yaxis"} | {k for k in layout if k.startswith(("xaxis", "yaxis"))})
         size = (layout.get("font") or {}).get("size") or FONT["size"]
-        layout = merge_layout(layout, display_layout(size, layout.get("height"), axes, scale, theme))
+        top = (layout.get("margin") or {}).get("t", 60)  # a title with a subtitle needs more than 60 px
+        layout = merge_layout(layout, display_layout(size, layout.get("height"), axes, scale, theme, max(60, top)))
         data = [merge_layout(t, {"textfont": {"size": round(t["textfont"]["size"] * scale)}})
                 if (t.get("textfont") or {}).get("size") else t for t in data]
     return go.Figure(dict(data=data, layout=layout))

@@ -17,7 +17,7 @@ from viz_model.tokenizer import IdTokenizer
 
 from .export import figure_csv, trace_npz
 from .figures import style_for_display
-from .live_chart import clicked_point, live_chart
+from .live_chart import Frames, clicked_point, live_chart
 from .state import available_models, get_salient_head, get_trace, resolve
 from .text import plain
 from .trace import Trace
@@ -212,6 +212,12 @@ def shared_widget_key(key: str, default, valid=lambda value: True, cast=str) -> 
     was opened with, so that ``head=3`` survives a first page without a head selector) when valid,
     else ``default``, then copied back into the widget on every run. See DESIGN.md, "Pages and navigation".
     """
+    st.session_state[key] = _shared(key, default, valid, cast)
+    return key
+
+
+def _shared(key: str, default, valid, cast):
+    """The session-wide value of ``key`` (kept in ``_key``; see :func:`shared_widget_key`)."""
     ss = st.session_state
     if "_link" not in ss:  # the link the session was opened with: pages that come later read their values from it
         ss["_link"] = st.query_params.to_dict()
@@ -223,8 +229,15 @@ def shared_widget_key(key: str, default, valid=lambda value: True, cast=str) -> 
         ss["_" + key] = value if valid(value) else default
     elif not valid(ss["_" + key]):
         ss["_" + key] = default  # e.g. a layer index that the newly chosen model does not have
-    ss[key] = ss["_" + key]
-    return key
+    return ss["_" + key]
+
+
+def shared_value(key: str, default, valid=lambda value: True, cast=str):
+    """A value shared by every page and kept in the link under ``key``, as :func:`shared_widget` keeps a widget's,
+    for a control that is not a Streamlit widget (a custom component, which changes it with :func:`set_shared`)."""
+    value = _shared(key, default, valid, cast)
+    _write_param(key, str(value), default)
+    return value
 
 
 def shared_widget(widget, *args, key: str, default, valid=lambda value: True, cast=str, link_default=None,
@@ -444,7 +457,7 @@ def side_by_side(state: AppState, spec) -> list:
 
 
 def show_figure(fig: go.Figure, state: AppState, view: str, data=None, select_key: str | None = None,
-                on_select=None, styled: bool = False, live: str | None = None, update: dict | None = None) -> None:
+                on_select=None, styled: bool = False, live: str | None = None, frames: Frames | None = None) -> None:
     """Render a figure with a PNG/SVG export in its toolbar and a CSV of its data, named after the model
     and view. ``data``: a callable returning the DataFrame to export, when the figure's own cells are not
     the best table (e.g. tiled or pooled figures); by default :func:`figure_frame` of the figure.
@@ -453,9 +466,9 @@ def show_figure(fig: go.Figure, state: AppState, view: str, data=None, select_ke
     this display (``viz_ui.figures.one_pass_figure`` with ``display=(scale, theme)``), not to be styled again.
     ``live``: the key of a chart redrawn in place (:mod:`viz_ui.live_chart`; the same key at every rerun) for a
     figure that changes at every move of a slider; a click calls ``on_select``, and ``select_key`` is ``live``.
-    ``update``: a layout update shown on top of ``fig`` (``fig.update_layout(update)``): with ``live``, a change of
-    ``update`` alone is redrawn in a few ms (:func:`viz_ui.live_chart.live_chart`). Where this server cannot draw
-    live charts, the figure is shown as any other."""
+    ``frames``: with ``live``, the chart follows a step scrubber in the browser (:class:`viz_ui.live_chart.Frames`,
+    built styled as ``fig``); ``fig`` is then the figure of the server's step (shown where live charts cannot be
+    drawn, and the CSV's source). Where this server cannot draw live charts, the figure is shown as any other."""
     d = state.display
     filename = f"{_file_stem(state.model_name)}_{view}"
     if not styled:
@@ -464,9 +477,7 @@ def show_figure(fig: go.Figure, state: AppState, view: str, data=None, select_ke
               "toImageButtonOptions": {"format": d.export, "scale": 3 if d.export == "png" else 1, "filename": filename}}
     # as Streamlit's own charts: clicks select (no box or lasso), no upload to Plotly's cloud
     live_config = dict(config, modeBarButtonsToRemove=["lasso2d", "select2d", "sendChartToCloud"])
-    if live is None or live_chart(fig, live_config, live, on_click=on_select, update=update) is None:
-        if update:
-            fig = go.Figure(fig).update_layout(update)  # a copy: ``fig`` may be a cached figure
+    if live is None or live_chart(fig, live_config, live, on_click=on_select, frames=frames) is None:
         select_key = select_key or (live if on_select else None)
         if select_key:
             st.plotly_chart(fig, theme=None, config=config, key=select_key, on_select=on_select, selection_mode="points")

@@ -1,5 +1,7 @@
 // A Plotly chart that stays in the page and is updated in place (Plotly.react) when the server sends it a new
 // figure: Streamlit's own Plotly element draws every changed figure as a new chart, twice (viz_ui/live_chart.py).
+// A chart with frames follows a step scrubber (viz_ui/scrubber.js) in the browser: the scrubber announces its step
+// on a channel (window.__vizSteps[channel] and a "viz-step" event) and the chart draws that step's frame at once.
 // Plotly's code is the plotly Python package's own plotly.min.js, served by this app (app/static/), loaded once per
 // browser tab and shared by every live chart.
 
@@ -41,11 +43,13 @@ function fullscreenButton(div) {
   };
 }
 
-function merge(layout, update) {
-  // layout updated as plotly.py's update_layout does: nested objects merged, anything else replaced
-  const out = {...layout};
+const plain = v => v && typeof v === "object" && !Array.isArray(v) && !("bdata" in v);
+
+function merge(base, update) {
+  // ``base`` updated as plotly.py's update_layout does: nested objects merged, anything else (lists, typed arrays)
+  // replaced
+  const out = {...base};
   for (const [key, value] of Object.entries(update || {})) {
-    const plain = v => v && typeof v === "object" && !Array.isArray(v);
     out[key] = plain(value) && plain(out[key]) ? merge(out[key], value) : value;
   }
   return out;
@@ -54,22 +58,83 @@ function merge(layout, update) {
 function paths(update, prefix = "", out = {}) {
   // the same update as Plotly.relayout's attribute paths ("title.text"): nested objects kept, lists replaced
   for (const [key, value] of Object.entries(update || {})) {
-    if (value && typeof value === "object" && !Array.isArray(value)) paths(value, `${prefix}${key}.`, out);
+    if (plain(value)) paths(value, `${prefix}${key}.`, out);
     else out[prefix + key] = value;
   }
   return out;
 }
 
+function stepOf(div) {
+  // the step this chart shows: the scrubber's (announced on its channel), else the server's
+  const shown = div.__vizShown;
+  const steps = window.__vizSteps || {};
+  return shown.channel && shown.channel in steps ? steps[shown.channel] : shown.index;
+}
+
+function frameOf(shown, index) {
+  const k = index - shown.first;
+  return shown.frames && k >= 0 && k < shown.frames.length ? shown.frames[k] : null;
+}
+
 function draw(Plotly, div) {
-  const {figure, config, revision, update} = div.__vizShown;
+  // the whole figure with the frame of its step; the frame's layout only when nothing else changed since
+  const shown = div.__vizShown;
+  const index = shown.frames ? stepOf(div) : null;
+  const frame = shown.frames ? frameOf(shown, index) : null;
+  div.classList.toggle("viz-live-waiting", Boolean(shown.frames) && !frame); // a step the server has not sent yet
+  const key = `${shown.revision}|${shown.framesRevision}|${frame ? index : ""}|${document.fullscreenElement === div}`;
+  if (div.__vizDrawnKey === key) return Promise.resolve();
+  const previous = div.__vizDrawnKey && div.__vizDrawnKey.split("|");
+  const layoutOnly = frame && !frame.data && previous && previous[0] === shown.revision &&
+    previous[1] === shown.framesRevision && previous[2] !== "" && previous[3] === String(document.fullscreenElement === div);
+  div.__vizDrawnKey = key;
+  if (layoutOnly) return Plotly.relayout(div, paths(frame.layout));
+  const {figure, config} = shown;
+  const data = frame && frame.data ? figure.data.map((t, k) => (frame.data[k] ? {...t, ...frame.data[k]} : t)) : figure.data;
+  const layout = merge(figure.layout, frame ? frame.layout : null);
   const buttons = config.displayModeBar === false ? [] : [fullscreenButton(div)];
-  // a new revision tells Plotly that the data arrays changed; the same one, that they did not (nothing recomputed)
-  const layout = {...withScreen(div, merge(figure.layout, update)), datarevision: revision};
-  return Plotly.react(div, figure.data, layout, {...config, modeBarButtonsToAdd: buttons});
+  // a new data revision tells Plotly that the arrays changed; the same one, that they did not (nothing recomputed)
+  const revision = `${shown.revision}:${frame && frame.data ? index : ""}`;
+  return Plotly.react(div, data, {...withScreen(div, layout), datarevision: revision},
+                      {...config, modeBarButtonsToAdd: buttons});
+}
+
+function redraw(div) {
+  // draw the latest state once Plotly is here and the last drawing is done (a step that moved meanwhile is drawn
+  // next, the ones in between skipped)
+  if (div.__vizBusy) {
+    div.__vizAgain = true;
+    return;
+  }
+  div.__vizBusy = true;
+  loadPlotly(div.__vizShown.src)
+    .then(Plotly => draw(Plotly, div).then(() => {
+      const shown = div.__vizShown;
+      if (shown.clickable && !div.__vizClick) {
+        div.__vizClick = true;
+        div.on("plotly_click", event => {
+          const p = event.points[0];
+          div.__vizSend("click", {curve_number: p.curveNumber, point_index: p.pointIndex, x: p.x, y: p.y});
+        });
+      }
+      div.dataset.vizRevision = shown.revision; // which figure is drawn (read by the browser tests)
+      div.dataset.vizStep = shown.frames ? String(stepOf(div)) : "";
+    }))
+    .catch(error => {
+      div.textContent = `This figure cannot be drawn: ${error.message}`;
+      div.__vizDrawnKey = undefined;
+    })
+    .finally(() => {
+      div.__vizBusy = false;
+      if (div.__vizAgain) {
+        div.__vizAgain = false;
+        redraw(div);
+      }
+    });
 }
 
 export default function (component) {
-  const { data, parentElement, setTriggerValue } = component;
+  const {data, parentElement, setTriggerValue} = component;
   let div = parentElement.querySelector(":scope > .viz-live-chart");
   if (!div) {
     div = document.createElement("div");
@@ -84,37 +149,27 @@ export default function (component) {
       width = w;
     });
     div.__vizResize.observe(div);
-    div.addEventListener("fullscreenchange", () => window.Plotly && draw(window.Plotly, div));
+    div.addEventListener("fullscreenchange", () => redraw(div));
+    div.__vizOnStep = event => {
+      const shown = div.__vizShown;
+      if (shown && shown.channel && event.detail.channel === shown.channel) redraw(div);
+    };
+    window.addEventListener("viz-step", div.__vizOnStep);
   }
   div.__vizSend = setTriggerValue; // clicks go through the latest mount's callbacks
   const shown = div.__vizShown;
-  // the same figure with another update (the step's marks on a figure that is otherwise the same): only relayout
-  const same = shown && shown.revision === data.revision && JSON.stringify(shown.config) === JSON.stringify(data.config);
-  const figure = same ? shown.figure : JSON.parse(data.figure);
+  const figure = shown && shown.revision === data.revision ? shown.figure : JSON.parse(data.figure);
+  const frames = !data.frames ? null
+    : shown && shown.framesRevision === data.framesRevision ? shown.frames : JSON.parse(data.frames);
   div.style.minHeight = `${figure.layout.height || 450}px`; // no jump while Plotly's code loads
-  const token = (div.__vizToken = (div.__vizToken || 0) + 1);
-  loadPlotly(data.src)
-    .then(Plotly => {
-      if (div.__vizToken !== token) return; // a newer figure arrived meanwhile
-      const drawn = same && div.__vizDrawn === data.revision;
-      div.__vizShown = {figure, config: data.config, revision: data.revision, update: data.update};
-      return (drawn ? Plotly.relayout(div, paths(data.update)) : draw(Plotly, div)).then(() => {
-        div.__vizDrawn = data.revision;
-        if (data.clickable && !div.__vizClick) {
-          div.__vizClick = true;
-          div.on("plotly_click", event => {
-            const p = event.points[0];
-            div.__vizSend("click", { curve_number: p.curveNumber, point_index: p.pointIndex, x: p.x, y: p.y });
-          });
-        }
-        div.dataset.vizRevision = data.revision; // which figure is drawn (read by the browser tests)
-      });
-    })
-    .catch(error => {
-      div.textContent = `This figure cannot be drawn: ${error.message}`;
-    });
+  div.__vizShown = {figure, config: data.config, src: data.src, revision: data.revision, clickable: data.clickable,
+                    channel: data.channel, index: data.index, first: data.first, frames,
+                    framesRevision: data.framesRevision};
+  if (shown && JSON.stringify(shown.config) !== JSON.stringify(data.config)) div.__vizDrawnKey = undefined;
+  redraw(div);
   return () => {
     div.__vizResize.disconnect();
+    window.removeEventListener("viz-step", div.__vizOnStep);
     if (window.Plotly) window.Plotly.purge(div);
   };
 }

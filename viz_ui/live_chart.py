@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import plotly
@@ -64,13 +65,34 @@ def live_chart_source() -> str | None:
     return _SOURCE
 
 
-def live_chart(fig: go.Figure, config: dict, key: str, on_click=None, update: dict | None = None) -> dict | None:
+@dataclass(frozen=True)
+class Frames:
+    """The frames of a live chart that follows a step scrubber (:mod:`viz_ui.scrubber`) in the browser: a step
+    change there redraws the chart from its frame at once, with no round trip to the server.
+
+    ``figure``: the figure every frame is drawn on (keep it the same between reruns where it can be: a new one is
+    drawn again in full). ``json``: a JSON list of frames for the steps ``first, first + 1, ...``, each
+    ``{"data": [update of trace 0, update of trace 1, ...], "layout": update}``, merged into the figure's traces
+    and layout as ``fig.update_traces``/``fig.update_layout`` would (numbers as Plotly's typed arrays,
+    :func:`viz_ui.figures.typed_array`; every frame of a chart with the same keys). ``channel``: the scrubber's key; ``index``: the
+    step the server shows (drawn until the scrubber announces one)."""
+
+    figure: go.Figure
+    channel: str
+    index: int
+    first: int
+    count: int
+    json: str
+
+
+def live_chart(fig: go.Figure, config: dict, key: str, on_click=None, frames: Frames | None = None) -> dict | None:
     """Draw ``fig`` in the live chart ``key`` (the same key at every rerun: the browser keeps the chart and
     updates it in place). ``config``: Plotly's config (mode bar, export). ``on_click``: a callback run when a
-    point is clicked; it reads :func:`clicked_point`. ``update``: a layout update drawn on top of ``fig``, as
-    ``fig.update_layout(update)`` would (e.g. the marks of a slider's position: title, shapes; JSON values only):
-    when only ``update`` changed since the last rerun, the browser applies it with ``Plotly.relayout`` (a few ms)
-    instead of drawing the figure again (tens of ms).
+    point is clicked; it reads :func:`clicked_point`. ``frames``: draw ``frames.figure`` with the frame of the step
+    the scrubber ``frames.channel`` shows (``fig`` is not sent): the browser redraws the chart from the next
+    frame as soon as the step changes there (Plotly.react with the new arrays; a frame that changes the layout only
+    is drawn with Plotly.relayout, a few ms); a step without a frame here shows the chart faded until the server
+    sends frames that hold it.
 
     Returns:
         The component's result (``.click`` is the last click, for one rerun), or None when live charts are not
@@ -79,10 +101,13 @@ def live_chart(fig: go.Figure, config: dict, key: str, on_click=None, update: di
     src = live_chart_source()
     if src is None:
         return None
-    figure = plotly.io.to_json(fig, validate=False)
-    return _COMPONENT(key=key, data={"figure": figure, "config": config, "src": src, "clickable": on_click is not None,
-                                     "revision": str(hash(figure)), "update": update or {}},
-                      on_click_change=on_click or (lambda: None))
+    figure = plotly.io.to_json(fig if frames is None else frames.figure, validate=False)
+    data = {"figure": figure, "config": config, "src": src, "clickable": on_click is not None,
+            "revision": str(hash(figure))}
+    if frames is not None:
+        data.update(channel=frames.channel, index=frames.index, first=frames.first, count=frames.count, frames=frames.json,
+                    framesRevision=str(hash(frames.json)))
+    return _COMPONENT(key=key, data=data, on_click_change=on_click or (lambda: None))
 
 
 def clicked_point(key: str) -> dict | None:

@@ -6,6 +6,7 @@ snapshot (built once per display: a step change revisited sends figures already 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,9 @@ from viz_model.sampling import generate
 from viz_model.tokenizer import IdTokenizer
 from viz_model.training.timeline import TIMELINE_FILE, LoadedTimeline, load_timeline, phase_change, snapshot_scores
 
-from .figures import attention_grid, attention_heatmap
-from .timeline_view import curves_height, grid_margins, head_margins, loss_curves, loss_step, score_curves
+from .figures import attention_grid, attention_heatmap, grid_tiles
+from .timeline_view import (curves_height, frame_window, grid_frame, grid_margins, head_frame, head_margins, loss_curves,
+                            loss_step, score_curves)
 from .trace import encode_text, token_label, tokenizer_errors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,7 +168,11 @@ def get_step_sample(key: str, index: int, text: str, n_new: int) -> tuple[str, i
 
 # The page's figures, built styled for a display ``(scale, theme)`` and shared read-only between sessions: show them
 # with ``show_figure(..., styled=True)``, which leaves them as they are. Building one costs 5-25 ms (Plotly validates
-# it); a step change shows three.
+# it). The figures the browser draws every step on are built at the first step of their frames' window, so that
+# they stay the same while the user moves inside it (a new figure is drawn again in full).
+
+FRAME_BUDGET = 600_000  # numbers (float32) in the grid's and the head's frames sent to a browser at once: 2.4 MB
+
 
 def timeline_phase(key: str) -> tuple[int, int] | None:
     """The phase change of the timeline's best induction score (:func:`viz_model.training.timeline.phase_change`)."""
@@ -175,20 +181,22 @@ def timeline_phase(key: str) -> tuple[int, int] | None:
 
 
 @st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
-def get_loss_figure(key: str, display: tuple[float, str], legend_rows: int = 2) -> go.Figure:
-    """:func:`viz_ui.timeline_view.loss_curves` of the timeline without the marks of a step (the same figure at every
-    step; :func:`get_loss_step` draws them)."""
+def get_loss_figure(key: str, display: tuple[float, str], legend_rows: int = 2, index: int | None = None) -> go.Figure:
+    """:func:`viz_ui.timeline_view.loss_curves` of the timeline with the marks of snapshot ``index`` (None: without
+    marks, the figure the browser draws every step's marks on: :func:`get_loss_frames`)."""
     loaded = resolve_timeline(key)
     tl, cfg = loaded.timeline, loaded.models[0].cfg
-    return loss_curves(tl.steps, tl.train_loss, tl.valid_loss, None, timeline_phase(key),
-                       curves_height(cfg.n_layers * cfg.n_heads), display, legend_rows)
+    return loss_curves(tl.steps, tl.train_loss, tl.valid_loss, None if index is None else tl.steps[index],
+                       timeline_phase(key), curves_height(cfg.n_layers * cfg.n_heads), display, legend_rows)
 
 
-def get_loss_step(key: str, index: int) -> dict:
-    """The marks of snapshot ``index`` on :func:`get_loss_figure`, as a layout update
-    (:func:`viz_ui.timeline_view.loss_step`)."""
+@st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
+def get_loss_frames(key: str) -> str:
+    """The marks of every snapshot on :func:`get_loss_figure`, as frames (:class:`viz_ui.live_chart.Frames`, a JSON
+    list of layout updates: :func:`viz_ui.timeline_view.loss_step`)."""
     tl = resolve_timeline(key).timeline
-    return loss_step(tl.steps, tl.train_loss, tl.valid_loss, tl.steps[index], timeline_phase(key))
+    phase = timeline_phase(key)
+    return json.dumps([{"layout": loss_step(tl.steps, tl.train_loss, tl.valid_loss, s, phase)} for s in tl.steps])
 
 
 @st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
@@ -198,6 +206,26 @@ def get_scores_figure(key: str, display: tuple[float, str], legend_rows: int = 2
     scores = get_timeline_scores(key)
     return score_curves(resolve_timeline(key).timeline.steps, {k: scores[k] for k in ("previous-token", "induction")},
                         timeline_phase(key), display, legend_rows)
+
+
+def step_window(key: str, index: int, text: str) -> tuple[int, int]:
+    """The snapshots ``[lo, hi)`` whose grid and head frames are sent with snapshot ``index`` over ``text``: all of
+    them when they fit in :data:`FRAME_BUDGET` numbers (the shipped timeline's 40 at 128 tokens do not: 18 of them).
+
+    Raises:
+        ValueError: as :func:`step_view`.
+    """
+    view = get_step_view(key, index, text)
+    canvas = grid_tiles(view.patterns).canvas.size
+    return frame_window(index, len(resolve_timeline(key).timeline.steps), canvas + view.patterns[0, 0].size,
+                        FRAME_BUDGET)
+
+
+def head_subtitle(key: str, index: int, layer: int, head: int) -> str:
+    """The head's own scores at snapshot ``index``, as the subtitle of its figure."""
+    scores = get_timeline_scores(key)
+    return (f"induction score {scores['induction'][index, layer, head]:.2f} · previous-token score "
+            f"{scores['previous-token'][index, layer, head]:.2f}")
 
 
 @st.cache_resource(max_entries=64, ttl=3600, show_spinner=False)
@@ -216,13 +244,47 @@ def get_grid_figure(key: str, index: int, text: str, display: tuple[float, str])
     return fig
 
 
+@st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
+def get_grid_frames(key: str, text: str, lo: int, hi: int) -> str:
+    """The frames of :func:`get_grid_figure` for snapshots ``lo .. hi - 1`` (:func:`viz_ui.timeline_view.grid_frame`),
+    as JSON (about 50 KB a snapshot at 64 tokens, 2 x 4 heads).
+
+    Raises:
+        ValueError: as :func:`step_view`.
+    """
+    steps = resolve_timeline(key).timeline.steps
+    frames = []
+    for i in range(lo, hi):
+        view = get_step_view(key, i, text)
+        frames.append(grid_frame(view.patterns, view.labels, f"All heads at step {steps[i]:,}"))
+    return json.dumps(frames)
+
+
 @st.cache_resource(max_entries=64, ttl=3600, show_spinner=False)
 def get_head_figure(key: str, index: int, text: str, layer: int, head: int, display: tuple[float, str]) -> go.Figure:
-    """The attention of one head (:func:`viz_ui.figures.attention_heatmap`) of snapshot ``index`` over ``text``.
+    """The attention of one head (:func:`viz_ui.figures.attention_heatmap`) of snapshot ``index`` over ``text``, its
+    scores at that step as subtitle.
 
     Raises:
         ValueError: as :func:`step_view`.
     """
     view, step = get_step_view(key, index, text), resolve_timeline(key).timeline.steps[index]
-    return attention_heatmap(view.patterns[layer, head], view.labels, f"Layer {layer}, head {head} at step {step:,}",
-                             patch=dict(margin=head_margins(view.labels, display[0])), display=display)
+    title = dict(text=f"Layer {layer}, head {head} at step {step:,}",
+                 subtitle=dict(text=head_subtitle(key, index, layer, head), font=dict(size=round(15 * display[0]))))
+    return attention_heatmap(view.patterns[layer, head], view.labels, title["text"],
+                             patch=dict(margin=dict(head_margins(view.labels, display[0]), t=84), title=title),
+                             display=display)
+
+
+@st.cache_resource(max_entries=16, ttl=3600, show_spinner=False)
+def get_head_frames(key: str, text: str, layer: int, head: int, lo: int, hi: int) -> str:
+    """The frames of :func:`get_head_figure` for snapshots ``lo .. hi - 1`` (:func:`viz_ui.timeline_view.head_frame`),
+    as JSON (about 21 KB a snapshot at 64 tokens).
+
+    Raises:
+        ValueError: as :func:`step_view`.
+    """
+    steps = resolve_timeline(key).timeline.steps
+    return json.dumps([head_frame(get_step_view(key, i, text).patterns[layer, head],
+                                  f"Layer {layer}, head {head} at step {steps[i]:,}", head_subtitle(key, i, layer, head))
+                       for i in range(lo, hi)])

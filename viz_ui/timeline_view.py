@@ -11,7 +11,7 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from .figures import FONT, merge_layout, one_pass_figure, position_ticks
+from .figures import FONT, grid_tile_texts, grid_tiles, merge_layout, one_pass_figure, position_ticks, typed_array
 
 ZERO_AT = 0.5  # where step 0 is drawn on the log axis
 MARK = "#b3261e"  # the current step (the app's primary colour: 6.4:1 on white)
@@ -223,3 +223,55 @@ def score_curves(steps: list[int], scores: dict[str, np.ndarray], phase: tuple[i
                   annotations=annotations, shapes=_marks(None, phase, axes), legend=dict(orientation="h", y=-0.3),
                   modebar=dict(remove=["zoomin", "zoomout", "autoscale"]))  # room for the title beside it
     return one_pass_figure(traces, layout, display=display)
+
+
+# Frames: what changes in the page's charts from one snapshot to the next, sent once for many steps so that the
+# browser redraws a step change at once (viz_ui.live_chart.Frames, viz_ui.scrubber).
+
+def grid_frame(patterns: np.ndarray, labels: list[str], title: str) -> dict:
+    """The frame of :func:`viz_ui.figures.attention_grid` for one snapshot's ``patterns`` ``[n_layers, n_heads,
+    query_pos, key_pos]``: the tiled canvas, the tiles' hover texts and the title."""
+    tiles = grid_tiles(patterns)
+    return {"data": [{"z": typed_array(tiles.canvas)}, {"text": grid_tile_texts(tiles, labels, labels)}],
+            "layout": {"title": {"text": title}}}
+
+
+def head_frame(matrix: np.ndarray, title: str, subtitle: str) -> dict:
+    """The frame of :func:`viz_ui.figures.attention_heatmap` (weights) for one snapshot's ``[query_pos, key_pos]``
+    pattern of a head: its weights (the hover reads them), the title and the subtitle."""
+    return {"data": [{"z": typed_array(matrix)}], "layout": {"title": {"text": title, "subtitle": {"text": subtitle}}}}
+
+
+def frame_window(index: int, n_steps: int, values_per_step: int, budget: int) -> tuple[int, int]:
+    """The steps ``[lo, hi)`` whose frames are sent together: every step when ``n_steps * values_per_step`` fits in
+    ``budget`` numbers, else as many as fit (at least one) centred on ``index`` and kept inside ``[0, n_steps)``."""
+    width = max(1, min(n_steps, budget // max(1, values_per_step)))
+    lo = min(max(0, index - width // 2), n_steps - width)
+    return lo, lo + width
+
+
+def step_metrics(steps: list[int], train: list[float] | None, valid: list[float] | None,
+                 scores: dict[str, np.ndarray]) -> list[dict]:
+    """The numbers shown under the step scrubber for every step (:func:`viz_ui.scrubber.step_scrubber`'s
+    ``metrics``): the train and validation losses with their change since the first step (a fall in green, as
+    ``st.metric``'s ``delta_color="inverse"``), and the best induction and previous-token scores of any head with
+    the head that has it. ``scores``: kind -> ``[n_snapshots, n_layers, n_heads]``."""
+    metrics = []
+    for label, values in (("Train loss", train), ("Validation loss", valid)):
+        if values is None:
+            metrics.append({"label": label, "values": ["not recorded"] * len(steps), "deltas": [""] * len(steps),
+                            "tones": ["off"] * len(steps)})
+            continue
+        deltas = [v - values[0] for v in values]
+        metrics.append({"label": f"{label} (nats/token)", "values": [f"{v:.3f}" for v in values],
+                        "deltas": [f"{'↓' if d < 0 else '↑' if d > 0 else ''} {d:+.3f} since step {steps[0]:,}".strip()
+                                   for d in deltas],
+                        "tones": ["good" if d < 0 else "bad" if d > 0 else "off" for d in deltas]})
+    for label, kind in (("Best induction score", "induction"), ("Best previous-token score", "previous-token")):
+        per_step = scores[kind].reshape(len(steps), -1)
+        n_heads = scores[kind].shape[2]
+        best = per_step.argmax(1)
+        metrics.append({"label": label, "values": [f"{per_step[i, b]:.2f}" for i, b in enumerate(best)],
+                        "deltas": [f"layer {b // n_heads}, head {b % n_heads}" for b in best],
+                        "tones": ["off"] * len(steps)})
+    return metrics
