@@ -2,19 +2,22 @@
 
 On the shipped timeline (assets/timelines/induction-2l), with the text twice (63 tokens):
 
-1. the server's work for one step change, in process: the snapshot's attention patterns and greedy sample (a step's
-   first visit), building the page's figures of the step (the grid and the head; a step's first visit, then cached;
-   and the losses' marks) and serialising them as the live charts do (every visit) (median of N, ms);
+1. the server's work, in process: what page 6 computes when a text is first shown (every snapshot's attention
+   patterns, and the frames of the grid and the head for every step, which the browser draws step changes from), a
+   step's greedy sample (computed when the user stops on a step), and what it sends again at each rerun;
 2. in Chromium at 1280×800 against ``streamlit run``, before and after: the page of an earlier commit (``--before``,
-   by default the release before the live charts) and this checkout's, run in turns (ABBA) so that the
-   machine's load hits both alike. ArrowRight on the step slider, then: the frame that shows the next snapshot's
-   head (timed inside the page from the keydown's own timestamp, as bench/latency.py), the frame after the last
-   figure stopped changing (Streamlit's own Plotly element draws each new chart twice), and the main-thread CPU time
-   for the change (thread time from a Chrome trace: the part that another process's load inflates least). At a
-   step's first visit, and again once every step is cached. Each with the 1-minute load average (``uptime``):
-   this machine's 2 cores are shared, so run several rounds and read the spread.
+   by default the release before the step scrubber) and this checkout's, run in turns (ABBA) so that the machine's
+   load hits both alike. ArrowRight on the step slider, then: the frame that shows the next snapshot's head (timed
+   inside the page from the keydown's own timestamp, as bench/latency.py), the frame after the last figure stopped
+   changing, the frame where the server's part shows the step (the heading of the step's greedy sample: the server
+   has heard of the step and rerun), and the main-thread CPU time from the keydown until then (thread time from a
+   Chrome trace: the part that another process's load inflates least). At a step's first visit, and again once
+   every step is cached. Each with the 1-minute load average (``uptime``): this machine's 2 cores are shared, so
+   run several rounds and read the spread.
 
-    .venv/bin/python bench/timeline.py [--repeats 5] [--rounds 3] [--tokens 64] [--before REV] [--port P]
+    .venv/bin/python bench/timeline.py [--repeats 5] [--rounds 3] [--tokens 64] [--before REV] [--port P] [--busy N]
+
+``--busy N`` keeps N more processes busy during the browser runs (another class's work on the same server).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -35,7 +39,8 @@ from common import ROOT, show
 from server import CHROMIUM_ARGS, app_server
 
 TIMELINE = ROOT / "assets" / "timelines" / "induction-2l"
-BEFORE = "4f0084a"  # page 6 before the live charts: three st.plotly_chart figures drawn anew at each step (4825ddf: four)
+BEFORE = "ff6124a"  # page 6 before the step scrubber: a step change went to the server, which sent new figures
+# (4f0084a: three st.plotly_chart figures drawn anew at each step; 4825ddf: four)
 VIEWPORT = {"width": 1280, "height": 800}
 TRACE_CATEGORIES = ["toplevel", "devtools.timeline", "disabled-by-default-devtools.timeline", "blink.user_timing"]
 
@@ -51,59 +56,55 @@ def text_of(n_tokens: int) -> tuple[str, int]:
 
 
 def server_side(text: str, repeats: int) -> dict[str, float]:
-    """Median ms of the server's work for one step change, each part measured on its own, as the page does it: what
-    it computes and builds per (snapshot, text) at a step's first visit (viz_ui.timeline_state caches it), and what
-    it sends at every visit (the grid and the head serialised as the live charts do, the losses' figure with the
-    step's marks; the scores figure and the losses' own figure, the same at every step, are built once)."""
+    """Median ms of the server's work on page 6, each part measured on its own (caches cleared between repeats):
+    at a text's first view, every snapshot's attention patterns and the frames of every step (the grid's and the
+    head's; the losses' are built once per timeline); a step's greedy sample (at a step's first stop); and, at every
+    rerun, serialising the charts' data as Streamlit does (``json.dumps`` of each component's data)."""
     import plotly.io
 
     from viz_model.sampling import generate
-    from viz_model.training.timeline import load_timeline, phase_change, snapshot_scores
-    from viz_ui.figures import attention_grid, attention_heatmap
-    from viz_ui.timeline_state import step_view
-    from viz_ui.timeline_view import curves_height, grid_margins, head_margins, loss_curves, loss_step
+    from viz_ui import timeline_state as ts
 
-    loaded = load_timeline(TIMELINE)
-    tl, tok, cfg = loaded.timeline, loaded.tokenizer, loaded.models[0].cfg
-    scores = {k: v.numpy() for k, v in snapshot_scores(loaded.models).items()}
-    phase = phase_change(tl.steps, scores["induction"].reshape(len(tl.steps), -1).max(1).tolist())
+    key = str(TIMELINE)
+    shown = f"{text}\n{text}"
+    loaded = ts.get_timeline(key)
+    tl, tok = loaded.timeline, loaded.tokenizer
+    ts.get_timeline_scores(key)
     display = (1.0, "light")
-    base = loss_curves(tl.steps, tl.train_loss, tl.valid_loss, None, phase, curves_height(cfg.n_layers * cfg.n_heads),
-                       display)
     times: dict[str, list[float]] = defaultdict(list)
     for r in range(repeats + 1):
-        i = (r * 7) % len(tl.steps)
-        model, step = loaded.models[i], tl.steps[i]
+        for cache in (ts.get_step_view, ts.get_grid_frames, ts.get_head_frames, ts.get_grid_figure, ts.get_head_figure):
+            cache.clear()
         t0 = time.perf_counter()
-        view = step_view(model, tok, f"{text}\n{text}")
+        for i in range(len(tl.steps)):
+            ts.get_step_view(key, i, shown)
         t1 = time.perf_counter()
-        generate(model, tok.encode(text).ids, 30, temperature=0.0)
+        lo, hi = ts.step_window(key, len(tl.steps) - 1, shown)
+        grid, head = ts.get_grid_frames(key, shown, lo, hi), ts.get_head_frames(key, shown, 1, 2, lo, hi)
+        figs = [ts.get_grid_figure(key, lo, shown, display), ts.get_head_figure(key, lo, shown, 1, 2, display)]
         t2 = time.perf_counter()
-        figs = [attention_grid(view.patterns, labels=view.labels, display=display,
-                               patch=dict(title=dict(text=f"All heads at step {step:,}"),
-                                          margin=grid_margins(cfg.n_layers)))[0],
-                attention_heatmap(view.patterns[1, 2], view.labels, f"Layer 1, head 2 at step {step:,}",
-                                  patch=dict(margin=head_margins(view.labels)), display=display)]
-        marks = loss_step(tl.steps, tl.train_loss, tl.valid_loss, step, phase)
+        i = (r * 7) % len(tl.steps)
+        generate(loaded.models[i], tok.encode(text).ids, 30, temperature=0.0)
         t3 = time.perf_counter()
-        for f in figs + [base]:  # as viz_ui.live_chart does (the losses' figure is sent again with its marks)
-            plotly.io.to_json(f, validate=False)
-        json.dumps(marks)
+        for fig, frames in zip(figs, (grid, head)):  # as viz_ui.live_chart and Streamlit do at every rerun
+            json.dumps({"figure": plotly.io.to_json(fig, validate=False), "frames": frames})
         t4 = time.perf_counter()
         if r:  # the first round warms up
-            for name, dt in (("attention patterns (first visit)", t1 - t0),
-                             ("greedy sample, 30 tokens (first visit)", t2 - t1),
-                             ("building the grid, the head and the losses' marks (first visit)", t3 - t2),
-                             ("serialising the step's 3 changed charts (every visit)", t4 - t3)):
+            for name, dt in ((f"attention patterns of all {len(tl.steps)} snapshots, ms (a text's first view)", t1 - t0),
+                             (f"frames of the grid and the head, {hi - lo} steps, ms (a text's first view)", t2 - t1),
+                             ("greedy sample, 30 tokens, ms (a step's first stop)", t3 - t2),
+                             ("serialising the grid's and the head's data, ms (every rerun)", t4 - t3)):
                 times[name].append(dt * 1000)
+    times["the grid's and the head's frames, MB of JSON (sent once per text)"] = [(len(grid) + len(head)) / 1e6]
     return {name: statistics.median(v) for name, v in times.items()}
 
 
 # Timed inside the page (see bench/latency.py): from the keydown's timestamp to the frame after ``text`` appeared in a
-# figure title ("shown"), and to the frame after the last change inside any Plotly figure ("settled"; read once
-# nothing changed there for QUIET ms).
-ARM = """([text]) => {
-  window.__shown = null; window.__paint = null; window.__last = null;
+# figure title ("shown"), to the frame after the last change inside any Plotly figure ("settled"; read once
+# nothing changed there for QUIET ms), and to the frame after a heading showed ``synced`` ("synced": the server's
+# rerun for the step drawn).
+ARM = """([text, synced]) => {
+  window.__shown = null; window.__paint = null; window.__last = null; window.__synced = null;
   let start = null;
   document.addEventListener('keydown', e => { if (start === null) start = e.timeStamp; }, {capture: true, once: true});
   if (window.__mo) window.__mo.disconnect();
@@ -113,6 +114,10 @@ ARM = """([text]) => {
     frame(() => { window.__paint = performance.now() - start; });
   };
   window.__mo = new MutationObserver(records => {
+    if (window.__synced === null && [...document.querySelectorAll('h3')].some(h => h.textContent.includes(synced))) {
+      window.__synced = 0;
+      frame(() => { window.__synced = performance.now() - start; });
+    }
     let inPlot = false;
     for (const r of records) {
       const nodes = r.type === 'characterData' ? [r.target] : r.addedNodes;
@@ -133,14 +138,15 @@ ARM = """([text]) => {
 QUIET = 600
 
 
-def step_change(page, slider, text: str) -> tuple[float, float]:
-    """ArrowRight on ``slider``: ms until the frame showing ``text`` in a figure title, and until every figure
-    settled."""
-    page.evaluate(ARM, [text])
+def step_change(page, slider, text: str, synced: str) -> tuple[float, float, float]:
+    """ArrowRight on ``slider``: ms until the frame showing ``text`` in a figure title, until every figure settled,
+    and until a heading shows ``synced``."""
+    page.evaluate(ARM, [text, synced])
     slider.press("ArrowRight")
     page.wait_for_function("window.__shown > 0", timeout=120_000)
+    page.wait_for_function("window.__synced > 0", timeout=120_000)
     page.wait_for_function(f"performance.now() - window.__last > {QUIET} && window.__paint !== null", timeout=120_000)
-    return page.evaluate("[window.__shown, window.__paint]")
+    return page.evaluate("[window.__shown, window.__paint, window.__synced]")
 
 
 def main_thread_cpu(raw: bytes) -> list[float]:
@@ -176,17 +182,19 @@ def browser_run(url: str, text: str, repeats: int) -> dict[str, dict[str, float]
             page.wait_for_timeout(1500)
             slider = page.get_by_role("slider", name="Training step (snapshots, log-spaced)")
             browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
-            shown, settled = [], []
+            shown, settled, synced = [], [], []
             for k in range(1, repeats + 2):
                 slider.focus()
                 page.evaluate("performance.mark('s')")
-                a, b = step_change(page, slider, f"Layer 1, head 2 at step {steps[start + k]:,}")
+                a, b, c = step_change(page, slider, f"Layer 1, head 2 at step {steps[start + k]:,}",
+                                      f"What the model writes at step {steps[start + k]:,}")
                 page.evaluate("performance.mark('e')")
                 shown.append(a)
                 settled.append(b)
+                synced.append(c)
             cpu = main_thread_cpu(browser.stop_tracing())
             out[case] = {"shown": statistics.median(shown[1:]), "settled": statistics.median(settled[1:]),
-                         "cpu": statistics.median(cpu[1:])}
+                         "synced": statistics.median(synced[1:]), "cpu": statistics.median(cpu[1:])}
         browser.close()
     return out
 
@@ -210,13 +218,29 @@ def main() -> None:
     p.add_argument("--port", type=int, default=None,
                    help="the app's port (the before app's: the next one); default: a free one")
     p.add_argument("--no-server", action="store_true", help="skip the in-process table")
+    p.add_argument("--busy", type=int, default=0,
+                   help="processes that keep a core busy during the browser runs (a class server's other work)")
     args = p.parse_args()
     text, n = text_of(args.tokens)
     if not args.no_server:
         server = server_side(text, args.repeats)
-        show(f"Server work for one step change ({n} tokens, median of {args.repeats}, ms)",
-             [{"part": k, "ms": v} for k, v in server.items()])
+        show(f"Server work on page 6 ({n} tokens, median of {args.repeats})",
+             [{"part": k, "value": v} for k, v in server.items()])
     rows, results = [], defaultdict(lambda: defaultdict(list))
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        browser_rounds(args, text, rows, results)
+    finally:
+        for proc in busy:
+            proc.kill()
+    show(f"Each round: step change → next snapshot in Chromium, 1280×800 ({n} tokens, median of {args.repeats} "
+         f"step changes; first dropped; {args.busy} busy processes)", rows)
+    summary(args, results)
+
+
+def browser_rounds(args, text: str, rows: list, results: dict) -> None:
+    """``args.rounds`` rounds of :func:`browser_run` on the before and after pages, in turns; rows and results
+    appended to ``rows`` and ``results[case, page][measure]``."""
     with tempfile.TemporaryDirectory() as tmp:
         roots = {f"before ({args.before})": checkout(args.before, Path(tmp)), "after (this checkout)": ROOT}
         for r in range(args.rounds):
@@ -228,24 +252,29 @@ def main() -> None:
                     got = browser_run(url, text, args.repeats)
                 for case, v in got.items():
                     rows.append({"round": r + 1, "page": label, "case": case, "load (1 min)": load,
-                                 "shown ms": v["shown"], "settled ms": v["settled"], "main-thread CPU ms": v["cpu"]})
+                                 "shown ms": v["shown"], "settled ms": v["settled"], "server's part ms": v["synced"],
+                                 "main-thread CPU ms": v["cpu"]})
                     for k, x in v.items():
                         results[case, label][k].append(x)
                     results[case, label]["load"].append(load)
-    show(f"Each round: step change → next snapshot in Chromium, 1280×800 ({n} tokens, median of {args.repeats} "
-         "step changes; first dropped)", rows)
 
+
+def summary(args, results: dict) -> None:
+    """The table of the rounds' medians per case and page."""
     def spread(v: list[float]) -> str:
         return f"{statistics.median(v):,.0f} ({min(v):,.0f}–{max(v):,.0f})"
 
-    summary = []
+    table = []
     for (case, label), v in results.items():
-        summary.append({"case": case, "page": label, "shown ms": spread(v["shown"]),
-                        "settled ms": spread(v["settled"]), "main-thread CPU ms": spread(v["cpu"]),
-                        "load (1 min)": f"{min(v['load']):.1f}–{max(v['load']):.1f}"})
-    show(f"Before / after over {args.rounds} rounds: median of the rounds' medians (min–max)", summary,
+        table.append({"case": case, "page": label, "shown ms": spread(v["shown"]),
+                      "settled ms": spread(v["settled"]), "server's part ms": spread(v["synced"]),
+                      "main-thread CPU ms": spread(v["cpu"]), "load (1 min)": f"{min(v['load']):.1f}–{max(v['load']):.1f}"})
+    show(f"Before / after over {args.rounds} rounds ({args.busy} busy processes): median of the rounds' medians "
+         "(min–max)", table,
          "shown: the frame that shows the next snapshot's head (the last figure); settled: the frame after the last "
-         "figure stopped changing. Target (issue 17): ≤ 300 ms at 64 tokens.")
+         "figure stopped changing; server's part: the frame that shows the step's greedy sample (the server heard of "
+         "the step: after the user stopped for 250 ms, on the scrubber); main-thread CPU: from the keydown until the "
+         "server's part settled. Target (issue 17): ≤ 300 ms at 64 tokens.")
 
 
 if __name__ == "__main__":

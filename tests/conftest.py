@@ -60,14 +60,40 @@ def plotly_array(value) -> np.ndarray:
     return np.array(value, dtype=float)  # None (a gap) becomes NaN
 
 
-def shown_figures(at) -> list[dict]:
+def shown_figures(at, index: int | None = None) -> list[dict]:
     """Every Plotly figure an AppTest page shows, as Plotly JSON: ``st.plotly_chart``'s and the live charts'
-    (viz_ui/live_chart.py: the figure with its layout update applied, as the browser draws it)."""
+    (viz_ui/live_chart.py). A live chart with frames is shown as the browser draws it at step ``index`` of its
+    scrubber (default: the server's step): its figure with that step's frame merged into its traces and layout
+    (tests/test_browser.py checks that the browser draws the same)."""
     from viz_ui.figures import merge_layout
     figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     for c in at.get("bidi_component"):
         data = json.loads(c.proto.json)
-        if "figure" in data:
-            fig = json.loads(data["figure"])
-            figs.append(dict(fig, layout=merge_layout(fig["layout"], data.get("update"))))
+        if "figure" not in data:
+            continue
+        fig = json.loads(data["figure"])
+        if "frames" in data:
+            i = data["index"] if index is None else index
+            frame = json.loads(data["frames"])[i - data["first"]]
+            traces = [dict(t, **u) for t, u in zip(fig["data"], frame["data"])] if "data" in frame else fig["data"]
+            fig = dict(fig, data=traces, layout=merge_layout(fig["layout"], frame["layout"]))
+        figs.append(fig)
     return figs
+
+
+def component_data(at, key: str) -> dict:
+    """The data the custom component ``key`` (``st.components.v2``) was sent in the last run of an AppTest."""
+    return next(json.loads(c.proto.json) for c in at.get("bidi_component") if c.proto.id.endswith(f"-{key}"))
+
+
+def report_component_event(at, key: str, event: str, value):
+    """Run the AppTest as a custom component's event (``setTriggerValue(event, value)`` in its JavaScript) makes
+    Streamlit run it: the page's widgets as they are, with the event as the component ``key``'s trigger (AppTest has
+    no element for custom components)."""
+    from streamlit.components.v2.bidi_component.main import _make_trigger_id
+    widgets = at._tree.get_widget_states()
+    report = widgets.widgets.add()
+    report.id = _make_trigger_id(next(c.proto.id for c in at.get("bidi_component") if c.proto.id.endswith(f"-{key}")),
+                                 "events")
+    report.json_trigger_value = json.dumps([{"event": event, "value": value}])
+    return at._run(widgets)

@@ -9,7 +9,9 @@ import time
 import urllib.request
 from urllib.parse import urlparse
 
+import numpy as np
 import pytest
+import torch
 from playwright.sync_api import expect, sync_playwright
 
 from conftest import ROOT
@@ -428,11 +430,13 @@ def test_links_hold_only_what_differs_from_the_defaults(server, browser):
     page.close()
 
 
-def test_timeline_step_changes_redraw_the_same_charts_in_place(server, browser):
-    """Page 6's charts are live charts (viz_ui/live_chart.py): a step change redraws the same Plotly charts with the
-    next snapshot (no new chart), the mode bar has the export and fullscreen buttons but no upload to Plotly's
-    cloud, and a click on a tile of the all-heads grid shows that head large."""
-    steps = json.loads((ROOT / "assets" / "timelines" / "induction-2l" / "timeline.json").read_text())["steps"]
+def test_timeline_steps_are_drawn_in_the_browser_from_frames(server, browser):
+    """Page 6: a step change on the scrubber redraws the same Plotly charts from the frames they hold (the next
+    snapshot's own attention, no new chart), the numbers under the slider follow, and the server hears of the step
+    (the link and the greedy sample follow); Play moves on by itself and Pause stays; the mode bar has the export
+    and fullscreen buttons but no upload to Plotly's cloud; a click on a tile of the all-heads grid shows that head."""
+    data = json.loads((ROOT / "assets" / "timelines" / "induction-2l" / "timeline.json").read_text())
+    steps = data["steps"]
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     page.goto(f"{server}/timeline?train_step={steps[20]}&tl_layer=1&tl_head=2")
     head = page.locator(".viz-live-chart").filter(has=page.locator(".gtitle", has_text="Layer 1, head 2 at step"))
@@ -440,15 +444,40 @@ def test_timeline_step_changes_redraw_the_same_charts_in_place(server, browser):
     expect(page.locator(".viz-live-chart")).to_have_count(4)
     page.evaluate("() => document.querySelectorAll('.viz-live-chart').forEach((d, i) => { d.__testMark = i; })")
     titles = {s: page.locator(".viz-live-chart .gtitle").filter(has_text=s) for s in ("Loss at step", "All heads at")}
-    page.get_by_role("slider", name="Training step (snapshots, log-spaced)").press("ArrowRight")
-    expect(head.locator(".gtitle")).to_have_text(f"Layer 1, head 2 at step {steps[21]:,}", timeout=60_000)
+    slider = page.get_by_role("slider", name="Training step (snapshots, log-spaced)")
+    scrubber = page.get_by_test_id("vizScrubber")
+    slider.press("ArrowRight")
+    expect(head.locator(".gtitle")).to_have_text(f"Layer 1, head 2 at step {steps[21]:,}")
     expect(titles["Loss at step"]).to_have_text(f"Loss at step {steps[21]:,}")
     expect(titles["All heads at"]).to_have_text(f"All heads at step {steps[21]:,}")
+    expect(scrubber.get_by_text(f"Step {steps[21]:,}", exact=True)).to_be_visible()
+    expect(scrubber.get_by_text(f"{data['train_loss'][21]:.3f}", exact=True)).to_be_visible()
     assert page.evaluate("() => [...document.querySelectorAll('.viz-live-chart')].map(d => d.__testMark)") == [0, 1, 2, 3]
+    # the head's drawn weights are the snapshot's own attention on the text (the frame merged into the figure)
+    model, tok = load_model(ROOT / "assets" / "timelines" / "induction-2l" / data["snapshots"][21])
+    text = page.get_by_label("Text", exact=True).input_value().strip()
+    _, cache = model.run_with_cache(torch.tensor([tok.encode(f"{text}\n{text}").ids[:128]]))
+    drawn = head.evaluate("d => d._fullData[0].z.map(r => Array.from(r))")
+    np.testing.assert_allclose(np.array(drawn, dtype=float), cache["blocks.1.attn.hook_pattern"][0, 2].numpy(), atol=1e-6)
+    # the server follows once the user stops: the link and the greedy sample of that step
+    expect(page.get_by_role("heading", name=f"What the model writes at step {steps[21]:,}")).to_be_visible()
+    expect(page).to_have_url(re.compile(f"train_step={steps[21]}"))
+    slider.press("End")
+    expect(head.locator(".gtitle")).to_have_text(f"Layer 1, head 2 at step {steps[-1]:,}")
     buttons = page.evaluate("() => [...document.querySelectorAll('.viz-live-chart .modebar-btn')]"
                             ".map(b => b.getAttribute('data-title'))")
     assert "Fullscreen" in buttons and any("Download plot" in b for b in buttons)
     assert not any("Share" in b or "Cloud" in b for b in buttons)
+    # Play from the last step starts over from the first; Pause stays where it is, and the server hears of it
+    scrubber.get_by_role("button", name="Play").click()
+    expect(head.locator(".gtitle")).to_have_text(f"Layer 1, head 2 at step {steps[2]:,}", timeout=30_000)
+    scrubber.get_by_role("button", name="Pause").click()
+    paused = int(slider.input_value())
+    assert 2 <= paused < len(steps) - 1
+    page.wait_for_timeout(1500)
+    assert int(slider.input_value()) == paused
+    expect(page).to_have_url(re.compile(f"train_step={steps[paused]}(&|$)"))
+    expect(head.locator(".gtitle")).to_have_text(f"Layer 1, head 2 at step {steps[paused]:,}")
     # a click on head 1 of layer 0 in the grid (its last trace has one point per head)
     page.locator(".viz-live-chart").filter(has=page.locator(".gtitle", has_text="All heads")).scroll_into_view_if_needed()
     x, y = page.evaluate("""() => { const gd = [...document.querySelectorAll('.viz-live-chart')]
@@ -457,6 +486,6 @@ def test_timeline_step_changes_redraw_the_same_charts_in_place(server, browser):
         const r = gd.getBoundingClientRect();
         return [r.left + xa._offset + xa.l2p(tr.x[1]), r.top + ya._offset + ya.l2p(tr.y[1])]; }""")
     page.mouse.click(x, y)
-    expect(page.locator(".viz-live-chart .gtitle").filter(has_text=f"Layer 0, head 1 at step {steps[21]:,}")
+    expect(page.locator(".viz-live-chart .gtitle").filter(has_text=f"Layer 0, head 1 at step {steps[paused]:,}")
            ).to_have_count(1, timeout=60_000)
     page.close()

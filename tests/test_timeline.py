@@ -11,8 +11,10 @@ import torch
 from safetensors import safe_open
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, plotly_array, shown_figures, small_model
+from conftest import ROOT, component_data, plotly_array, report_component_event, shown_figures, small_model
 from viz_model import CheckpointError, load_model, save_checkpoint
+from viz_model.sampling import generate
+from viz_ui.text import plain
 from viz_model.training.timeline import (load_timeline, load_timeline_upload, log_spaced_steps, phase_change,
                                          read_timeline, write_timeline)
 
@@ -212,49 +214,94 @@ def test_shipped_losses_fall_and_the_folder_is_small(shipped):
 
 def test_timeline_page_shows_the_snapshots_own_numbers(shipped):
     data, models = shipped
-    i = len(data["steps"]) * 2 // 3
-    step = data["steps"][i]
+    steps = data["steps"]
+    i = len(steps) * 2 // 3
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-    for name, value in dict(train_step=step, tl_layer=1, tl_head=2, text="Tom had a red ball.").items():
+    for name, value in dict(train_step=steps[i], tl_layer=1, tl_head=2, text="Tom had a red ball.").items():
         at.query_params[name] = str(value)  # a link that opens this view
     at.run()
     at.switch_page("pages/timeline.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.select_slider(key="train_step").value == step
-    assert list(at.select_slider(key="train_step").options) == [f"{s:,}" for s in data["steps"]]
-    figs = {f["layout"]["title"]["text"]: f for f in shown_figures(at)}
-    loss = figs[f"Loss at step {step:,}"]
-    np.testing.assert_allclose(plotly_array(loss["data"][0]["y"]), data["train_loss"])
-    np.testing.assert_allclose(plotly_array(loss["data"][1]["y"]), data["valid_loss"])
-    # the step's marks: a circle on each curve at the step's loss, and a line at the step
-    circles = [s for s in loss["layout"]["shapes"] if s["type"] == "circle"]
-    assert [c["yanchor"] for c in circles] == pytest.approx([data["train_loss"][i], data["valid_loss"][i]])
-    assert any(s["type"] == "line" and s["x0"] == step for s in loss["layout"]["shapes"])
-    curves = figs["Head-type scores across training"]["data"]
-    model, tok = load_model(SHIPPED / data["snapshots"][i])
+    scrubber = component_data(at, "tl_step")
+    assert scrubber["index"] == i and scrubber["labels"] == [f"{s:,}" for s in steps]
+    assert scrubber["window"] == [0, len(steps)]  # at this length every step's frames are in the browser
+    # the numbers under the scrubber, one per step: the timeline's own losses, the best scores of its snapshots
+    metrics = {m["label"]: m for m in scrubber["metrics"]}
+    for label, values in (("Train loss (nats/token)", data["train_loss"]), ("Validation loss (nats/token)", data["valid_loss"])):
+        np.testing.assert_allclose([float(v) for v in metrics[label]["values"]], values, atol=5e-4)
+        assert metrics[label]["tones"][i] == "good" and f"{values[i] - values[0]:+.3f}" in metrics[label]["deltas"][i]
+    best = np.array(data["scores"]["induction"]).reshape(len(steps), -1)
+    np.testing.assert_allclose([float(v) for v in metrics["Best induction score"]["values"]], best.max(1), atol=0.006)
+    layer, head = divmod(int(best[-1].argmax()), 4)
+    assert metrics["Best induction score"]["deltas"][-1] == f"layer {layer}, head {head}"
+
+    # each step's charts as the browser draws them (the step's frame on the chart's figure): the snapshot's own numbers
+    tok = load_model(SHIPPED / data["snapshots"][0])[1]
     ids = tok.encode("Tom had a red ball.\nTom had a red ball.").ids
-    _, cache = model.run_with_cache(torch.tensor([ids]))
-    shown = plotly_array(figs[f"Layer 1, head 2 at step {step:,}"]["data"][0]["z"])
-    np.testing.assert_allclose(shown, cache["blocks.1.attn.hook_pattern"][0, 2].numpy(), atol=1e-6)
+    n = len(ids)
+    block = -(-n // 48)  # the grid's tiles are at most 48 cells across: max-pooled over block x block
+    tile = -(-n // block)
+    gap = max(1, tile // 8)
+    for k in (0, i, len(steps) - 1):
+        figs = {f["layout"]["title"]["text"]: f for f in shown_figures(at, k)}
+        _, cache = models[k].run_with_cache(torch.tensor([ids]))
+        pattern = cache["blocks.1.attn.hook_pattern"][0, 2].numpy()
+        head_fig = figs[f"Layer 1, head 2 at step {steps[k]:,}"]
+        np.testing.assert_allclose(plotly_array(head_fig["data"][0]["z"]), pattern, atol=1e-6)
+        assert head_fig["layout"]["title"]["subtitle"]["text"] == (
+            f"induction score {data['scores']['induction'][k][1][2]:.2f} · previous-token score "
+            f"{data['scores']['previous-token'][k][1][2]:.2f}")
+        # the grid's tile of layer 1, head 2: the same pattern (max-pooled when the text is longer than a tile)
+        canvas = plotly_array(figs[f"All heads at step {steps[k]:,}"]["data"][0]["z"])
+        padded = np.pad(pattern, ((0, tile * block - n), (0, tile * block - n)))
+        pooled = padded.reshape(tile, block, tile, block).max(axis=(1, 3))
+        np.testing.assert_allclose(canvas[tile + gap:, 2 * (tile + gap):2 * (tile + gap) + tile], pooled, atol=1e-6)
+        loss = figs[f"Loss at step {steps[k]:,}"]
+        np.testing.assert_allclose(plotly_array(loss["data"][0]["y"]), data["train_loss"])
+        np.testing.assert_allclose(plotly_array(loss["data"][1]["y"]), data["valid_loss"])
+        circles = [s for s in loss["layout"]["shapes"] if s["type"] == "circle"]  # on each curve at the step's loss
+        assert [c["yanchor"] for c in circles] == pytest.approx([data["train_loss"][k], data["valid_loss"][k]])
+        assert any(s["type"] == "line" and s["x0"] == max(steps[k], 0.5) for s in loss["layout"]["shapes"])
+    curves = {f["layout"]["title"]["text"]: f for f in shown_figures(at)}["Head-type scores across training"]["data"]
     l1h2 = next(t for t in curves if t.get("name") == "L1H2" and t["xaxis"] == "x2")  # the induction panel
     np.testing.assert_allclose(plotly_array(l1h2["y"]), np.array(data["scores"]["induction"])[:, 1, 2], atol=2e-5)
-    best = at.metric[2]
-    assert best.label == "Best induction score" and float(best.value) == pytest.approx(
-        np.array(data["scores"]["induction"][i]).max(), abs=0.006)
-    # a step change (the fragment alone reruns): the step's figures follow it in the same live charts (redrawn in
-    # place); the scores figure and the losses' own figure are sent unchanged (only the losses' marks move)
-    charts = {c.proto.id: json.loads(c.proto.json) for c in at.get("bidi_component")}
-    at.select_slider(key="train_step").set_value(data["steps"][i + 1]).run()
+
+    # the browser reports the step the user stopped on: the page's step, the link and the sample follow it; the
+    # charts are the same figures with the same frames (the browser has nothing new to draw)
+    charts = {k: component_data(at, k) for k in ("tl_loss_chart", "tl_scores_chart", "tl_grid", "tl_head_chart")}
+    report_component_event(at, "tl_step", "step", i + 1)
     assert not at.exception, [e.value for e in at.exception]
-    after = {c.proto.id: json.loads(c.proto.json) for c in at.get("bidi_component")}
-    assert after.keys() == charts.keys() and len(charts) == 4  # the same four charts
-    titles = {f["layout"]["title"]["text"] for f in shown_figures(at)}
-    assert {f"Loss at step {data['steps'][i + 1]:,}", f"All heads at step {data['steps'][i + 1]:,}",
-            f"Layer 1, head 2 at step {data['steps'][i + 1]:,}", "Head-type scores across training"} == titles
-    kept = [k for k in charts if charts[k]["figure"] == after[k]["figure"]]
-    assert len(kept) == 2 and all(charts[k]["revision"] == after[k]["revision"] for k in kept)
-    assert {json.loads(after[k]["figure"])["layout"]["title"]["text"] for k in kept} == {
-        "Loss", "Head-type scores across training"}
+    assert component_data(at, "tl_step")["index"] == i + 1 and at.query_params["train_step"] == str(steps[i + 1])
+    for key, before in charts.items():
+        after = component_data(at, key)
+        assert (after["revision"], after.get("framesRevision")) == (before["revision"], before.get("framesRevision")), key
+    assert f"What the model writes at step {steps[i + 1]:,}" in [h.value for h in at.subheader]
+    written = tok.decode([s.token_id for s in generate(models[i + 1], tok.encode("Tom had a red ball.").ids, 30,
+                                                       temperature=0.0)])
+    assert any(f"**{plain(' '.join(written.split()), None)}**" in m.value for m in at.markdown)
+
+
+def test_a_long_text_sends_a_window_of_steps_and_a_step_outside_it_moves_the_window(shipped):
+    """At 127 tokens the frames of every step do not fit in the budget: the browser holds a window of steps around
+    the one shown; a reported step outside it brings the window there."""
+    data, _ = shipped
+    steps = data["steps"]
+    text = " ".join(["Tom had a red ball and a big dog."] * 6)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    for name, value in dict(train_step=steps[-1], tl_layer=1, tl_head=2, text=text).items():
+        at.query_params[name] = str(value)
+    at.run()
+    at.switch_page("pages/timeline.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    lo, hi = component_data(at, "tl_step")["window"]
+    assert hi == len(steps) and 0 < lo and hi - lo >= 8
+    head = component_data(at, "tl_head_chart")
+    assert (head["first"], head["count"]) == (lo, hi - lo) and len(json.loads(head["frames"])) == hi - lo
+    report_component_event(at, "tl_step", "step", 0)
+    assert not at.exception, [e.value for e in at.exception]
+    lo0, hi0 = component_data(at, "tl_step")["window"]
+    assert lo0 == 0 and hi0 == hi - lo and component_data(at, "tl_head_chart")["first"] == 0
+    assert f"Layer 1, head 2 at step {steps[0]:,}" in {f["layout"]["title"]["text"] for f in shown_figures(at)}
 
 
 def test_figures_built_in_one_pass_equal_figures_styled_afterwards():
@@ -287,22 +334,29 @@ def test_timelines_on_the_command_line_and_shipped():
 
 def test_without_live_charts_the_page_shows_the_same_figures(shipped, monkeypatch):
     """Where the server cannot serve Plotly's code for live charts (static serving off, or no writable static/), the
-    page shows its figures with st.plotly_chart: the losses' figure with the step's marks drawn in."""
+    page shows the step's figures with st.plotly_chart (the losses' figure with the step's marks drawn in) and the
+    scrubber reports every step at once, for the server to draw it."""
     import viz_ui.live_chart as live_chart
     monkeypatch.setattr(live_chart, "live_chart_source", lambda: None)
     data, _ = shipped
-    i = len(data["steps"]) // 2
+    steps = data["steps"]
+    i = len(steps) // 2
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-    at.query_params["train_step"] = str(data["steps"][i])
+    at.query_params["train_step"] = str(steps[i])
     at.run()
     at.switch_page("pages/timeline.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    assert not at.get("bidi_component")
-    figs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
-    loss = figs[f"Loss at step {data['steps'][i]:,}"]
-    circles = [s for s in loss["layout"]["shapes"] if s["type"] == "circle"]
-    assert [c["yanchor"] for c in circles] == pytest.approx([data["train_loss"][i], data["valid_loss"][i]])
-    assert f"All heads at step {data['steps'][i]:,}" in figs and "Head-type scores across training" in figs
+    assert [c.proto.id.rsplit("-", 1)[1] for c in at.get("bidi_component")] == ["tl_step"]
+    assert component_data(at, "tl_step")["immediate"] is True
+    for k in (i, i + 1):
+        figs = {json.loads(c.proto.spec)["layout"]["title"]["text"]: json.loads(c.proto.spec)
+                for c in at.get("plotly_chart")}
+        loss = figs[f"Loss at step {steps[k]:,}"]
+        circles = [s for s in loss["layout"]["shapes"] if s["type"] == "circle"]
+        assert [c["yanchor"] for c in circles] == pytest.approx([data["train_loss"][k], data["valid_loss"][k]])
+        assert f"All heads at step {steps[k]:,}" in figs and "Head-type scores across training" in figs
+        report_component_event(at, "tl_step", "step", i + 1)
+        assert not at.exception, [e.value for e in at.exception]
 
 
 def test_plotly_code_for_live_charts_is_the_plotly_packages_own(tmp_path, monkeypatch):

@@ -4,7 +4,8 @@ horizontal scrolling, the sidebar's position, downloads and mode bars. Each func
 from __future__ import annotations
 
 # For every visible element that holds text of its own: its colour and the colour behind it (the first ancestor
-# with an opaque enough background, blended over white/black page as needed), and the WCAG contrast ratio.
+# with an opaque enough background, blended over white/black page as needed), and the WCAG contrast ratio; texts in
+# open shadow roots (custom components) too.
 CONTRAST_JS = r"""
 (wholePage) => {
   const parse = c => { const m = c.match(/rgba?\(([^)]+)\)/); if (!m) return null;
@@ -13,10 +14,12 @@ CONTRAST_JS = r"""
     return 0.2126 * f(c.r) + 0.7152 * f(c.g) + 0.0722 * f(c.b); };
   const blend = (top, under) => ({r: top.r * top.a + under.r * (1 - top.a), g: top.g * top.a + under.g * (1 - top.a),
     b: top.b * top.a + under.b * (1 - top.a), a: 1});
+  // up the tree, out of a shadow root (a custom component's) to its host
+  const up = e => e.parentElement || (e.getRootNode() instanceof ShadowRoot ? e.getRootNode().host : null);
   const background = el => {
     const layers = [];
     const thumbValue = el.closest('[data-testid=stSliderThumbValue]');  // drawn above the thumb, not on it
-    for (let e = thumbValue ? thumbValue.parentElement.parentElement : el; e; e = e.parentElement) {
+    for (let e = thumbValue ? thumbValue.parentElement.parentElement : el; e; e = up(e)) {
       if (e.getAttribute('role') === 'slider') continue;  // a slider's value is drawn above its thumb, not on it
       const c = parse(getComputedStyle(e).backgroundColor);
       if (c && c.a > 0) { layers.push(c); if (c.a >= 0.99) break; }
@@ -26,8 +29,10 @@ CONTRAST_JS = r"""
     return bg;
   };
   const out = [];
-  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   const seen = new Set();
+  const roots = [document.body, ...[...document.querySelectorAll('*')].filter(e => e.shadowRoot).map(e => e.shadowRoot)];
+  for (const root of roots) {
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
   for (let n = walker.nextNode(); n; n = walker.nextNode()) {
     const el = n.parentElement;
     if (!el || seen.has(el) || !n.textContent.trim()) continue;
@@ -39,7 +44,7 @@ CONTRAST_JS = r"""
     if (r.right < 0 || r.left > innerWidth) continue;  // off screen sideways (a folded sidebar)
     if (!wholePage && (r.bottom < 0 || r.top > innerHeight)) continue;
     let opacity = 1;  // the element's and its ancestors' opacity fade its text towards the background
-    for (let e = el; e; e = e.parentElement) opacity *= parseFloat(getComputedStyle(e).opacity);
+    for (let e = el; e; e = up(e)) opacity *= parseFloat(getComputedStyle(e).opacity);
     if (opacity < 0.05) continue;
     const fg = parse(st.color); if (!fg) continue;
     fg.a *= opacity;
@@ -51,6 +56,7 @@ CONTRAST_JS = r"""
     out.push({text: n.textContent.trim().slice(0, 40), ratio: Math.round(ratio * 100) / 100,
               color: st.color, testid: tid ? tid.getAttribute('data-testid') : '', tag: el.tagName,
               disabled: !!el.closest('[disabled], [aria-disabled=true]')});
+  }
   }
   return out;
 }

@@ -81,7 +81,9 @@ function draw(Plotly, div) {
   const shown = div.__vizShown;
   const index = shown.frames ? stepOf(div) : null;
   const frame = shown.frames ? frameOf(shown, index) : null;
-  div.classList.toggle("viz-live-waiting", Boolean(shown.frames) && !frame); // a step the server has not sent yet
+  const waiting = Boolean(shown.frames) && !frame; // a step the server has not sent yet: the last one stays, faded
+  div.classList.toggle("viz-live-waiting", waiting);
+  if (waiting && div.__vizDrawnKey) return Promise.resolve();
   const key = `${shown.revision}|${shown.framesRevision}|${frame ? index : ""}|${document.fullscreenElement === div}`;
   if (div.__vizDrawnKey === key) return Promise.resolve();
   const previous = div.__vizDrawnKey && div.__vizDrawnKey.split("|");

@@ -29,7 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 STATIC = ROOT / "static"  # Streamlit serves the folder beside the main script (app.py) as app/static/
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 _JS = (Path(__file__).with_name("live_chart.js")).read_text(encoding="utf-8")
-_COMPONENT = st.components.v2.component("viz_live_chart", js=_JS, isolate_styles=False)  # Plotly's CSS is global
+# Plotly's CSS is global: no shadow root. A chart waiting for the frames of a step is faded.
+_CSS = ".viz-live-chart.viz-live-waiting{opacity:0.35;transition:opacity 0.15s}"
+_COMPONENT = st.components.v2.component("viz_live_chart", js=_JS, css=_CSS, isolate_styles=False)
 
 
 def _install() -> str | None:

@@ -97,7 +97,7 @@ function report(root) {
   state.debounce = null;
   if (state.sent === state.index) return;
   state.sent = state.reported = state.index;
-  send("index", state.index);
+  send("step", state.index); // an event: the server hears it even when it equals an earlier report
 }
 
 function moveTo(root, index, how) {
@@ -145,7 +145,7 @@ function togglePlay(root) {
 }
 
 export default function (component) {
-  const {data, parentElement, setStateValue} = component;
+  const {data, parentElement, setTriggerValue} = component;
   let root = parentElement.querySelector(".viz-scrub");
   const first = !root;
   if (first) {
@@ -157,7 +157,7 @@ export default function (component) {
   }
   const state = root.__viz.state;
   root.__viz.data = data;
-  root.__viz.send = setStateValue;
+  root.__viz.send = setTriggerValue;
   const steps = data.labels.join("\n");
   if (state.steps !== steps) { // another run (or the first): its own step
     if (state.steps !== null) stop(root);

@@ -55,11 +55,11 @@ def step_scrubber(key: str, labels: list[str], index: int, label: str, on_change
             "play_help": play_help, "play_ms": round(1000 * play_seconds) if play_seconds else 0,
             "metrics": [{k: m[k] for k in ("label", "values", "deltas", "tones")} for m in metrics],
             "window": list(window) if window else None, "immediate": immediate, "palette": PALETTES[theme], "scheme": theme}
-    _COMPONENT(key=key, data=data, on_index_change=on_change)
+    _COMPONENT(key=key, data=data, on_step_change=on_change)
 
 
 def reported_step(key: str) -> int | None:
-    """The step the browser last reported for the scrubber ``key`` (read it in ``on_change``), or None."""
+    """The step the browser reported for the scrubber ``key`` in this rerun (read it in ``on_change``), or None."""
     value = st.session_state.get(key)
-    index = None if value is None else value.get("index")
+    index = None if value is None else value.get("step")
     return index if isinstance(index, int) and not isinstance(index, bool) else None
