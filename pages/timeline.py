@@ -144,7 +144,6 @@ def at_step() -> None:
                             "last one (press again to start over).")
 
     # the charts follow the scrubber in the browser, from frames of every step in the window (viz_ui/live_chart.py)
-    loss_frames = Frames(get_loss_figure(key, display, legend_rows), "tl_step", i, 0, len(steps), get_loss_frames(key))
     if tl.train_loss is None and tl.valid_loss is None:
         st.caption("This timeline records no losses (a folder of step-named checkpoints has none).")
         show_figure(get_scores_figure(key, display, legend_rows), state, "timeline_scores", styled=True,
@@ -152,6 +151,8 @@ def at_step() -> None:
     else:
         loss_col, scores_col = side_by_side(state, [1.15, 2])
         with loss_col:
+            loss_frames = Frames(get_loss_figure(key, display, legend_rows), "tl_step", i, 0, len(steps),
+                                 get_loss_frames(key)) if live else None
             show_figure(get_loss_figure(key, display, legend_rows, i), state, "timeline_loss", styled=True,
                         live="tl_loss_chart", frames=loss_frames)
         with scores_col:

@@ -74,11 +74,17 @@ def shown_figures(at, index: int | None = None) -> list[dict]:
         fig = json.loads(data["figure"])
         if "frames" in data:
             i = data["index"] if index is None else index
-            frame = json.loads(data["frames"])[i - data["first"]]
-            traces = [dict(t, **u) for t, u in zip(fig["data"], frame["data"])] if "data" in frame else fig["data"]
-            fig = dict(fig, data=traces, layout=merge_layout(fig["layout"], frame["layout"]))
+            fig = merge_frame(fig, json.loads(data["frames"])[i - data["first"]])
         figs.append(fig)
     return figs
+
+
+def merge_frame(fig: dict, frame: dict) -> dict:
+    """A live chart's figure (Plotly JSON) with a frame merged in, as viz_ui/live_chart.js draws it: each trace
+    updated by the frame's update of it, the layout as ``update_layout`` would."""
+    from viz_ui.figures import merge_layout
+    traces = [dict(t, **u) for t, u in zip(fig["data"], frame["data"])] if "data" in frame else fig["data"]
+    return dict(fig, data=traces, layout=merge_layout(fig["layout"], frame.get("layout")))
 
 
 def component_data(at, key: str) -> dict:

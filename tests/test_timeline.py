@@ -304,6 +304,66 @@ def test_a_long_text_sends_a_window_of_steps_and_a_step_outside_it_moves_the_win
     assert f"Layer 1, head 2 at step {steps[0]:,}" in {f["layout"]["title"]["text"] for f in shown_figures(at)}
 
 
+def test_a_frame_on_another_steps_figure_is_that_steps_figure():
+    """What the browser draws at a step (the chart's figure, built at another step, with the step's frame merged in,
+    as viz_ui/live_chart.js does) is the figure built at that step: the grid's tiles and their hovers, the head's
+    weights (its hover reads them from z) and titles."""
+    import plotly.io as pio
+
+    from conftest import merge_frame
+    from viz_ui.figures import attention_grid, attention_heatmap
+    from viz_ui.timeline_view import grid_frame, head_frame
+    rng = np.random.default_rng(0)
+    labels = ["<s>", "Tom", " had", " a", " red", " ball", ".", "Tom"] * 8  # 64 tokens: the grid's tiles are pooled
+    first, other = (rng.random((2, 3, 64, 64)).astype(np.float32) for _ in range(2))
+    for p in (first, other):
+        p /= p.sum(-1, keepdims=True)
+    patch = dict(title=dict(text="All heads at step 1,650"))
+    built = json.loads(pio.to_json(attention_grid(other, labels=labels, patch=patch)[0]))
+    base = json.loads(pio.to_json(attention_grid(first, labels=labels, patch=dict(title=dict(text="at step 0")))[0]))
+    drawn = merge_frame(base, json.loads(json.dumps(grid_frame(other, labels, "All heads at step 1,650"))))
+    assert drawn["layout"] == built["layout"] and drawn["data"][1] == built["data"][1]
+    np.testing.assert_array_equal(plotly_array(drawn["data"][0]["z"]), plotly_array(built["data"][0]["z"]))
+    assert drawn["data"][1]["text"] != base["data"][1]["text"]  # the strongest pairs differ between the two
+    title = dict(text="Layer 1, head 2 at step 1,650", subtitle=dict(text="induction score 0.88"))
+    built = json.loads(pio.to_json(attention_heatmap(other[1, 2], labels, "", patch=dict(title=title))))
+    base = json.loads(pio.to_json(attention_heatmap(first[1, 2], labels, "", patch=dict(title=dict(text="x")))))
+    drawn = merge_frame(base, head_frame(other[1, 2], title["text"], title["subtitle"]["text"]))
+    assert drawn["layout"] == built["layout"]
+    np.testing.assert_array_equal(plotly_array(drawn["data"][0]["z"]), other[1, 2])
+    assert "%{z:.4f}" in drawn["data"][0]["hovertemplate"] and len(drawn["data"][0]["customdata"][0][0]) == 2
+
+
+def test_frame_window_and_step_metrics():
+    from viz_ui.timeline_view import frame_window, step_metrics
+    assert frame_window(5, 40, 10, 1000) == (0, 40)  # everything fits
+    assert frame_window(0, 40, 100, 1000) == (0, 10) and frame_window(39, 40, 100, 1000) == (30, 40)
+    assert frame_window(20, 40, 100, 1000) == (15, 25) and frame_window(3, 40, 10**6, 10) == (3, 4)  # at least one
+    scores = {"induction": np.zeros((3, 2, 4)), "previous-token": np.zeros((3, 2, 4))}
+    scores["induction"][2, 1, 3] = 0.75
+    metrics = step_metrics([0, 10, 100], [5.0, 5.5, 3.0], None, scores)
+    assert [m["label"] for m in metrics] == ["Train loss (nats/token)", "Validation loss", "Best induction score",
+                                             "Best previous-token score"]
+    assert metrics[0]["values"] == ["5.000", "5.500", "3.000"] and metrics[0]["tones"] == ["off", "bad", "good"]
+    assert metrics[0]["deltas"][2] == "↓ -2.000 since step 0" and metrics[1]["values"] == ["not recorded"] * 3
+    assert metrics[2]["values"][2] == "0.75" and metrics[2]["deltas"][2] == "layer 1, head 3"
+
+
+def test_scrubber_colours_are_readable_in_both_themes():
+    """Every text colour of the step scrubber is at least 4.5:1 on what it is drawn on (WCAG 2.1 AA)."""
+    from test_browser import contrast
+    from viz_ui.scrubber import BACKGROUNDS, PALETTES
+
+    def rgb(hex_colour: str) -> str:
+        return "rgb({}, {}, {})".format(*(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)))
+
+    for theme, c in PALETTES.items():
+        pairs = [(c["ink"], BACKGROUNDS[theme]), (c["muted"], BACKGROUNDS[theme]), (c["ink"], c["surface"]),
+                 (c["accent"], c["surface"]), (c["muted"], c["off-bg"]), (c["good"], c["good-bg"]), (c["bad"], c["bad-bg"])]
+        for fg, bg in pairs:
+            assert contrast(rgb(fg), rgb(bg)) >= 4.5, (theme, fg, bg)
+
+
 def test_figures_built_in_one_pass_equal_figures_styled_afterwards():
     """The timeline page builds its figures styled for the display in one pass (Plotly validates a figure again at
     each update): the same figures as building them, updating their layout, then styling them (show_figure)."""

@@ -1,12 +1,14 @@
 """A Plotly chart redrawn in place: for figures that change at every move of a slider (the timeline's step).
 
 Streamlit's Plotly element gives a chart whose figure changed a new identity: the browser throws the old chart
-away and draws a new one, twice (once before its width is known, then at the real width). On the timeline page
-that was most of a step change's time (bench/timeline.py). This Streamlit component (``st.components.v2``, in the
-page's own DOM, no iframe) keeps one Plotly chart per key and hands each new figure to ``Plotly.react``, which
-redraws only what changed. Plotly's code is the plotly package's own ``plotly.min.js`` (the version its figures
-are written for), copied into the app's ``static/`` folder and served by Streamlit's static file serving
-(``server.enableStaticServing`` in .streamlit/config.toml): nothing is fetched from the internet.
+away and draws a new one, twice (once before its width is known, then at the real width). This Streamlit component
+(``st.components.v2``, in the page's own DOM, no iframe) keeps one Plotly chart per key and hands each new figure to
+``Plotly.react``, which redraws only what changed. A chart given :class:`Frames` follows a step scrubber
+(:mod:`viz_ui.scrubber`) in the browser: it holds a frame of every step and redraws from it as soon as the step
+moves there, with no round trip to the server (bench/timeline.py). Plotly's code is the plotly package's own
+``plotly.min.js`` (the version its figures are written for), copied into the app's ``static/`` folder and served by
+Streamlit's static file serving (``server.enableStaticServing`` in .streamlit/config.toml): nothing is fetched from
+the internet.
 
 Where that cannot be done (static serving off, the folder not writable), :func:`live_chart_source` returns None
 and callers fall back to ``st.plotly_chart``.

@@ -210,7 +210,8 @@ def get_scores_figure(key: str, display: tuple[float, str], legend_rows: int = 2
 
 def step_window(key: str, index: int, text: str) -> tuple[int, int]:
     """The snapshots ``[lo, hi)`` whose grid and head frames are sent with snapshot ``index`` over ``text``: all of
-    them when they fit in :data:`FRAME_BUDGET` numbers (the shipped timeline's 40 at 128 tokens do not: 18 of them).
+    them when they fit in :data:`FRAME_BUDGET` numbers (the shipped timeline's 40 steps do up to 67 tokens; at 127
+    tokens, 18 of them).
 
     Raises:
         ValueError: as :func:`step_view`.
