@@ -84,7 +84,6 @@ tl, models = loaded.timeline, loaded.models
 steps, cfg = tl.steps, models[0].cfg
 scores = get_timeline_scores(key)
 best_induction = scores["induction"].reshape(len(steps), -1).max(1)
-best_previous = scores["previous-token"].reshape(len(steps), -1).max(1)
 phase = phase_change(steps, best_induction.tolist())
 kind = "decoder" if cfg.causal else "encoder"
 display = (state.display.scale, state.display.theme)  # figures are built styled for the page, in one pass
@@ -108,7 +107,7 @@ live = live_chart_source() is not None  # else every step change is drawn by the
 
 
 def _step_reported() -> None:
-    """on_index_change of the scrubber: the step the browser shows becomes the page's (and the link's)."""
+    """on_step_change of the scrubber: the step the browser reports becomes the page's (and the link's)."""
     index = reported_step("tl_step")
     if index is not None and 0 <= index < len(steps):
         set_shared("train_step", steps[index])
@@ -138,8 +137,9 @@ def at_step() -> None:
     step_scrubber("tl_step", [f"{s:,}" for s in steps], i, "Training step (snapshots, log-spaced)", _step_reported,
                   metrics=metrics, window=window, immediate=not live, theme=state.display.theme,
                   play_seconds=PLAY_SECONDS,
-                  help="Each mark is a saved snapshot: dense early on and where the induction score moved. Arrow "
-                       "keys move one snapshot; Home and End go to the first and the last.",
+                  help="Each position is a saved snapshot, in training order (the steps are log-spaced: dense early on "
+                       "and where the induction score moved). Arrow keys move one snapshot; Home and End go to the "
+                       "first and the last.",
                   play_help=f"Show the next snapshot every {PLAY_SECONDS:g} s, from the step shown; it stops at the "
                             "last one (press again to start over).")
 

@@ -95,8 +95,10 @@ function report(root) {
   const {state, send} = root.__viz;
   clearTimeout(state.debounce);
   state.debounce = null;
+  state.resending = false;
   if (state.sent === state.index) return;
-  state.sent = state.reported = state.index;
+  state.sent = state.index;
+  state.reported.add(state.index);
   send("step", state.index); // an event: the server hears it even when it equals an earlier report
 }
 
@@ -124,6 +126,7 @@ function togglePlay(root) {
   if (state.timer) {
     stop(root);
     render(root);
+    state.sent = null; // said again: a tick's report may have been merged away by a rerun in progress
     report(root);
     return;
   }
@@ -150,9 +153,14 @@ export default function (component) {
   const first = !root;
   if (first) {
     root = build(parentElement);
-    root.__viz = {state: {index: data.index, server: data.index, sent: data.index, reported: null, steps: null}};
+    root.__viz = {state: {index: data.index, server: data.index, sent: data.index, reported: new Set(), steps: null}};
     root.querySelector("input").addEventListener("input", e => moveTo(root, Number(e.target.value)));
-    root.querySelector("input").addEventListener("change", () => report(root)); // a drag let go: no need to wait
+    // a drag let go (not a key, whose changes wait for the user to stop): no need to wait
+    root.querySelector("input").addEventListener("pointerdown", () => { root.__viz.state.dragging = true; });
+    root.querySelector("input").addEventListener("change", () => {
+      if (root.__viz.state.dragging) report(root);
+      root.__viz.state.dragging = false;
+    });
     root.querySelector(".play").addEventListener("click", () => togglePlay(root));
   }
   const state = root.__viz.state;
@@ -163,10 +171,26 @@ export default function (component) {
     if (state.steps !== null) stop(root);
     state.steps = steps;
     state.index = state.sent = data.index;
-    state.reported = null;
-  } else if (data.index !== state.server && data.index !== state.reported) {
-    state.index = state.sent = data.index; // the server moved the step (a link, a new run): follow it
+    state.reported.clear();
+  } else if (data.index !== state.server && !state.reported.has(data.index)) {
+    stop(root); // the server moved the step (a link, a new run): follow it
+    clearTimeout(state.debounce);
+    state.debounce = null;
+    state.index = state.sent = data.index;
+    state.reported.clear();
+  } else if (data.index !== state.index && !state.timer && !state.debounce) {
+    // the server has not heard of the step shown (a report merged away by a rerun in progress): say it again,
+    // unless the rerun of the report in flight answers first
+    state.debounce = setTimeout(() => {
+      state.sent = null;
+      report(root);
+    }, DEBOUNCE_MS);
+    state.resending = true;
+  } else if (data.index === state.index && state.resending) {
+    clearTimeout(state.debounce);
+    state.debounce = null;
   }
+  if (data.index === state.index) state.resending = false;
   state.server = data.index;
   render(root);
   publish(root);
