@@ -129,11 +129,11 @@ def at_step() -> None:
     state.shown_link = ""  # redraw the sidebar's link from this fragment too (see pages/output.py)
     step = shared_value("train_step", steps[-1], valid=lambda v: v in steps, cast=int)
     i = steps.index(step)
-    try:
+    try:  # a text this timeline's tokenizer cannot run: the scrubber and curves still, then one line
+        view, error = get_step_view(key, i, shown), None
         window = step_window(key, i, shown) if live else (i, i + 1)
-        error = None
     except ValueError as exc:
-        window, error = (0, len(steps)), str(exc)
+        view, window, error = None, (0, len(steps)), str(exc)
     step_scrubber("tl_step", [f"{s:,}" for s in steps], i, "Training step (snapshots, log-spaced)", _step_reported,
                   metrics=metrics, window=window, immediate=not live, theme=state.display.theme,
                   play_seconds=PLAY_SECONDS,
@@ -171,10 +171,9 @@ def at_step() -> None:
                    "step shown.")
 
     st.subheader("Attention on your text")
-    if error is not None:
+    if view is None:
         st.error(f"The text cannot be run by this timeline's model: {plain(error)}.")
         return
-    view = get_step_view(key, i, shown)
     n = len(view.labels)
     if view.n_tokens_total > n:
         st.caption(f":material/content_cut: The text has {view.n_tokens_total:,} tokens under this timeline's tokenizer; "

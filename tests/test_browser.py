@@ -15,6 +15,7 @@ import torch
 from playwright.sync_api import expect, sync_playwright
 
 from conftest import ROOT
+from ui_audit import contrast
 
 from viz_model import load_model
 from viz_ui.layout import EXAMPLES, PAGES
@@ -224,18 +225,6 @@ def test_the_output_page_loads_again_and_again_without_a_frontend_error(server, 
 
 
 SMALLEST_LECTURE_FONT_PX = 24  # at 2x: every figure label and page text is at least this large
-
-
-def luminance(rgb: str) -> float:
-    channels = [int(c) / 255 for c in re.findall(r"[\d.]+", rgb)[:3]]
-    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
-    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
-
-
-def contrast(a: str, b: str) -> float:
-    """WCAG contrast ratio of two CSS rgb() colours."""
-    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
-    return (hi + 0.05) / (lo + 0.05)
 
 
 @pytest.mark.parametrize("size, theme", [((1920, 1080), "light"), ((1280, 720), "dark")])

@@ -304,6 +304,36 @@ def test_a_long_text_sends_a_window_of_steps_and_a_step_outside_it_moves_the_win
     assert f"Layer 1, head 2 at step {steps[0]:,}" in {f["layout"]["title"]["text"] for f in shown_figures(at)}
 
 
+def test_hostile_step_reports_and_an_unrunnable_text_leave_the_page_standing(shipped, monkeypatch):
+    """A step report is the browser's word, not to be trusted: anything but a step's position leaves the step as it
+    was. A text the timeline's tokenizer cannot run is one line, with and without live charts."""
+    data, _ = shipped
+    steps = data["steps"]
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params["train_step"] = str(steps[5])
+    at.run()
+    at.switch_page("pages/timeline.py").run()
+    for value in (-1, len(steps), 10**30, 2.5, float("nan"), True, "7", None, [3], {"step": 3}):
+        report_component_event(at, "tl_step", "step", value)
+        assert not at.exception, (value, [e.value for e in at.exception])
+        assert component_data(at, "tl_step")["index"] == 5 and at.query_params["train_step"] == str(steps[5]), value
+
+    import viz_ui.live_chart as live_chart
+    import viz_ui.timeline_state as timeline_state
+
+    def refuse(*args):
+        raise ValueError("the tokenizer cannot encode this text")
+    monkeypatch.setattr(timeline_state, "get_step_view", refuse)
+    for live in (True, False):
+        if not live:
+            monkeypatch.setattr(live_chart, "live_chart_source", lambda: None)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert [e.value for e in at.error] == [
+            "The text cannot be run by this timeline's model: the tokenizer cannot encode this text."]
+        assert component_data(at, "tl_step")["index"] == 5
+
+
 def test_a_frame_on_another_steps_figure_is_that_steps_figure():
     """What the browser draws at a step (the chart's figure, built at another step, with the step's frame merged in,
     as viz_ui/live_chart.js does) is the figure built at that step: the grid's tiles and their hovers, the head's
@@ -351,7 +381,7 @@ def test_frame_window_and_step_metrics():
 
 def test_scrubber_colours_are_readable_in_both_themes():
     """Every text colour of the step scrubber is at least 4.5:1 on what it is drawn on (WCAG 2.1 AA)."""
-    from test_browser import contrast
+    from ui_audit import contrast
     from viz_ui.scrubber import BACKGROUNDS, PALETTES
 
     def rgb(hex_colour: str) -> str:

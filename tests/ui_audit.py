@@ -3,6 +3,21 @@ horizontal scrolling, the sidebar's position, downloads and mode bars. Each func
 
 from __future__ import annotations
 
+import re
+
+
+def luminance(rgb: str) -> float:
+    """WCAG relative luminance of a CSS rgb() colour."""
+    channels = [int(c) / 255 for c in re.findall(r"[\d.]+", rgb)[:3]]
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG contrast ratio of two CSS rgb() colours."""
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
 # For every visible element that holds text of its own: its colour and the colour behind it (the first ancestor
 # with an opaque enough background, blended over white/black page as needed), and the WCAG contrast ratio; texts in
 # open shadow roots (custom components) too.

@@ -83,14 +83,15 @@ function draw(Plotly, div) {
   const frame = shown.frames ? frameOf(shown, index) : null;
   const waiting = Boolean(shown.frames) && !frame; // a step the server has not sent yet: the last one stays, faded
   div.classList.toggle("viz-live-waiting", waiting);
-  if (waiting && div.__vizDrawnKey) return Promise.resolve();
-  const key = `${shown.revision}|${shown.framesRevision}|${frame ? index : ""}|${document.fullscreenElement === div}`;
-  if (div.__vizDrawnKey === key) return Promise.resolve();
-  const previous = div.__vizDrawnKey && div.__vizDrawnKey.split("|");
-  const layoutOnly = frame && !frame.data && previous && previous[0] === shown.revision &&
-    previous[1] === shown.framesRevision && previous[2] !== "" && previous[3] === String(document.fullscreenElement === div);
-  div.__vizDrawnKey = key;
-  if (layoutOnly) return Plotly.relayout(div, paths(frame.layout));
+  if (waiting && div.__vizDrawn) return Promise.resolve();
+  const now = {revision: shown.revision, frames: shown.framesRevision, full: document.fullscreenElement === div,
+               step: frame ? index : null};
+  const last = div.__vizDrawn;
+  const same = last && last.revision === now.revision && last.frames === now.frames && last.full === now.full;
+  div.__vizDrawn = now;
+  if (same && last.step === now.step) return Promise.resolve();
+  // another step of a chart whose frames change its layout only (the losses' marks): moved, not drawn again
+  if (same && last.step !== null && frame && !frame.data) return Plotly.relayout(div, paths(frame.layout));
   const {figure, config} = shown;
   const data = frame && frame.data ? figure.data.map((t, k) => (frame.data[k] ? {...t, ...frame.data[k]} : t)) : figure.data;
   const layout = merge(figure.layout, frame ? frame.layout : null);
@@ -119,12 +120,10 @@ function redraw(div) {
           div.__vizSend("click", {curve_number: p.curveNumber, point_index: p.pointIndex, x: p.x, y: p.y});
         });
       }
-      div.dataset.vizRevision = shown.revision; // which figure is drawn (read by the browser tests)
-      div.dataset.vizStep = shown.frames ? String(stepOf(div)) : "";
     }))
     .catch(error => {
       div.textContent = `This figure cannot be drawn: ${error.message}`;
-      div.__vizDrawnKey = undefined;
+      div.__vizDrawn = undefined;
     })
     .finally(() => {
       div.__vizBusy = false;
@@ -167,7 +166,7 @@ export default function (component) {
   div.__vizShown = {figure, config: data.config, src: data.src, revision: data.revision, clickable: data.clickable,
                     channel: data.channel, index: data.index, first: data.first, frames,
                     framesRevision: data.framesRevision};
-  if (shown && JSON.stringify(shown.config) !== JSON.stringify(data.config)) div.__vizDrawnKey = undefined;
+  if (shown && JSON.stringify(shown.config) !== JSON.stringify(data.config)) div.__vizDrawn = undefined;
   redraw(div);
   return () => {
     div.__vizResize.disconnect();

@@ -222,6 +222,16 @@ def step_window(key: str, index: int, text: str) -> tuple[int, int]:
                         FRAME_BUDGET)
 
 
+def grid_title(key: str, index: int) -> str:
+    """The title of the all-heads grid at snapshot ``index`` (its figure's and its frame's)."""
+    return f"All heads at step {resolve_timeline(key).timeline.steps[index]:,}"
+
+
+def head_title(key: str, index: int, layer: int, head: int) -> str:
+    """The title of one head's figure at snapshot ``index`` (its figure's and its frame's)."""
+    return f"Layer {layer}, head {head} at step {resolve_timeline(key).timeline.steps[index]:,}"
+
+
 def head_subtitle(key: str, index: int, layer: int, head: int) -> str:
     """The head's own scores at snapshot ``index``, as the subtitle of its figure."""
     scores = get_timeline_scores(key)
@@ -238,9 +248,8 @@ def get_grid_figure(key: str, index: int, text: str, display: tuple[float, str])
         ValueError: as :func:`step_view`.
     """
     view, cfg = get_step_view(key, index, text), resolve_timeline(key).models[index].cfg
-    step = resolve_timeline(key).timeline.steps[index]
     fig, _ = attention_grid(view.patterns, labels=view.labels, display=display,
-                            patch=dict(title=dict(text=f"All heads at step {step:,}"),
+                            patch=dict(title=dict(text=grid_title(key, index)),
                                        margin=grid_margins(cfg.n_layers, display[0])))
     return fig
 
@@ -253,12 +262,8 @@ def get_grid_frames(key: str, text: str, lo: int, hi: int) -> str:
     Raises:
         ValueError: as :func:`step_view`.
     """
-    steps = resolve_timeline(key).timeline.steps
-    frames = []
-    for i in range(lo, hi):
-        view = get_step_view(key, i, text)
-        frames.append(grid_frame(view.patterns, view.labels, f"All heads at step {steps[i]:,}"))
-    return json.dumps(frames)
+    views = [get_step_view(key, i, text) for i in range(lo, hi)]
+    return json.dumps([grid_frame(v.patterns, v.labels, grid_title(key, i)) for i, v in zip(range(lo, hi), views)])
 
 
 @st.cache_resource(max_entries=64, ttl=3600, show_spinner=False)
@@ -269,8 +274,8 @@ def get_head_figure(key: str, index: int, text: str, layer: int, head: int, disp
     Raises:
         ValueError: as :func:`step_view`.
     """
-    view, step = get_step_view(key, index, text), resolve_timeline(key).timeline.steps[index]
-    title = dict(text=f"Layer {layer}, head {head} at step {step:,}",
+    view = get_step_view(key, index, text)
+    title = dict(text=head_title(key, index, layer, head),
                  subtitle=dict(text=head_subtitle(key, index, layer, head), font=dict(size=round(15 * display[0]))))
     return attention_heatmap(view.patterns[layer, head], view.labels, title["text"],
                              patch=dict(margin=dict(head_margins(view.labels, display[0]), t=84), title=title),
@@ -285,7 +290,5 @@ def get_head_frames(key: str, text: str, layer: int, head: int, lo: int, hi: int
     Raises:
         ValueError: as :func:`step_view`.
     """
-    steps = resolve_timeline(key).timeline.steps
-    return json.dumps([head_frame(get_step_view(key, i, text).patterns[layer, head],
-                                  f"Layer {layer}, head {head} at step {steps[i]:,}", head_subtitle(key, i, layer, head))
-                       for i in range(lo, hi)])
+    return json.dumps([head_frame(get_step_view(key, i, text).patterns[layer, head], head_title(key, i, layer, head),
+                                  head_subtitle(key, i, layer, head)) for i in range(lo, hi)])
