@@ -262,16 +262,22 @@ class Attention(nn.Module):
     def _fused_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``[W_Q | W_K | W_V]`` as one ``[d_model, (n_heads + 2 n_kv_heads) d_head]`` matrix (a transposed view of
         ``[out, d_model]`` storage) and bias, so that
-        inference runs one matrix product like GPT-2's ``c_attn``; rebuilt whenever a weight changes."""
+        inference runs one matrix product like GPT-2's ``c_attn``; rebuilt whenever a weight changes. Kept between
+        calls unless ``keep_fused`` is False (set by :func:`viz_model.placement.dispatch` on a module whose weights are
+        offloaded: a resident fused copy would undo the offloading) or the weights are on the ``meta`` device."""
         params = [self.W_Q, self.W_K, self.W_V] + ([self.b_Q, self.b_K, self.b_V] if self.b_Q is not None else [])
         key = tuple((p.data_ptr(), p._version) for p in params)
-        if getattr(self, "_fused_key", None) != key:
+        keep = getattr(self, "keep_fused", True) and not any(p.is_meta for p in params)
+        if not keep or getattr(self, "_fused_key", None) != key:
             d = self.cfg.d_model
             # stored [out, in] and used through its transpose: the layout of nn.Linear, which bfloat16 matrix products on
             # a CPU need to be fast (x @ W with W stored [in, out] took 5x longer there); float32 is as fast either way
             W = torch.cat([w.permute(0, 2, 1).reshape(-1, d) for w in (self.W_Q, self.W_K, self.W_V)], dim=0).T
             b = torch.cat([p.reshape(-1) for p in params[3:]]) if self.b_Q is not None else None
-            self._fused, self._fused_key = (W.detach(), None if b is None else b.detach()), key
+            fused = (W.detach(), None if b is None else b.detach())
+            if not keep:
+                return fused
+            self._fused, self._fused_key = fused, key
         return self._fused
 
     def _qkv(self, x: torch.Tensor, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -272,3 +272,29 @@ def check_budget(cfg: "Config", file_bytes: int = 0, element_size: int | None = 
         raise BudgetError(f"the model would need about {_mb(estimate)} MB of memory ({count_params(cfg):,} "
                           f"parameters), above this server's {_mb(cap)} MB cap (VIZ_MAX_MODEL_MB)")
     return estimate
+
+
+def check_resident_budget(cfg: "Config", resident_param_bytes: int, element_size: int | None = None) -> int:
+    """:func:`check_budget` for a model placed by a device map (:mod:`viz_model.placement`) whose weights are partly on
+    disk or a GPU: only ``resident_param_bytes`` of its parameters stay in this machine's memory (those on the CPU
+    and the largest offloaded block, loaded while it runs). The estimate is :func:`estimate_bytes`' with the
+    parameters replaced by ``resident_param_bytes`` and the fused matrices and the load scaled by the same share
+    ``s = resident_param_bytes / params``; the activations (``run``) are counted whole::
+
+        estimate = resident_param_bytes + s · fused_qkv + positions + max(s · load, run)
+
+    Returns the estimate in bytes.
+
+    Raises:
+        BudgetError: one line with the estimate, the cap in MB and the setting that raises it.
+    """
+    parts = estimate_parts(cfg, element_size)
+    resident = max(0, int(resident_param_bytes))
+    share = min(1.0, resident / max(1, parts["params"]))
+    estimate = int(resident + share * parts["fused_qkv"] + parts["positions"] + max(share * parts["load"], parts["run"]))
+    cap = max_model_bytes()
+    if estimate > cap:
+        raise BudgetError(f"the model would need about {_mb(estimate)} MB of this machine's memory with its device map "
+                          f"({_mb(resident)} MB of weights kept in memory), above this server's {_mb(cap)} MB cap "
+                          "(VIZ_MAX_MODEL_MB)")
+    return estimate

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -11,6 +12,7 @@ from torch import nn
 from .components import ACTIVATIONS, Block, Embed, LayerKV, LayerNorm, PosEmbed, RelativePositionBias, make_norm, soft_cap
 from .config import Config
 from .hooks import HookedModule, HookPoint
+from .placement import execution_device, weight
 
 
 class KVCache:
@@ -71,8 +73,11 @@ class Encoder(nn.Module):
         self.ln_final = make_norm(cfg) if cfg.final_norm else None
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, embed: "Embed", tokens: torch.Tensor) -> torch.Tensor:
-        resid = self.hook_embed(embed(tokens)) + self.hook_pos_embed(self.pos_embed(tokens)).to(embed.W_E.dtype)
+    def forward(self, embed: Callable[[torch.Tensor], torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
+        """``embed``: the shared token embedding's call (a function, not the module: accelerate's hooks move module
+        arguments between devices); ``tokens`` ``[batch, src_pos]`` -> ``[batch, src_pos, d_model]``."""
+        resid = self.hook_embed(embed(tokens))
+        resid = resid + self.hook_pos_embed(self.pos_embed(tokens)).to(device=resid.device, dtype=resid.dtype)
         if self.rel_pos is not None:
             self.rel_pos(tokens.shape[1], tokens.shape[1])  # recorded once (hook_bias); every layer adds it
         if self.ln_embed is not None:
@@ -140,8 +145,9 @@ class VizTransformer(HookedModule):
 
     @property
     def W_unembed(self) -> torch.Tensor:
-        """The unembedding matrix ``[d_model, d_vocab]`` (``W_E^T`` when embeddings are tied)."""
-        return self.embed.W_E.T if self.W_U is None else self.W_U
+        """The unembedding matrix ``[d_model, d_vocab]`` (``W_E^T`` when embeddings are tied), detached, its real
+        values also when a device map offloads it (:func:`viz_model.placement.weight`)."""
+        return weight(self.embed, "W_E").T if self.W_U is None else weight(self, "W_U")
 
     @property
     def dtype(self) -> torch.dtype:
@@ -151,8 +157,9 @@ class VizTransformer(HookedModule):
 
     @property
     def device(self) -> torch.device:
-        """Where the model's weights live (``cpu`` or a ``cuda`` device)."""
-        return self.embed.W_E.device
+        """Where the inputs go: the device of the token embedding (``cpu`` or a ``cuda`` device); on a model placed
+        by a device map (:mod:`viz_model.placement`), the embedding's execution device."""
+        return execution_device(self.embed, self.embed.W_E)
 
     @property
     def has_lm_head(self) -> bool:
@@ -176,8 +183,9 @@ class VizTransformer(HookedModule):
             resid = self.ln_final(resid)
         if self.mlm_head is not None:
             resid = self.mlm_head(resid)
-        logits = resid @ self.W_unembed
-        logits = logits if self.b_U is None else logits + self.b_U
+        W_U = self.W_unembed
+        logits = resid.to(W_U.device) @ W_U  # the same device unless a device map placed the head elsewhere
+        logits = logits if self.b_U is None else logits + weight(self, "b_U")
         return logits if self.cfg.logit_softcap is None else soft_cap(logits, self.cfg.logit_softcap)
 
     def _check_ids(self, tokens: torch.Tensor, offset: int = 0) -> None:
@@ -200,7 +208,7 @@ class VizTransformer(HookedModule):
             raise ValueError("this model has no encoder")
         src_tokens = src_tokens.to(self.device)
         self._check_ids(src_tokens)
-        return self.encoder(self.embed, src_tokens)
+        return self.encoder(self.embed.__call__, src_tokens)
 
     def forward(self, tokens: torch.Tensor, kv_cache: KVCache | None = None,
                 token_type_ids: torch.Tensor | None = None, src_tokens: torch.Tensor | None = None,
@@ -227,10 +235,11 @@ class VizTransformer(HookedModule):
                 raise ValueError("an encoder-decoder model needs src_tokens (or encoder_out)")
             encoder_out = self.encode(src_tokens)
         pos = self.hook_pos_embed(self.pos_embed(tokens, offset))
-        resid = self.hook_embed(self.embed(tokens)) + pos.to(self.dtype)
+        resid = self.hook_embed(self.embed(tokens))
+        resid = resid + pos.to(device=resid.device, dtype=self.dtype)
         if self.cfg.n_token_types:
             types = torch.zeros_like(tokens) if token_type_ids is None else token_type_ids.to(tokens.device)
-            resid = resid + self.hook_token_type_embed(self.W_token_type[types])
+            resid = resid + self.hook_token_type_embed(self.W_token_type[types]).to(resid.device)
         if self.ln_embed is not None:
             resid = self.ln_embed(resid)
         if self.rel_pos is not None:

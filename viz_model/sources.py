@@ -29,6 +29,7 @@ from .limits import model_element_size
 from .checkpoint import DEFAULT_MODEL, FORMAT, first_line, load_checkpoint, read_metadata, read_tokenizer, reraise_interrupts
 from .families import from_hf, from_nanogpt, hf_config, nanogpt_config
 from .model import VizTransformer
+from .placement import Placement, PlacementError, parse_placement, placing
 from .weights import CheckpointError, build_model
 
 Progress = Callable[[float, str], None]
@@ -164,8 +165,17 @@ def _dtype_device(dtype: object, device: object) -> tuple[torch.dtype | str, tor
         raise CheckpointError(str(exc)) from None
 
 
+def _placement(device_map: object, max_memory: object, offload_folder: object) -> Placement | None:
+    try:
+        return parse_placement(device_map, max_memory, offload_folder)
+    except PlacementError as exc:
+        raise CheckpointError(str(exc)) from None
+
+
 def load_model(source: str | Path | None = None, progress: Progress = _quiet, dtype: torch.dtype | str = "float32",
-               device: torch.device | str | None = "cpu") -> tuple[VizTransformer, Tokenizer | None]:
+               device: torch.device | str | None = "cpu", device_map: str | dict | None = None,
+               max_memory: dict | str | None = None, offload_folder: str | Path | None = None
+               ) -> tuple[VizTransformer, Tokenizer | None]:
     """Load a model and its tokenizer (None when the checkpoint has none) from ``source``:
 
     - None: the shipped default model;
@@ -180,6 +190,13 @@ def load_model(source: str | Path | None = None, progress: Progress = _quiet, dt
     ``"bfloat16"``, ``"float16"`` or a torch dtype; ``device``: ``"cpu"`` (default), ``"cuda"``, or ``"auto"``
     (CUDA when present; see :mod:`viz_model.dtypes`). Safetensors weights are memory-mapped and moved into the
     model without a second copy: a bfloat16 checkpoint loaded with ``dtype="auto"`` costs about its own size.
+
+    Models larger than memory (accelerate's big-model inference, :mod:`viz_model.placement`): ``device_map="auto"``
+    places whole blocks on the GPUs, then the CPU, then disk within ``max_memory`` (``{"cpu": "2GB", 0: "20GiB"}``
+    or ``"cpu=2GB,0=20GiB"``; unset: the free memory), or a dict ``{module name: device}`` (``0``, ``"cuda:1"``,
+    ``"cpu"``, ``"disk"``) places them as given; ``"disk"`` needs ``offload_folder``. ``device`` is then unused, and
+    the memory check counts only the weights kept in this machine's memory. ``max_memory`` or ``offload_folder``
+    alone mean ``device_map="auto"``. ``model.hf_device_map`` holds the map used.
     Example::
 
         model, tokenizer = load_model("path/to/gpt2-folder")
@@ -187,9 +204,16 @@ def load_model(source: str | Path | None = None, progress: Progress = _quiet, dt
 
     Raises:
         CheckpointError: one line naming the problem (missing file, corrupt or hostile file, unknown
-            family, weights that disagree with the config, offline hub, an unknown dtype or device, ...).
+            family, weights that disagree with the config, offline hub, an unknown dtype or device, a device map
+            naming an unknown module or device, a ``max_memory`` that is no size, ``"disk"`` without
+            ``offload_folder``, ...).
     """
     dtype, device = _dtype_device(dtype, device)
+    with placing(_placement(device_map, max_memory, offload_folder)):
+        return _load_source(source, progress, dtype, device)
+
+
+def _load_source(source: str | Path | None, progress: Progress, dtype, device):
     if source is None:
         return load_checkpoint(DEFAULT_MODEL, dtype, device)
     path = Path(source)
@@ -204,15 +228,16 @@ def load_model(source: str | Path | None = None, progress: Progress = _quiet, dt
 
 
 def load_upload(name: str, data: bytes, progress: Progress = _quiet, max_mb: int = MAX_UPLOAD_MB,
-                dtype: torch.dtype | str = "float32", device: torch.device | str | None = "cpu"
-                ) -> tuple[VizTransformer, Tokenizer | None]:
+                dtype: torch.dtype | str = "float32", device: torch.device | str | None = "cpu",
+                device_map: str | dict | None = None, max_memory: dict | str | None = None,
+                offload_folder: str | Path | None = None) -> tuple[VizTransformer, Tokenizer | None]:
     """Load an uploaded file (its original ``name`` decides the format) from ``data``.
 
     The bytes go to a private temporary folder inside :func:`upload_root` that is deleted before this returns,
     so nothing is left where another session could read it (a killed process's folder is removed by the next
     upload). Every failure is one :class:`CheckpointError`: no other exception escapes for a bad file.
 
-    ``dtype`` and ``device`` as in :func:`load_model`.
+    ``dtype``, ``device``, ``device_map``, ``max_memory`` and ``offload_folder`` as in :func:`load_model`.
 
     Raises:
         CheckpointError: as :func:`load_model`, or when the upload exceeds ``max_mb`` MB (megabytes of 2^20 bytes).
@@ -220,7 +245,8 @@ def load_upload(name: str, data: bytes, progress: Progress = _quiet, max_mb: int
     label = PurePosixPath(str(name).replace("\\", "/")).name or "upload"
     label = label if len(label) <= 120 else label[:100] + "..." + label[-17:]
     dtype, device = _dtype_device(dtype, device)
-    return _guard(label, lambda: _load_upload(label, data, progress, max_mb, dtype, device))
+    with placing(_placement(device_map, max_memory, offload_folder)):
+        return _guard(label, lambda: _load_upload(label, data, progress, max_mb, dtype, device))
 
 
 def _load_upload(label: str, data: bytes, progress: Progress, max_mb: int, dtype, device):

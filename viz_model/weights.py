@@ -19,8 +19,9 @@ from torch import nn
 from .components import LayerNorm, PosEmbed, QKNorm, RMSNorm, sinusoidal_table
 from .config import Config, ConfigError
 from .dtypes import DtypeError, parse_dtype, resolve_device, tensors_dtype
-from .limits import BudgetError, check_budget
+from .limits import BudgetError, check_budget, check_resident_budget, current_element_size
 from .model import VizTransformer
+from .placement import Placement, PlacementError, current_placement, dispatch, plan, resident_bytes
 
 MAX_MESSAGE = 300  # characters of a CheckpointError's message
 PROBE_TOKENS = 8
@@ -50,10 +51,35 @@ def check_config(cfg: Config, label: str, file_bytes: int = 0, element_size: int
     """
     try:
         cfg.validate()
-        check_budget(cfg, file_bytes, element_size)
-    except (ConfigError, BudgetError) as exc:
+        placement = current_placement()
+        if placement is None:
+            check_budget(cfg, file_bytes, element_size)
+        else:
+            _check_placed_budget(cfg, placement, element_size)
+    except (ConfigError, BudgetError, PlacementError) as exc:
         raise CheckpointError(f"{label}: {exc}") from None
     return cfg
+
+
+def _skeleton(cfg: Config, element_size: int) -> VizTransformer:
+    """``cfg``'s model on the ``meta`` device (shapes and dtypes, no memory): matrices in a dtype of
+    ``element_size`` bytes, norms float32, as :func:`build_model` makes them."""
+    with torch.device("meta"):
+        model = _Unfilled(cfg)
+    if element_size == 2:
+        keep = norm_parameters(model)
+        for name, p in model.named_parameters():
+            p.data = p.data.to(torch.float32 if name in keep else torch.bfloat16)
+    return model
+
+
+def _check_placed_budget(cfg: Config, placement: Placement, element_size: int | None) -> None:
+    """The memory check of a load placed by a device map: only the weights that stay in this machine's memory
+    count (:func:`viz_model.placement.resident_bytes` of the map :func:`viz_model.placement.plan` makes for the
+    model's ``meta`` skeleton; :func:`viz_model.limits.check_resident_budget`)."""
+    e = current_element_size() if element_size is None else int(element_size)
+    skeleton = _skeleton(cfg, e)
+    check_resident_budget(cfg, resident_bytes(skeleton, plan(skeleton, placement)), e)
 
 
 class _Unfilled(VizTransformer):
@@ -165,9 +191,13 @@ def build_model(cfg: Config, state: MutableMapping[str, torch.Tensor], label: st
     as ``transformers`` does) and a converted file's tensors are released as they go. ``label`` names the file in
     messages; ``file_bytes`` as in :func:`check_config`.
 
+    Within :func:`viz_model.placement.placing` (``load_model(..., device_map=...)``) the model is built on the CPU,
+    then dispatched by its device map (:func:`viz_model.placement.dispatch`) before the probe; ``device`` is unused.
+
     Raises:
         CheckpointError: an unknown dtype or device; invalid config or over the memory cap; missing, unexpected or
-            mis-shaped weights; NaN or infinite weights; non-finite activations on a short probe (:func:`probe`).
+            mis-shaped weights; NaN or infinite weights; non-finite activations on a short probe (:func:`probe`);
+            a device map that cannot be used (:func:`viz_model.placement.plan`).
     """
     try:
         dtype = parse_dtype(dtype)
@@ -176,6 +206,9 @@ def build_model(cfg: Config, state: MutableMapping[str, torch.Tensor], label: st
         device = resolve_device(device)
     except DtypeError as exc:
         raise CheckpointError(f"{label}: {exc}") from None
+    placement = current_placement()
+    if placement is not None:  # built on the CPU, then dispatched
+        device = torch.device("cpu")
     check_config(cfg, label, file_bytes, dtype.itemsize)
     cfg.dropout = 0.0
     try:
@@ -211,5 +244,10 @@ def build_model(cfg: Config, state: MutableMapping[str, torch.Tensor], label: st
         if isinstance(module, PosEmbed) and isinstance(module.W_pos, torch.Tensor) and not isinstance(module.W_pos, nn.Parameter):
             module.W_pos = module.W_pos.to(device=device, dtype=dtype)
     model.eval()
+    if placement is not None:  # blocks to GPUs, the CPU and disk (accelerate), before the probe runs through them
+        try:
+            dispatch(model, placement, plan(model, placement))
+        except PlacementError as exc:
+            raise CheckpointError(f"{label}: {exc}") from None
     probe(model, label)
     return model

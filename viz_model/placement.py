@@ -1,0 +1,372 @@
+"""Models larger than memory: a model's blocks placed on GPUs, then the CPU, then disk, with accelerate's big-model
+inference (https://huggingface.co/docs/accelerate/usage_guides/big_modeling), and the one way to read a placed
+module's real weights.
+
+A *device map* names a device for each module: ``0`` or ``"cuda:1"`` (a GPU), ``"cpu"``, or ``"disk"``. ``"auto"`` asks
+:func:`accelerate.infer_auto_device_map` for one within ``max_memory`` (bytes per device; unset: the free memory of
+every GPU and of the CPU), never splitting a :class:`viz_model.components.Block`. :func:`accelerate.dispatch_model`
+then hooks every placed module: its inputs move to its device, and an offloaded module's parameters (``"disk"``;
+``"cpu"`` too when a GPU runs the model) are loaded just before its ``forward`` and dropped after it, leaving them on
+the ``meta`` device (shape and dtype, no values) between calls. Code that reads a weight outside a forward pass goes
+through :func:`weight` or :func:`module_weights`, which load an offloaded module's values for the time of the read.
+
+Each load offloads into a new private folder inside ``offload_folder`` (accelerate would reuse an existing
+``index.json`` there, i.e. stale weights of another model), removed when the model is garbage-collected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import math
+import re
+import shutil
+import tempfile
+import weakref
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+NO_SPLIT = ["Block"]  # the unit never split across devices (viz_model.components.Block, encoder blocks too)
+MAX_MAP_ENTRIES = 10_000  # a device map with more entries than a 512-layer model has modules is refused
+MAX_BYTES = 2**60  # a max_memory above an exbibyte is a typo or hostile
+PINNED = ("RelativePositionBias",)  # read by every attention layer outside its own forward (T5): never offloaded
+
+
+class PlacementError(ValueError):
+    """A device map, ``max_memory`` or ``offload_folder`` that cannot be used; one line."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a model's modules go: ``device_map`` ``"auto"`` or ``{module name: device}`` (device ``int`` GPU index,
+    ``"cpu"`` or ``"disk"``), ``max_memory`` ``{device: bytes}`` for ``"auto"`` (None: what is free), and the folder
+    that receives disk-offloaded weights (None: no disk offload allowed)."""
+
+    device_map: str | dict[str, int | str]
+    max_memory: dict[int | str, int] | None = None
+    offload_folder: Path | None = None
+
+
+_CURRENT: contextvars.ContextVar[Placement | None] = contextvars.ContextVar("viz_placement", default=None)
+
+
+@contextlib.contextmanager
+def placing(placement: Placement | None) -> Iterator[None]:
+    """Within this block the model being loaded is placed by ``placement`` (read by
+    :func:`viz_model.weights.check_config` for the memory check and by :func:`viz_model.weights.build_model`)."""
+    token = _CURRENT.set(placement)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def current_placement() -> Placement | None:
+    """The placement of the load in progress (None: the whole model on one device)."""
+    return _CURRENT.get()
+
+
+# ----------------------------------------------------------------------------------------------- parsing
+
+
+def _gpu(index: int, text: object) -> int:
+    count = torch.cuda.device_count()
+    if not 0 <= index < count:
+        raise PlacementError(f"device {str(text)[:40]!r}: no such GPU (torch sees {count})")
+    return index
+
+
+def parse_device(value: object) -> int | str:
+    """``"cpu"``, ``"disk"``, or a GPU index from ``0``, ``"0"``, ``"cuda"`` or ``"cuda:1"``.
+
+    Raises:
+        PlacementError: anything else, or a GPU this machine does not have.
+    """
+    if isinstance(value, bool):
+        raise PlacementError(f"device {value!r} is not a device (cpu, disk, or a GPU index)")
+    if isinstance(value, int):
+        return _gpu(value, value)
+    if isinstance(value, torch.device):
+        value = str(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("cpu", "disk"):
+            return text
+        match = re.fullmatch(r"(?:cuda(?::(\d{1,3}))?|(\d{1,3}))", text)
+        if match:
+            return _gpu(int(match.group(1) or match.group(2) or 0), value)
+    raise PlacementError(f"device {str(value)[:40]!r} is not a device (cpu, disk, or a GPU index such as 0 or cuda:1)")
+
+
+def parse_size(value: object, key: object) -> int:
+    """Bytes from an int or a string such as ``"2GB"``, ``"500MiB"`` (accelerate's ``convert_file_size_to_int``).
+
+    Raises:
+        PlacementError: not a size, negative, or above 2^60 bytes.
+    """
+    from accelerate.utils import convert_file_size_to_int
+
+    where = f"max_memory[{str(key)[:20]}]: {str(value)[:40]!r}"
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise PlacementError(f"{where} is not a size (bytes, or e.g. '2GB')")
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+        raise PlacementError(f"{where} is not a whole number of bytes")
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("-"):
+            raise PlacementError(f"{where} is negative")
+        try:
+            size = int(text) if text.isdigit() else convert_file_size_to_int(text)
+        except (ValueError, TypeError, OverflowError):
+            raise PlacementError(f"{where} is not a size (bytes, or e.g. '2GB', '500MiB')") from None
+    else:
+        size = int(value)
+    if size < 0:
+        raise PlacementError(f"{where} is negative")
+    if size > MAX_BYTES:
+        raise PlacementError(f"{where} is more than 2^60 bytes")
+    return size
+
+
+def parse_max_memory(value: object) -> dict[int | str, int] | None:
+    """``{device: bytes}`` from a dict (``{"cpu": "2GB", 0: "20GiB"}``) or its text form ``"cpu=2GB,0=20GiB"``
+    (the command line's); None stays None. Devices as :func:`parse_device` (``"disk"`` is not a memory).
+
+    Raises:
+        PlacementError: one line naming the bad entry.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        pairs = [part.split("=", 1) for part in value.split(",") if part.strip()]
+        if not pairs or any(len(p) != 2 for p in pairs):
+            raise PlacementError(f"max_memory {value[:60]!r} is not of the form cpu=2GB,0=20GiB")
+        value = {k.strip(): v.strip() for k, v in pairs}
+    if not isinstance(value, Mapping) or len(value) > 64:
+        raise PlacementError("max_memory must map devices to sizes, e.g. {'cpu': '2GB', 0: '20GiB'}")
+    out: dict[int | str, int] = {}
+    for key, size in value.items():
+        device = parse_device(key)
+        if device == "disk":
+            raise PlacementError("max_memory: disk has no memory limit (give offload_folder instead)")
+        out[device] = parse_size(size, key)
+    return out
+
+
+def parse_placement(device_map: object = None, max_memory: object = None,
+                    offload_folder: str | Path | None = None) -> Placement | None:
+    """A :class:`Placement` from :func:`viz_model.load_model`'s arguments; None when all three are None (the whole
+    model on one device). ``max_memory`` or ``offload_folder`` without ``device_map`` mean ``device_map="auto"``.
+    A dict device map's devices are checked here, its module names once the model exists (:func:`plan`);
+    ``offload_folder`` must be a writable folder (it is created when missing).
+
+    Raises:
+        PlacementError: one line naming the bad value.
+    """
+    if device_map is None and max_memory is None and offload_folder is None:
+        return None
+    device_map = "auto" if device_map is None else device_map
+    if isinstance(device_map, str):
+        if device_map.strip().lower() != "auto":
+            raise PlacementError(f"device_map {device_map[:40]!r} is not 'auto' or a {{module: device}} dict")
+        device_map = "auto"
+    elif isinstance(device_map, Mapping):
+        if not device_map or len(device_map) > MAX_MAP_ENTRIES:
+            raise PlacementError(f"device_map must name between 1 and {MAX_MAP_ENTRIES:,} modules")
+        if not all(isinstance(k, str) for k in device_map):
+            raise PlacementError("device_map's keys must be module names (strings)")
+        device_map = {k: parse_device(v) for k, v in device_map.items()}
+    else:
+        raise PlacementError(f"device_map must be 'auto' or a {{module: device}} dict, not {type(device_map).__name__}")
+    memory = parse_max_memory(max_memory)
+    folder = None
+    if offload_folder is not None:
+        folder = Path(offload_folder)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PlacementError(f"offload_folder {str(offload_folder)[:80]} cannot be made ({type(exc).__name__})") from None
+        if not folder.is_dir():
+            raise PlacementError(f"offload_folder {str(offload_folder)[:80]} is not a folder")
+    return Placement(device_map, memory, folder)
+
+
+# ------------------------------------------------------------------------------------------ device maps
+
+
+def _entry(device_map: Mapping[str, int | str], name: str) -> tuple[str, int | str | None]:
+    """The entry of ``device_map`` that places parameter or module ``name``: its longest prefix (``""`` covers
+    everything): ``(key, device)``, or ``("", None)`` when none does."""
+    parts = name.split(".")
+    for n in range(len(parts), -1, -1):
+        key = ".".join(parts[:n])
+        if key in device_map:
+            return key, device_map[key]
+    return "", None
+
+
+def _device_of(device_map: Mapping[str, int | str], name: str) -> int | str | None:
+    return _entry(device_map, name)[1]
+
+
+def main_device(device_map: Mapping[str, int | str]) -> int | str:
+    """Where a dispatched model computes (accelerate's rule): the first GPU of the map, else ``"cpu"``."""
+    gpus = [d for d in device_map.values() if d not in ("cpu", "disk")]
+    return gpus[0] if gpus else "cpu"
+
+
+def _offloaded(device: int | str, main: int | str) -> bool:
+    return device == "disk" or (device == "cpu" and main != "cpu")
+
+
+def plan(model: nn.Module, placement: Placement) -> dict[str, int | str]:
+    """The device map for ``model`` (its real or ``meta`` parameters: only sizes are read): ``"auto"`` by
+    :func:`accelerate.infer_auto_device_map` (``no_split_module_classes=["Block"]``, GPUs first, then CPU, then
+    disk), else the given map, checked. T5's relative position bias (read by every attention layer outside its own
+    forward) is moved to the main device when ``"auto"`` offloads it, refused in a given map.
+
+    Raises:
+        PlacementError: a module name the model does not have, a map that leaves parameters without a device, an
+            offloaded relative position bias, or ``"disk"`` without ``offload_folder``.
+    """
+    from accelerate import infer_auto_device_map
+    from accelerate.utils import check_device_map
+    from accelerate.utils.modeling import clean_device_map
+
+    if placement.device_map == "auto":
+        memory = dict(placement.max_memory) if placement.max_memory is not None else None
+        device_map = dict(infer_auto_device_map(model, max_memory=memory, no_split_module_classes=NO_SPLIT,
+                                                clean_result=False))
+        main = main_device(device_map)
+        for name, module in model.named_modules():
+            if type(module).__name__ in PINNED and _offloaded(_device_of(device_map, name), main):
+                for key in [k for k in device_map if k == name or k.startswith(name + ".")]:
+                    device_map[key] = main
+        device_map = dict(clean_device_map(device_map))
+    else:
+        device_map = dict(placement.device_map)
+        modules = dict(model.named_modules())
+        unknown = [k for k in device_map if k not in modules and k not in dict(model.named_parameters())]
+        if unknown:
+            raise PlacementError(f"device_map names {unknown[0][:60]!r}, which is no module of this model "
+                                 f"(e.g. embed, blocks.0, ln_final)")
+        try:
+            check_device_map(model, device_map)
+        except ValueError as exc:
+            missing = str(exc).split(":", 1)[-1].split(",")[0].strip()
+            raise PlacementError(f"device_map gives no device for {missing[:60]} (name every module, or '' for "
+                                 "the rest)") from None
+        main = main_device(device_map)
+        for name, module in model.named_modules():
+            if type(module).__name__ in PINNED and _offloaded(_device_of(device_map, name), main):
+                raise PlacementError(f"device_map offloads {name}, which every attention layer reads: give it "
+                                     "the main device")
+    if device_map.get("") == "disk":  # accelerate offloads named modules: the whole model is named child by child
+        device_map = {name: "disk" for name, _ in model.named_children()}
+    if "disk" in device_map.values() and placement.offload_folder is None:
+        raise PlacementError("the model does not fit in max_memory and some blocks would go to disk, but no "
+                             "offload_folder was given" if placement.device_map == "auto" else
+                             "device_map puts modules on disk but no offload_folder was given")
+    return device_map
+
+
+def resident_bytes(model: nn.Module, device_map: Mapping[str, int | str]) -> int:
+    """Bytes of ``model``'s parameters in this machine's memory once dispatched by ``device_map``: those on the CPU
+    (also offloaded ones when a GPU computes: accelerate keeps them in CPU memory), the root module's own parameters
+    when the CPU computes (accelerate leaves them on the main device), and the largest disk-offloaded module's,
+    loaded while it runs. GPU and disk bytes are not counted."""
+    main = main_device(device_map)
+    resident, on_disk = 0, {}
+    for name, p in model.named_parameters():
+        nbytes = p.numel() * p.element_size()
+        key, device = ("", main) if "." not in name else _entry(device_map, name)
+        if device == "cpu":
+            resident += nbytes
+        elif device == "disk":
+            on_disk[key] = on_disk.get(key, 0) + nbytes
+    return resident + max(on_disk.values(), default=0)
+
+
+def dispatch(model: nn.Module, placement: Placement, device_map: Mapping[str, int | str]) -> nn.Module:
+    """``model`` (real weights on the CPU) dispatched by ``device_map`` with :func:`accelerate.dispatch_model`;
+    disk-offloaded weights go to a new private folder in ``placement.offload_folder``, removed with the model.
+    Attention modules whose weights are offloaded are told not to keep a fused copy (``keep_fused = False``).
+    Returns ``model`` (``model.hf_device_map`` holds the map)."""
+    from accelerate import dispatch_model
+
+    folder = None
+    if "disk" in device_map.values():
+        try:
+            folder = tempfile.mkdtemp(prefix="viz-offload-", dir=placement.offload_folder)
+        except OSError as exc:
+            raise PlacementError(f"no folder can be made in offload_folder ({type(exc).__name__})") from None
+        weakref.finalize(model, shutil.rmtree, folder, True)
+    log = logging.getLogger("accelerate.big_modeling")
+    level = log.level
+    log.setLevel(logging.ERROR)  # "Some parameters are on the meta device": what offloading means
+    try:
+        dispatch_model(model, dict(device_map), offload_dir=folder)
+    finally:
+        log.setLevel(level)
+    for module in model.modules():
+        if hasattr(module, "_fused_qkv") and is_offloaded(module):
+            module.keep_fused = False
+            module.__dict__.pop("_fused", None)
+            module.__dict__.pop("_fused_key", None)
+    return model
+
+
+# ------------------------------------------------------------------------------------------ reading weights
+
+
+def _hooks(module: nn.Module) -> list:
+    hook = getattr(module, "_hf_hook", None)
+    return [] if hook is None else list(getattr(hook, "hooks", [hook]))
+
+
+def is_offloaded(module: nn.Module) -> bool:
+    """Whether ``module``'s own parameters are offloaded (``meta`` between forward passes)."""
+    return any(getattr(h, "offload", False) for h in _hooks(module))
+
+
+def execution_device(module: nn.Module, fallback: torch.Tensor) -> torch.device:
+    """The device ``module`` computes on: its accelerate hook's execution device, else ``fallback``'s device (one of
+    its weights, for a model that is not dispatched)."""
+    for h in _hooks(module):
+        device = getattr(h, "execution_device", None)
+        if device is not None:
+            return torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    return fallback.device
+
+
+def weight(module: nn.Module, name: str) -> torch.Tensor:
+    """The real values of ``module``'s own parameter or buffer ``name`` (e.g. ``weight(block.attn, "W_O")``), detached:
+    the tensor itself, or, when the module is offloaded, a copy loaded from disk (or CPU) onto its execution device
+    with :func:`accelerate.utils.align_module_device`, which the module does not keep. None stays None.
+
+    Raises:
+        AttributeError: when ``module`` has no attribute ``name``."""
+    value = getattr(module, name)
+    if not isinstance(value, torch.Tensor):
+        return value
+    if not value.is_meta or not is_offloaded(module):  # inside the module's forward its weights are loaded already
+        return value.detach()
+    from accelerate.utils import align_module_device
+
+    with align_module_device(module):
+        value = getattr(module, name)
+        return value.detach() if isinstance(value, torch.Tensor) else value
+
+
+def module_weights(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, real values)`` of every parameter of ``module`` and its submodules, as ``named_parameters`` lists
+    them; an offloaded submodule is loaded one at a time, so at most one module's weights are extra in memory while
+    the caller holds only the tensor it is working on."""
+    for prefix, sub in module.named_modules():
+        for leaf, _ in list(sub.named_parameters(recurse=False)):
+            yield (f"{prefix}.{leaf}" if prefix else leaf), weight(sub, leaf)
