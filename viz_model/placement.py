@@ -5,9 +5,9 @@ module's real weights.
 A *device map* names a device for each module: ``0`` or ``"cuda:1"`` (a GPU), ``"cpu"``, or ``"disk"``. ``"auto"`` asks
 :func:`accelerate.infer_auto_device_map` for one within ``max_memory`` (bytes per device; unset: the free memory of
 every GPU and of the CPU), never splitting a :class:`viz_model.components.Block`. :func:`accelerate.dispatch_model`
-then hooks every placed module: its inputs move to its device, and an offloaded module's parameters (``"disk"``;
+then hooks every placed module: its inputs move to its device, and an offloaded block's parameters (``"disk"``;
 ``"cpu"`` too when a GPU runs the model) are loaded just before its ``forward`` and dropped after it, leaving them on
-the ``meta`` device (shape and dtype, no values) between calls. Code that reads a weight outside a forward pass goes
+the ``meta`` device (shape and dtype, no values) between calls (a whole block at a time: ``preload_module_classes``). Code that reads a weight outside a forward pass goes
 through :func:`weight` or :func:`module_weights`, which load an offloaded module's values for the time of the read.
 
 Each load offloads into a new private folder inside ``offload_folder`` (accelerate would reuse an existing
@@ -284,11 +284,13 @@ def resident_bytes(model: nn.Module, device_map: Mapping[str, int | str]) -> int
     resident, on_disk = 0, {}
     for name, p in model.named_parameters():
         nbytes = p.numel() * p.element_size()
-        key, device = ("", main) if "." not in name else _entry(device_map, name)
+        device = main if "." not in name else _device_of(device_map, name)
         if device == "cpu":
             resident += nbytes
-        elif device == "disk":
-            on_disk[key] = on_disk.get(key, 0) + nbytes
+        elif device == "disk":  # loaded a block at a time (dispatch), other modules one at a time
+            block = re.match(r"((?:encoder\.)?blocks\.\d+)\.", name)
+            unit = block.group(1) if block else name.rpartition(".")[0]
+            on_disk[unit] = on_disk.get(unit, 0) + nbytes
     return resident + max(on_disk.values(), default=0)
 
 
@@ -310,9 +312,15 @@ def dispatch(model: nn.Module, placement: Placement, device_map: Mapping[str, in
     level = log.level
     log.setLevel(logging.ERROR)  # "Some parameters are on the meta device": what offloading means
     try:
-        dispatch_model(model, dict(device_map), offload_dir=folder)
+        # a whole offloaded block is loaded at its forward: its mixture of experts calls the experts' hidden() and
+        # project(), not their forward, which accelerate's per-module hooks would not see
+        dispatch_model(model, dict(device_map), offload_dir=folder, preload_module_classes=NO_SPLIT)
     finally:
         log.setLevel(level)
+    for module in model.modules():
+        if any(getattr(h, "offload", False) and getattr(h, "place_submodules", False) for h in _hooks(module)):
+            for sub in module.modules():  # whose hook loads this module's weights
+                object.__setattr__(sub, "_viz_offload_owner", weakref.ref(module))
     for module in model.modules():
         if hasattr(module, "_fused_qkv") and is_offloaded(module):
             module.keep_fused = False
@@ -329,9 +337,16 @@ def _hooks(module: nn.Module) -> list:
     return [] if hook is None else list(getattr(hook, "hooks", [hook]))
 
 
+def _owner(module: nn.Module) -> nn.Module:
+    """The module whose accelerate hook loads ``module``'s weights: the offloaded block it is part of, or itself."""
+    ref = module.__dict__.get("_viz_offload_owner")
+    owner = ref() if ref is not None else None
+    return module if owner is None else owner
+
+
 def is_offloaded(module: nn.Module) -> bool:
     """Whether ``module``'s own parameters are offloaded (``meta`` between forward passes)."""
-    return any(getattr(h, "offload", False) for h in _hooks(module))
+    return any(getattr(h, "offload", False) for h in _hooks(_owner(module)))
 
 
 def execution_device(module: nn.Module, fallback: torch.Tensor) -> torch.device:
@@ -347,7 +362,8 @@ def execution_device(module: nn.Module, fallback: torch.Tensor) -> torch.device:
 def weight(module: nn.Module, name: str) -> torch.Tensor:
     """The real values of ``module``'s own parameter or buffer ``name`` (e.g. ``weight(block.attn, "W_O")``), detached:
     the tensor itself, or, when the module is offloaded, a copy loaded from disk (or CPU) onto its execution device
-    with :func:`accelerate.utils.align_module_device`, which the module does not keep. None stays None.
+    with :func:`accelerate.utils.align_module_device` (an offloaded block is loaded whole for the read), which the
+    module does not keep. Inside the module's forward the loaded weight itself. None stays None.
 
     Raises:
         AttributeError: when ``module`` has no attribute ``name``."""
@@ -358,7 +374,7 @@ def weight(module: nn.Module, name: str) -> torch.Tensor:
         return value.detach()
     from accelerate.utils import align_module_device
 
-    with align_module_device(module):
+    with align_module_device(_owner(module)):
         value = getattr(module, name)
         return value.detach() if isinstance(value, torch.Tensor) else value
 

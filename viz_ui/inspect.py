@@ -9,6 +9,7 @@ import torch
 
 from viz_model import VizTransformer
 from viz_model.dtypes import dtype_name
+from viz_model.placement import module_weights
 
 from .explain import dense_layers_note
 
@@ -140,10 +141,10 @@ def weight_stats(model: VizTransformer) -> pd.DataFrame:
     rows = []
     for i, block in enumerate(model.blocks):
         for prefix, module in (("attn", block.attn), ("mlp", block.mlp)):
-            for name, p in module.named_parameters():
+            for name, p in module_weights(module):  # real values also where a device map offloads them
                 if not name.startswith("W_"):
                     continue
-                w = p.detach().float()
+                w = p.float()
                 rows.append((i, name, "×".join(map(str, w.shape)), w.mean().item(), w.std().item(),
                              w.abs().max().item(), w.pow(2).mean().sqrt().item()))
     frame = pd.DataFrame(rows, columns=["layer", "matrix", "shape", "mean", "std", "max_abs", "rms"])

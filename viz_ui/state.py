@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 
 from viz_model import DEFAULT_MODEL, CheckpointError, VizTransformer, load_model
 from viz_model.checkpoint import ASSETS, read_metadata
+from viz_model.placement import weight
 from viz_model.seq2seq import translate
 from viz_model.tokenizer import IdTokenizer
 
@@ -62,6 +63,28 @@ def load_settings(argv: list[str] | None = None) -> tuple[str, str]:
     parser.add_argument("--device", default=os.environ.get("VIZ_DEVICE", "").strip() or "auto")
     args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     return args.dtype, args.device
+
+
+def placement_settings(argv: list[str] | None = None) -> dict[str, object]:
+    """Where the blocks of every model given on the command line or shipped go (models larger than memory,
+    :mod:`viz_model.placement`): ``--device-map`` (``auto``, or a JSON object ``{"module": device}``), ``--max-memory``
+    (``cpu=2GB,0=20GiB``) and ``--offload-folder`` (where blocks that fit nowhere else are written) on the command line
+    (``streamlit run app.py -- --device-map auto --max-memory cpu=2GB --offload-folder /var/tmp/viz``), else the
+    environment variables ``VIZ_DEVICE_MAP``, ``VIZ_MAX_MEMORY``, ``VIZ_OFFLOAD_FOLDER``; unset: None each (the whole
+    model on the device of :func:`load_settings`). Returns the keyword arguments of :func:`viz_model.load_model`; a
+    value that cannot be used is reported by the load as one line. Uploads are always loaded whole."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--device-map", default=os.environ.get("VIZ_DEVICE_MAP", "").strip() or None)
+    parser.add_argument("--max-memory", default=os.environ.get("VIZ_MAX_MEMORY", "").strip() or None)
+    parser.add_argument("--offload-folder", default=os.environ.get("VIZ_OFFLOAD_FOLDER", "").strip() or None)
+    args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    device_map = args.device_map
+    if isinstance(device_map, str) and device_map.lstrip().startswith("{"):
+        try:
+            device_map = json.loads(device_map)
+        except ValueError:
+            pass  # passed on as text: load_model names it in one line
+    return {"device_map": device_map, "max_memory": args.max_memory, "offload_folder": args.offload_folder}
 
 
 def installed_models() -> dict[str, str]:
@@ -146,7 +169,7 @@ def get_model(path: str) -> tuple[VizTransformer, Tokenizer | None]:
     """
     global _FROZEN
     dtype, device = load_settings()
-    loaded = load_model(path, dtype=dtype, device=device)
+    loaded = load_model(path, dtype=dtype, device=device, **placement_settings())
     if not _FROZEN:  # once: later freezes would also pin whatever the sessions hold at that moment
         gc.collect()
         gc.freeze()
@@ -200,7 +223,7 @@ def get_embedding_pca(path: str) -> tuple[PCA, np.ndarray]:
     """PCA (3 components) fitted on the whole token-embedding matrix W_E ``[d_vocab, d_model]``,
     and the vocabulary's coordinates ``[d_vocab, 3]``."""
     model, _ = resolve(path)
-    w_e = model.embed.W_E.detach().float().cpu().numpy()
+    w_e = weight(model.embed, "W_E").float().cpu().numpy()
     pca = fit_pca(w_e, 3)
     return pca, pca.project(w_e)
 
@@ -210,7 +233,7 @@ def get_positional_table(path: str, encoder: bool = False) -> np.ndarray:
     """The model's positional encodings for every position, ``[n_ctx, d_model]`` (its own table or sinusoid);
     ``encoder``: the encoder stack's table (encoder-decoder models have one per stack)."""
     model, _ = resolve(path)
-    table = (model.encoder if encoder else model).pos_embed.W_pos
+    table = weight((model.encoder if encoder else model).pos_embed, "W_pos")
     if table is None:  # rotary or no positions: P = 0 (a few rows: a 1M-token context must not allocate gigabytes)
         return np.zeros((min(model.cfg.n_ctx, 1024), model.cfg.d_model), np.float32)
     return table.detach().float().cpu().numpy()

@@ -13,6 +13,7 @@ import numpy as np
 
 from viz_model import VizTransformer
 from viz_model.components import attn_divisor
+from viz_model.placement import weight
 
 from .trace import Trace
 
@@ -78,10 +79,10 @@ def head_steps(model: VizTransformer, trace: Trace, layer: int, head: int, query
     dots = k @ q[query]
     divisor, cap = attn_divisor(cfg), cfg.attn_softcap
     z_all = a[p + "attn.hook_z"][query].reshape(-1)
-    W_O = _np(attn.W_O).reshape(cfg.n_heads * cfg.d_head, cfg.d_model)
+    W_O = _np(weight(attn, "W_O")).reshape(cfg.n_heads * cfg.d_head, cfg.d_model)
     return HeadSteps(
         layer=layer, head=head, query=query, d_head=cfg.d_head, x=x,
-        W_Q=_np(attn.W_Q[head]), W_K=_np(attn.W_K[g]), W_V=_np(attn.W_V[g]), q=q, k=k, v=v,
+        W_Q=_np(weight(attn, "W_Q")[head]), W_K=_np(weight(attn, "W_K")[g]), W_V=_np(weight(attn, "W_V")[g]), q=q, k=k, v=v,
         dots=dots, scaled=dots / divisor, divisor=divisor,
         capped=None if cap is None else cap * np.tanh(dots / divisor / cap),
         scores=a[p + "attn.hook_attn_scores"][head, query], weights=a[p + "attn.hook_pattern"][head, query],

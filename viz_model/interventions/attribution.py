@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import torch
 
 from ..model import VizTransformer
+from ..placement import weight
 
 
 def attribution_hooks(model: VizTransformer) -> list[str]:
@@ -84,10 +85,10 @@ def direct_logit_attribution(model: VizTransformer, cache: Mapping[str, torch.Te
     centre = ln is not None and hasattr(ln, "b")  # LayerNorm centres and has a bias; RMSNorm does neither
     if ln is not None:
         scale = cache["ln_final.hook_scale"][0, pos].float()  # [1], frozen at its value in this run
-        direction = direction * ln.w.float() / scale
+        direction = direction * weight(ln, "w").float().to(direction.device) / scale.to(direction.device)
 
     def term(vector: torch.Tensor) -> float:  # what one residual-stream vector [d_model] adds to the logit
-        vector = vector.float()
+        vector = vector.float().to(direction.device)
         if centre:
             vector = vector - vector.mean()
         return float(vector @ direction)
@@ -101,15 +102,17 @@ def direct_logit_attribution(model: VizTransformer, cache: Mapping[str, torch.Te
         parts = [("H", block.attn, "attn")] + ([("X", block.cross_attn, "cross_attn")] if block.has_cross else [])
         for letter, attn, name in parts:
             z = cache[f"blocks.{layer}.{name}.hook_z"][0, pos].float()  # [n_heads, d_head]
+            W_O = weight(attn, "W_O").float()  # real values also where a device map offloads the block
             for head in range(cfg.n_heads):
-                out[f"L{layer}{letter}{head}"] = term(z[head] @ attn.W_O[head].float())
+                out[f"L{layer}{letter}{head}"] = term(z[head].to(W_O.device) @ W_O[head])
             if attn.b_O is not None:
-                out[f"L{layer}.{name}_bias"] = term(attn.b_O)
+                out[f"L{layer}.{name}_bias"] = term(weight(attn, "b_O"))
         out[f"L{layer}.mlp"] = term(cache[f"blocks.{layer}.hook_mlp_out"][0, pos])
     bias = 0.0
     if ln is not None and centre:
-        bias += float(ln.b.float() @ model.W_unembed[:, token_id].float())
+        unembed = model.W_unembed[:, token_id].float()
+        bias += float(weight(ln, "b").float().to(unembed.device) @ unembed)
     if model.b_U is not None:
-        bias += float(model.b_U[token_id])
+        bias += float(weight(model, "b_U")[token_id])
     out["bias"] = bias
     return out

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 import torch
 
 from ..model import VizTransformer
+from ..placement import weight
 from .batching import hooks_by_layer, run_cells
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
@@ -133,7 +134,8 @@ def component_outputs(model: VizTransformer, cache: Mapping[str, torch.Tensor]) 
     out = {}
     for layer, block in enumerate(model.blocks):
         z = cache[f"blocks.{layer}.attn.hook_z"][0].float()  # [pos, n_heads, d_head]
-        per_head = torch.einsum("phk,hkd->hpd", z, block.attn.W_O.float())
+        W_O = weight(block.attn, "W_O").float()  # real values also where a device map offloads the block
+        per_head = torch.einsum("phk,hkd->hpd", z.to(W_O.device), W_O)
         for head in range(model.cfg.n_heads):
             out[f"L{layer}H{head}"] = per_head[head]
         out[f"L{layer}.mlp"] = cache[f"blocks.{layer}.hook_mlp_out"][0].float()
