@@ -23,6 +23,7 @@ import math
 import re
 import shutil
 import tempfile
+import warnings
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -228,11 +229,11 @@ def plan(model: nn.Module, placement: Placement) -> dict[str, int | str]:
     """The device map for ``model`` (its real or ``meta`` parameters: only sizes are read): ``"auto"`` by
     :func:`accelerate.infer_auto_device_map` (``no_split_module_classes=["Block"]``, GPUs first, then CPU, then
     disk), else the given map, checked. T5's relative position bias (read by every attention layer outside its own
-    forward) is moved to the main device when ``"auto"`` offloads it, refused in a given map.
+    forward) always stays on the main device.
 
     Raises:
-        PlacementError: a module name the model does not have, a map that leaves parameters without a device, an
-            offloaded relative position bias, or ``"disk"`` without ``offload_folder``.
+        PlacementError: a module name the model does not have, a map that leaves parameters without a device, or
+            ``"disk"`` without ``offload_folder``.
     """
     from accelerate import infer_auto_device_map
     from accelerate.utils import check_device_map
@@ -242,12 +243,6 @@ def plan(model: nn.Module, placement: Placement) -> dict[str, int | str]:
         memory = dict(placement.max_memory) if placement.max_memory is not None else None
         device_map = dict(infer_auto_device_map(model, max_memory=memory, no_split_module_classes=NO_SPLIT,
                                                 clean_result=False))
-        main = main_device(device_map)
-        for name, module in model.named_modules():
-            if type(module).__name__ in PINNED and _offloaded(_device_of(device_map, name), main):
-                for key in [k for k in device_map if k == name or k.startswith(name + ".")]:
-                    device_map[key] = main
-        device_map = dict(clean_device_map(device_map))
     else:
         device_map = dict(placement.device_map)
         modules = dict(model.named_modules())
@@ -256,23 +251,43 @@ def plan(model: nn.Module, placement: Placement) -> dict[str, int | str]:
             raise PlacementError(f"device_map names {unknown[0][:60]!r}, which is no module of this model "
                                  f"(e.g. embed, blocks.0, ln_final)")
         try:
-            check_device_map(model, device_map)
+            with warnings.catch_warnings():  # keys naming parameters (W_U), which accelerate handles, are warned about
+                warnings.simplefilter("ignore")
+                check_device_map(model, device_map)
         except ValueError as exc:
             missing = str(exc).split(":", 1)[-1].split(",")[0].strip()
             raise PlacementError(f"device_map gives no device for {missing[:60]} (name every module, or '' for "
                                  "the rest)") from None
-        main = main_device(device_map)
-        for name, module in model.named_modules():
-            if type(module).__name__ in PINNED and _offloaded(_device_of(device_map, name), main):
-                raise PlacementError(f"device_map offloads {name}, which every attention layer reads: give it "
-                                     "the main device")
-    if device_map.get("") == "disk":  # accelerate offloads named modules: the whole model is named child by child
-        device_map = {name: "disk" for name, _ in model.named_children()}
+    main = main_device(device_map)
+    for name, module in model.named_modules():
+        if type(module).__name__ in PINNED and _offloaded(_device_of(device_map, name), main):
+            _split_to(model, device_map, name)
+            for key in [k for k in device_map if k == name or k.startswith(name + ".")]:
+                device_map[key] = main
+    device_map = dict(clean_device_map(device_map)) if placement.device_map == "auto" else device_map
+    if device_map.get("") == "disk":  # accelerate offloads named modules: the whole model is named child by child;
+        # the root's own parameters (W_U, b_U) stay on the main device whatever the map says (accelerate's root hook)
+        device_map = {**{name: "cpu" for name, _ in model.named_parameters(recurse=False)},
+                      **{name: "disk" for name, _ in model.named_children()}}
     if "disk" in device_map.values() and placement.offload_folder is None:
         raise PlacementError("the model does not fit in max_memory and some blocks would go to disk, but no "
                              "offload_folder was given" if placement.device_map == "auto" else
                              "device_map puts modules on disk but no offload_folder was given")
     return device_map
+
+
+def _split_to(model: nn.Module, device_map: dict[str, int | str], name: str) -> None:
+    """Replace the entry that covers module ``name`` by entries for its children (and own parameters), on the same
+    device, down to ``name`` itself, so that ``name`` can be given a device of its own."""
+    while name not in device_map:
+        key, device = _entry(device_map, name)
+        parent = model.get_submodule(key) if key else model
+        del device_map[key]
+        prefix = f"{key}." if key else ""
+        for child, _ in parent.named_children():
+            device_map[prefix + child] = device
+        for leaf, _ in parent.named_parameters(recurse=False):
+            device_map[prefix + leaf] = device
 
 
 def resident_bytes(model: nn.Module, device_map: Mapping[str, int | str]) -> int:
@@ -314,7 +329,9 @@ def dispatch(model: nn.Module, placement: Placement, device_map: Mapping[str, in
     try:
         # a whole offloaded block is loaded at its forward: its mixture of experts calls the experts' hidden() and
         # project(), not their forward, which accelerate's per-module hooks would not see
-        dispatch_model(model, dict(device_map), offload_dir=folder, preload_module_classes=NO_SPLIT)
+        with warnings.catch_warnings():  # as in plan
+            warnings.simplefilter("ignore")
+            dispatch_model(model, dict(device_map), offload_dir=folder, preload_module_classes=NO_SPLIT)
     finally:
         log.setLevel(level)
     for module in model.modules():
