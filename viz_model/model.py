@@ -145,8 +145,8 @@ class VizTransformer(HookedModule):
 
     @property
     def W_unembed(self) -> torch.Tensor:
-        """The unembedding matrix ``[d_model, d_vocab]`` (``W_E^T`` when embeddings are tied), detached, its real
-        values also when a device map offloads it (:func:`viz_model.placement.weight`)."""
+        """The unembedding matrix ``[d_model, d_vocab]`` (``W_E^T`` when embeddings are tied): the parameter, or its
+        real values when a device map offloads it (:func:`viz_model.placement.weight`)."""
         return weight(self.embed, "W_E").T if self.W_U is None else weight(self, "W_U")
 
     @property

@@ -377,10 +377,11 @@ def execution_device(module: nn.Module, fallback: torch.Tensor) -> torch.device:
 
 
 def weight(module: nn.Module, name: str) -> torch.Tensor:
-    """The real values of ``module``'s own parameter or buffer ``name`` (e.g. ``weight(block.attn, "W_O")``), detached:
-    the tensor itself, or, when the module is offloaded, a copy loaded from disk (or CPU) onto its execution device
-    with :func:`accelerate.utils.align_module_device` (an offloaded block is loaded whole for the read), which the
-    module does not keep. Inside the module's forward the loaded weight itself. None stays None.
+    """The real values of ``module``'s own parameter or buffer ``name`` (e.g. ``weight(block.attn, "W_O")``): the
+    parameter itself (gradients flow through it, as through ``module.W_O``), or, when the module is offloaded, a
+    detached copy loaded from disk (or CPU) onto its execution device with
+    :func:`accelerate.utils.align_module_device` (an offloaded block is loaded whole for the read), which the module
+    does not keep. Inside the module's forward the loaded weight itself. None stays None.
 
     Raises:
         AttributeError: when ``module`` has no attribute ``name``."""
@@ -388,7 +389,7 @@ def weight(module: nn.Module, name: str) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         return value
     if not value.is_meta or not is_offloaded(module):  # inside the module's forward its weights are loaded already
-        return value.detach()
+        return value
     from accelerate.utils import align_module_device
 
     with align_module_device(_owner(module)):

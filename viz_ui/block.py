@@ -76,10 +76,10 @@ def _output_norm_stats(trace: Trace, model: VizTransformer, layer: int, pos: int
     with torch.no_grad():
         attn, mlp = block.attn, block.mlp
         z = torch.tensor(a[p + "attn.hook_z"][pos]).reshape(-1)
-        raw_attn = z @ weight(attn, "W_O").float().cpu().reshape(-1, model.cfg.d_model)
-        raw_attn = raw_attn if attn.b_O is None else raw_attn + weight(attn, "b_O").float().cpu()
-        raw_mlp = torch.tensor(a[p + "mlp.hook_post"][pos]) @ weight(mlp, "W_out").float().cpu()
-        raw_mlp = raw_mlp if mlp.b_out is None else raw_mlp + weight(mlp, "b_out").float().cpu()
+        raw_attn = z @ weight(attn, "W_O").detach().float().cpu().reshape(-1, model.cfg.d_model)
+        raw_attn = raw_attn if attn.b_O is None else raw_attn + weight(attn, "b_O").detach().float().cpu()
+        raw_mlp = torch.tensor(a[p + "mlp.hook_post"][pos]) @ weight(mlp, "W_out").detach().float().cpu()
+        raw_mlp = raw_mlp if mlp.b_out is None else raw_mlp + weight(mlp, "b_out").detach().float().cpu()
     return [NormStats("ln1_post", raw_attn.numpy(), a[p + "ln1_post.hook_normalized"][pos], "attention's output",
                       "attn_out (added to the stream)", "the norm on the attention's output"),
             NormStats("ln2_post", raw_mlp.numpy(), a[p + "ln2_post.hook_normalized"][pos], "the MLP's output",

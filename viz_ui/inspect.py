@@ -144,7 +144,7 @@ def weight_stats(model: VizTransformer) -> pd.DataFrame:
             for name, p in module_weights(module):  # real values also where a device map offloads them
                 if not name.startswith("W_"):
                     continue
-                w = p.float()
+                w = p.detach().float()
                 rows.append((i, name, "×".join(map(str, w.shape)), w.mean().item(), w.std().item(),
                              w.abs().max().item(), w.pow(2).mean().sqrt().item()))
     frame = pd.DataFrame(rows, columns=["layer", "matrix", "shape", "mean", "std", "max_abs", "rms"])

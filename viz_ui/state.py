@@ -223,7 +223,7 @@ def get_embedding_pca(path: str) -> tuple[PCA, np.ndarray]:
     """PCA (3 components) fitted on the whole token-embedding matrix W_E ``[d_vocab, d_model]``,
     and the vocabulary's coordinates ``[d_vocab, 3]``."""
     model, _ = resolve(path)
-    w_e = weight(model.embed, "W_E").float().cpu().numpy()
+    w_e = weight(model.embed, "W_E").detach().float().cpu().numpy()
     pca = fit_pca(w_e, 3)
     return pca, pca.project(w_e)
 
