@@ -13,7 +13,7 @@ import torch
 from hf_models import bart_config, build, gpt2_config, llama_config, save, transformers
 from viz_model import CheckpointError, ablation, attribution, generate, load_model, patching
 from viz_model.limits import check_resident_budget, estimate_bytes
-from viz_model.placement import is_offloaded, parse_placement, plan, resident_bytes, weight
+from viz_model.placement import is_offloaded, module_weights, parse_placement, plan, resident_bytes, weight
 
 ATOL = 1e-5
 N_LAYERS = 4
@@ -210,6 +210,9 @@ def test_a_dict_device_map_puts_the_named_block_on_disk(llama_folder, tmp_path):
     (dict(max_memory={"cpu": 2**70}), "2^60"),
     (dict(max_memory={"disk": "1GB"}), "disk has no memory"),
     (dict(max_memory={"cpu": 1000}), "no offload_folder"),
+    (dict(offload_folder=3), "must be a folder"),
+    (dict(offload_folder=""), "must be a folder"),
+    (dict(max_memory={"cpu": "1GB", "cuda:0": "1GB"}), "no such GPU"),
 ])
 def test_bad_settings_are_one_line(llama_folder, kwargs, says):
     with pytest.raises(CheckpointError) as info:
@@ -302,3 +305,18 @@ def test_the_app_runs_a_model_with_blocks_on_disk(tmp_path, monkeypatch):
     at.switch_page("pages/interventions.py").run()
     assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
     assert at.get("plotly_chart")
+    from test_app import PAGES
+    for page in PAGES:  # every other page reads the placed model too (weights on the step-by-step, block,
+        at.switch_page(page).run()  # embeddings and inspector pages)
+        assert not at.exception and not at.error, (page, [e.value for e in [*at.exception, *at.error]])
+    assert any("on disk (accelerate device map)" in str(v) for t in at.dataframe for v in t.value["value"])
+
+
+def test_module_weights_lists_every_parameter_with_its_real_values(pair):
+    whole, placed, _ = pair
+    for i in range(N_LAYERS):
+        got = dict(module_weights(placed.blocks[i]))
+        ref = dict(whole.blocks[i].named_parameters())
+        assert got.keys() == ref.keys()
+        for name in ref:
+            torch.testing.assert_close(got[name], ref[name].detach(), atol=0, rtol=0)

@@ -20,6 +20,7 @@ import contextlib
 import contextvars
 import logging
 import math
+import os
 import re
 import shutil
 import tempfile
@@ -187,6 +188,8 @@ def parse_placement(device_map: object = None, max_memory: object = None,
     memory = parse_max_memory(max_memory)
     folder = None
     if offload_folder is not None:
+        if not isinstance(offload_folder, (str, os.PathLike)) or not str(offload_folder).strip():
+            raise PlacementError(f"offload_folder must be a folder's path, not {str(offload_folder)[:40]!r}")
         folder = Path(offload_folder)
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -399,8 +402,30 @@ def weight(module: nn.Module, name: str) -> torch.Tensor:
 
 def module_weights(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, real values)`` of every parameter of ``module`` and its submodules, as ``named_parameters`` lists
-    them; an offloaded submodule is loaded one at a time, so at most one module's weights are extra in memory while
-    the caller holds only the tensor it is working on."""
+    them: each offloaded submodule's weights are loaded once (:func:`weight`'s way) for all of its own parameters,
+    so at most one block's weights are extra in memory at a time, besides the tensors the caller keeps."""
+    from accelerate.utils import align_module_device
+
     for prefix, sub in module.named_modules():
-        for leaf, _ in list(sub.named_parameters(recurse=False)):
-            yield (f"{prefix}.{leaf}" if prefix else leaf), weight(sub, leaf)
+        leaves = list(sub.named_parameters(recurse=False))
+        if any(p.is_meta for _, p in leaves) and is_offloaded(sub):
+            with align_module_device(_owner(sub)):
+                leaves = [(leaf, getattr(sub, leaf).detach()) for leaf, _ in leaves]
+        for leaf, value in leaves:
+            yield (f"{prefix}.{leaf}" if prefix else leaf), value
+
+
+def describe(model: nn.Module) -> str | None:
+    """Where a dispatched model's blocks are, in words (``"6 blocks: 2 on cpu, 4 on disk"``), from
+    ``model.hf_device_map``; None for a model that was not placed by a device map."""
+    device_map = getattr(model, "hf_device_map", None)
+    if not device_map:
+        return None
+    counts: dict[str, int] = {}
+    blocks = [name for name, m in model.named_modules() if type(m).__name__ in NO_SPLIT]
+    for name in blocks:
+        device = _device_of(device_map, name)
+        label = "disk" if device == "disk" else "cpu" if device == "cpu" else f"cuda:{device}"
+        counts[label] = counts.get(label, 0) + 1
+    parts = ", ".join(f"{n} on {label}" for label, n in counts.items())
+    return f"{len(blocks)} blocks: {parts} (accelerate device map)"

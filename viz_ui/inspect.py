@@ -9,7 +9,7 @@ import torch
 
 from viz_model import VizTransformer
 from viz_model.dtypes import dtype_name
-from viz_model.placement import module_weights
+from viz_model.placement import describe, module_weights
 
 from .explain import dense_layers_note
 
@@ -107,6 +107,8 @@ def architecture_table(model: VizTransformer) -> pd.DataFrame:
                   + ("" if model.dtype == torch.float32 else "; norms, attention scores and patterns in float32")),
         ("device", str(model.device)),
     ]
+    if describe(model):  # a model larger than memory, placed by a device map
+        rows.append(("placement", describe(model)))
     return pd.DataFrame(rows, columns=["property", "value"]).astype({"value": str})
 
 
