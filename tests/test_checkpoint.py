@@ -36,6 +36,10 @@ def _write(tmp_path, tokenizer, mutate):
 @pytest.mark.parametrize("mutate, message", [
     (lambda t, m: t.__setitem__("embed.W_E", torch.zeros(7, 32)), "has shape"),
     (lambda t, m: t["blocks.0.attn.W_Q"].__setitem__((0, 0, 0), float("nan")), "NaN"),
+    (lambda t, m: t["embed.W_E"].__setitem__((-1, -1), float("inf")), "NaN or infinite"),
+    (lambda t, m: t["blocks.1.mlp.W_out"].__setitem__((3, 5), float("-inf")), "NaN or infinite"),
+    (lambda t, m: t.__setitem__("blocks.0.attn.W_K", t["blocks.0.attn.W_K"].bfloat16().index_put_(
+        (torch.tensor([1]), torch.tensor([2]), torch.tensor([3])), torch.tensor(float("nan")).bfloat16())), "W_K holds NaN"),
     (lambda t, m: t.pop("blocks.1.mlp.W_in"), "missing"),
     (lambda t, m: t.__setitem__("extra.weight", torch.zeros(2)), "unexpected"),
     (lambda t, m: m.pop("format"), "not a viz-transformer"),

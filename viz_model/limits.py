@@ -4,7 +4,9 @@ from the config alone so that a hostile file is refused before any tensor is all
 The app is one shared server for a class; an upload is a stranger's file. A 30 KB config that claims a
 million layers or a context of 10^9 positions must give one line, not an out-of-memory kill. Ranges
 (:data:`INT_RANGES`, :data:`FLOAT_RANGES`) bound each field; :func:`estimate_bytes` bounds the whole, and
-:func:`check_budget` refuses a model whose estimate is above ``VIZ_MAX_MODEL_MB`` (default 4,096 MB).
+:func:`check_budget` refuses a model whose estimate is above the limit that fits who chose the model
+(:func:`memory_limit`): an upload, the server's cap ``VIZ_MAX_MODEL_MB`` (default 4,096 MB); a model named by
+whoever runs the server (``load_model``, ``--model``), the memory this machine really has free, less a margin.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import contextvars
 import math
 import os
 from typing import TYPE_CHECKING
+
+import psutil
 
 if TYPE_CHECKING:  # config.py imports this module; a run-time import would be circular
     from .config import Config
@@ -80,23 +84,77 @@ BYTES = 4  # float32, the default dtype of a model (see element_size: bfloat16 a
 ESTIMATE_TOKENS = 1_024  # the longest text the estimate budgets the forward pass for (GPT-2's context)
 ATTN_BUDGET_FALLBACK = 512 * 2**20
 DEFAULT_MAX_MODEL_MB = 4_096  # see max_model_bytes
+DEFAULT_MEMORY_MARGIN_MB = 1_024  # see memory_margin_bytes
+
+
+def _env_mb(name: str, default: float, allow_zero: bool = False) -> int:
+    """``$name`` in megabytes as bytes; an unreadable, infinite or negative value (or 0 unless ``allow_zero``)
+    gives ``default``."""
+    try:
+        mb = float(os.environ.get(name, default))
+    except ValueError:
+        mb = default
+    if not math.isfinite(mb) or mb < 0 or (mb == 0 and not allow_zero):
+        mb = default
+    return int(mb * 2**20)
 
 
 def max_model_bytes() -> int:
-    """The cap on :func:`estimate_bytes`, in bytes: the environment variable ``VIZ_MAX_MODEL_MB`` (megabytes,
-    read on every call; an unreadable or non-positive value falls back to the default) or 4,096 MB.
+    """The upload cap on :func:`estimate_bytes`, in bytes: the environment variable ``VIZ_MAX_MODEL_MB`` (megabytes,
+    read on every call; an unreadable or non-positive value falls back to the default) or 4,096 MB. It limits what a
+    stranger's file may cost a shared server (uploads, uploaded timelines, the *Train your own* page); a model named
+    by whoever runs the server is limited by :func:`free_memory_bytes` instead (see :func:`memory_limit`).
 
     Why 4,096: a class server (24 GiB) gives each load about 6 GiB; Python, torch and tokenizers take about
     0.5 GiB before a model exists, so an estimate of 4 GiB leaves 1.5 GiB of headroom, and the largest model
     the README promises (Qwen2-0.5B: 3,867 MB estimated) still loads.
     """
+    return _env_mb("VIZ_MAX_MODEL_MB", DEFAULT_MAX_MODEL_MB)
+
+
+def memory_margin_bytes() -> int:
+    """Memory left free when a server-chosen model is checked against :func:`free_memory_bytes`, in bytes:
+    ``VIZ_MEMORY_MARGIN_MB`` (megabytes, 0 allowed; unreadable or negative: the default) or 1,024 MB, room for the
+    app's traces and Streamlit."""
+    return _env_mb("VIZ_MEMORY_MARGIN_MB", DEFAULT_MEMORY_MARGIN_MB, allow_zero=True)
+
+
+def free_memory_bytes() -> int:
+    """The memory this machine can give a new model now, in bytes: ``psutil.virtual_memory().available`` (Linux's
+    MemAvailable: free memory plus the page cache and other memory the kernel can reclaim without swapping)."""
+    return int(psutil.virtual_memory().available)
+
+
+_LIMIT: contextvars.ContextVar[str] = contextvars.ContextVar("viz_memory_limit", default="cap")
+LIMITS = ("cap", "free")
+
+
+@contextlib.contextmanager
+def memory_limit_of(kind: str):
+    """Within this block, :func:`check_budget` compares estimates with ``kind``'s limit: ``"cap"`` (the default: the
+    upload cap :func:`max_model_bytes`) or ``"free"`` (a model named by whoever runs the server: the memory really
+    free, :func:`free_memory_bytes`, less :func:`memory_margin_bytes`). :func:`viz_model.load_model` sets
+    ``"free"``; uploads keep the cap.
+
+    Raises:
+        ValueError: an unknown kind.
+    """
+    if kind not in LIMITS:
+        raise ValueError(f"unknown memory limit {kind!r} (one of: {', '.join(LIMITS)})")
+    token = _LIMIT.set(kind)
     try:
-        mb = float(os.environ.get("VIZ_MAX_MODEL_MB", DEFAULT_MAX_MODEL_MB))
-    except ValueError:
-        mb = DEFAULT_MAX_MODEL_MB
-    if not math.isfinite(mb) or mb <= 0:
-        mb = DEFAULT_MAX_MODEL_MB
-    return int(mb * 2**20)
+        yield
+    finally:
+        _LIMIT.reset(token)
+
+
+def memory_limit() -> tuple[str, int]:
+    """``(kind, bytes)``: the limit in force (see :func:`memory_limit_of`); for ``"free"`` the bytes are free memory
+    less the margin, read now (at least 0)."""
+    kind = _LIMIT.get()
+    if kind == "free":
+        return kind, max(0, free_memory_bytes() - memory_margin_bytes())
+    return kind, max_model_bytes()
 
 
 def _attn_budget() -> int:
@@ -200,7 +258,10 @@ def estimate_parts(cfg: "Config", element_size: int | None = None) -> dict[str, 
     sinusoid = cfg.positional == "sinusoidal"
     pos_kept = BYTES * tables * cfg.n_ctx * d if sinusoid else 0
     pos_build = 16 * cfg.n_ctx * d if sinusoid else 0  # float64 table + sin/cos temporaries while it is built
-    load = params + e * h * d * k + pos_build  # the file's weights, one reshaped matrix in flight, the sinusoid
+    # while loading, weights move into the model one at a time (their own bytes are `params`): at most one converted
+    # matrix in flight at float32 (a transpose made contiguous, T5's rescaled tied head, OPT's folded projections), and
+    # the float64 sinusoid being built; a file larger than the model's weights adds its excess in check_budget
+    load = BYTES * max(v * d, (h + 2 * g) * k * d, m * d) + pos_build
     t = min(cfg.n_ctx, ESTIMATE_TOKENS)
     attention = min(2 * BYTES * h * t * t, _attn_budget()) + t * t  # scores + pattern of one layer, and the mask
     attention += (BYTES + 8) * h * t * t if cfg.rel_pos_buckets else 0  # T5: the bias and its int64 buckets
@@ -222,11 +283,11 @@ def estimate_bytes(cfg: "Config", element_size: int | None = None) -> int:
         resident = 4 P                       parameters (P = count_params(cfg), exactly what the model allocates)
                  + 4 L (h + 2 g) k (d + 1)   fused [W_Q|W_K|W_V] kept for inference, L = decoder + encoder layers
                  + 4 n_ctx d  (x2 with an encoder)   sinusoidal tables (0 for learned, rotary, none)
-        load     = 4 P + 4 h d k + 16 n_ctx d
-                   the file's weights while the model's are made from them (counted at float32, the widest dtype a
-                   file may use without a surcharge: the loader moves tensors into the model one by one, and a
-                   float32 tensor already laid out as the model needs is used as it is, not copied), one attention
-                   matrix being reshaped, and the float64 sinusoid being built
+        load     = 4 max(V d, (h + 2 g) k d, m d) + 16 n_ctx d
+                   the loader moves the file's tensors into the model one by one (a tensor already in the model's
+                   dtype is used as it is, a converted one becomes the model's own and its source is released), so
+                   beyond the parameters only one converted matrix is in flight (float32 at most), and the float64
+                   sinusoid while it is built
         run      = min(2 · 4 h T², attention budget) + T²   scores and pattern of one layer (blocked above
                                                              VIZ_ATTN_BUDGET_MB), and the mask
                  + 4 T (4 d + 2 (h + 2 g) k + 3 m)         residual stream and one block's intermediates (with
@@ -236,8 +297,10 @@ def estimate_bytes(cfg: "Config", element_size: int | None = None) -> int:
                  + 2 · 4 T V                               logits and probabilities
         estimate = resident + max(load, run),   T = min(n_ctx, 1024)
 
-    with d = d_model, h = n_heads, g = n_kv_heads, k = d_head, m = d_mlp, V = d_vocab. Examples: GPT-2 small
-    about 1.1 GB, BERT-base 0.9 GB, Qwen2-0.5B 3.8 GB (3,867 MB), the shipped model 50 MB. Assumes ``cfg`` passed
+    with d = d_model, h = n_heads, g = n_kv_heads, k = d_head, m = d_mlp, V = d_vocab. ``resident`` is what stays
+    in memory once the model is loaded and has run (the probe run builds the fused matrices); ``tests/test_hostile.py``
+    compares it with the resident size measured in a fresh process. Examples (float32): GPT-2 small 0.9 GB, Qwen2-0.5B
+    3.4 GB, a Llama-3.2-1B shape 6.5 GB (5.0 GB of it resident), the shipped model 40 MB. Assumes ``cfg`` passed
     :meth:`Config.validate` (types and ranges).
 
     A bfloat16 or float16 model (``element_size`` 2; None: :func:`current_element_size`) counts 2 bytes instead of 4 for the
@@ -259,19 +322,27 @@ class BudgetError(ValueError):
 
 def check_budget(cfg: "Config", file_bytes: int = 0, element_size: int | None = None) -> int:
     """Return :func:`estimate_bytes` (plus any part of ``file_bytes`` beyond the model's own copy of the weights,
-    e.g. a float64 file, or a float32 file loaded as bfloat16) when it is within :func:`max_model_bytes`.
+    e.g. a float64 file, or a float32 file loaded as bfloat16) when it is within the limit in force
+    (:func:`memory_limit`: the upload cap, or the memory free for a model named by whoever runs the server).
     ``element_size``: bytes per weight of the model (None: :func:`current_element_size`).
 
     Raises:
-        BudgetError: one line with the estimate, the cap in MB and the setting that raises it.
+        BudgetError: one line with the estimate and the limit in MB: for an upload the cap and its setting; for a
+            server-chosen model (:func:`memory_limit_of` ``"free"``) the memory free, the margin, and how to load it
+            anyway (bfloat16, offloading blocks to disk).
     """
     e = current_element_size() if element_size is None else int(element_size)
     estimate = estimate_bytes(cfg, e) + max(0, int(file_bytes) - e * count_params(cfg))
-    cap = max_model_bytes()
-    if estimate > cap:
-        raise BudgetError(f"the model would need about {_mb(estimate)} MB of memory ({count_params(cfg):,} "
-                          f"parameters), above this server's {_mb(cap)} MB cap (VIZ_MAX_MODEL_MB)")
-    return estimate
+    kind, limit = memory_limit()
+    if estimate <= limit:
+        return estimate
+    need = f"the model would need about {_mb(estimate)} MB of memory ({count_params(cfg):,} parameters"
+    if kind == "cap":
+        raise BudgetError(f"{need}), above this server's {_mb(limit)} MB cap for models from users (VIZ_MAX_MODEL_MB)")
+    bf16 = f", use bfloat16 (dtype='auto': about {_mb(estimate_bytes(cfg, 2))} MB)" if e > 2 else ""
+    raise BudgetError(f"{need} in {8 * e}-bit floats); {_mb(limit)} MB is free after a {_mb(memory_margin_bytes())} MB "
+                      f"margin (VIZ_MEMORY_MARGIN_MB). To load it: free memory{bf16} or put blocks on disk "
+                      "(device_map, max_memory, offload_folder)")
 
 
 def check_resident_budget(cfg: "Config", resident_param_bytes: int, element_size: int | None = None) -> int:
@@ -281,20 +352,21 @@ def check_resident_budget(cfg: "Config", resident_param_bytes: int, element_size
     parameters replaced by ``resident_param_bytes`` and the fused matrices and the load scaled by the same share
     ``s = resident_param_bytes / params``; the activations (``run``) are counted whole::
 
-        estimate = resident_param_bytes + s · fused_qkv + positions + max(s · load, run)
+        estimate = resident_param_bytes + s · fused_qkv + positions + max(load, run)
 
-    Returns the estimate in bytes.
+    compared with the limit in force (:func:`memory_limit`). Returns the estimate in bytes.
 
     Raises:
-        BudgetError: one line with the estimate, the cap in MB and the setting that raises it.
+        BudgetError: one line with the estimate, the weights kept in memory and the limit in MB.
     """
     parts = estimate_parts(cfg, element_size)
     resident = max(0, int(resident_param_bytes))
     share = min(1.0, resident / max(1, parts["params"]))
-    estimate = int(resident + share * parts["fused_qkv"] + parts["positions"] + max(share * parts["load"], parts["run"]))
-    cap = max_model_bytes()
-    if estimate > cap:
+    estimate = int(resident + share * parts["fused_qkv"] + parts["positions"] + max(parts["load"], parts["run"]))
+    kind, limit = memory_limit()
+    if estimate > limit:
+        where = (f"this server's {_mb(limit)} MB cap for models from users (VIZ_MAX_MODEL_MB)" if kind == "cap" else
+                 f"the {_mb(limit)} MB free after a {_mb(memory_margin_bytes())} MB margin (VIZ_MEMORY_MARGIN_MB)")
         raise BudgetError(f"the model would need about {_mb(estimate)} MB of this machine's memory with its device map "
-                          f"({_mb(resident)} MB of weights kept in memory), above this server's {_mb(cap)} MB cap "
-                          "(VIZ_MAX_MODEL_MB)")
+                          f"({_mb(resident)} MB of weights kept in memory), above {where}: lower max_memory")
     return estimate

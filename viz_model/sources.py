@@ -25,7 +25,7 @@ from safetensors import safe_open
 from tokenizers import Tokenizer
 
 from .dtypes import DtypeError, auto_dtype, parse_dtype, resolve_device, safetensors_sizes, tensors_dtype
-from .limits import model_element_size
+from .limits import memory_limit, memory_limit_of, model_element_size
 from .checkpoint import DEFAULT_MODEL, FORMAT, first_line, load_checkpoint, read_metadata, read_tokenizer, reraise_interrupts
 from .families import from_hf, from_nanogpt, hf_config, nanogpt_config
 from .model import VizTransformer
@@ -202,18 +202,23 @@ def load_model(source: str | Path | None = None, progress: Progress = _quiet, dt
         model, tokenizer = load_model("path/to/gpt2-folder")
         logits, cache = model.run_with_cache(torch.tensor([tokenizer.encode("Hello").ids]))
 
+    Memory: the model's estimated need (:func:`viz_model.limits.estimate_bytes`) must fit in the memory this machine
+    has free, less a margin (``VIZ_MEMORY_MARGIN_MB``, 1,024 MB): whoever calls ``load_model`` chose the model.
+    Uploads (:func:`load_upload`) are limited by the server's cap ``VIZ_MAX_MODEL_MB`` instead.
+
     Raises:
         CheckpointError: one line naming the problem (missing file, corrupt or hostile file, unknown
-            family, weights that disagree with the config, offline hub, an unknown dtype or device, a device map
-            naming an unknown module or device, a ``max_memory`` that is no size, ``"disk"`` without
-            ``offload_folder``, ...).
+            family, weights that disagree with the config, offline hub, an unknown dtype or device, more memory
+            than is free, a device map naming an unknown module or device, a ``max_memory`` that is no size,
+            ``"disk"`` without ``offload_folder``, ...).
     """
     dtype, device = _dtype_device(dtype, device)
-    with placing(_placement(device_map, max_memory, offload_folder)):
-        return _load_source(source, progress, dtype, device)
+    # named by whoever runs this: limited by the memory free, not the upload cap
+    with memory_limit_of("free"), placing(_placement(device_map, max_memory, offload_folder)):
+        return _load_named(source, progress, dtype, device)
 
 
-def _load_source(source: str | Path | None, progress: Progress, dtype, device):
+def _load_named(source: str | Path | None, progress: Progress, dtype, device):
     if source is None:
         return load_checkpoint(DEFAULT_MODEL, dtype, device)
     path = Path(source)
@@ -280,7 +285,7 @@ def _load_file(path: Path, label: str, progress: Progress, max_mb: int = MAX_UPL
                               "upload the Hugging Face folder as a .zip (config.json + model.safetensors)")
     if suffix in (".pt", ".pth", ".bin"):
         progress(0.1, "Reading the weights (weights_only)")
-        ckpt = _torch_load(path, label, max_mb * 2**20)
+        ckpt = _torch_load(path, label, _archive_cap(max_mb))
         if isinstance(ckpt, dict) and "model_args" in ckpt and "model" in ckpt:
             if not isinstance(ckpt["model_args"], dict) or not isinstance(ckpt["model"], dict):
                 raise CheckpointError(f"{label}: model_args and model must be dictionaries (nanoGPT layout)")
@@ -296,6 +301,13 @@ def _load_file(path: Path, label: str, progress: Progress, max_mb: int = MAX_UPL
         raise CheckpointError(f"{label} is not a nanoGPT checkpoint (no model_args and model); a Hugging Face "
                               "pytorch_model.bin needs its config.json: upload the folder as a .zip")
     raise CheckpointError(f"{label}: unsupported file type {suffix or '(none)'}")
+
+
+def _archive_cap(upload_mb: int) -> int:
+    """Bytes a ``torch.save`` archive may unpack to: an upload's cap, or for a model named by whoever runs the
+    server (:func:`load_model`) the memory free (its weights land in memory: torch files are not memory-mapped)."""
+    kind, free = memory_limit()
+    return free if kind == "free" else upload_mb * 2**20
 
 
 def _check_torch_archive(path: Path, label: str, max_bytes: int) -> None:
@@ -504,7 +516,7 @@ def _folder_state(folder: Path, label: str) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{label}: no weights (model.safetensors or pytorch_model.bin) next to config.json")
     state = {}
     for f in bins:
-        part = _torch_load(f, f"{label}/{f.name}", MAX_UPLOAD_MB * 2**20)
+        part = _torch_load(f, f"{label}/{f.name}", _archive_cap(MAX_UPLOAD_MB))
         if not isinstance(part, dict):
             raise CheckpointError(f"{label}: {f.name} does not hold a state dict")
         state.update(part)
