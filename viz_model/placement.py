@@ -248,8 +248,8 @@ def plan(model: nn.Module, placement: Placement) -> dict[str, int | str]:
                                                 clean_result=False))
     else:
         device_map = dict(placement.device_map)
-        modules = dict(model.named_modules())
-        unknown = [k for k in device_map if k not in modules and k not in dict(model.named_parameters())]
+        names = {name for name, _ in model.named_modules()} | {name for name, _ in model.named_parameters()}
+        unknown = [k for k in device_map if k not in names]
         if unknown:
             raise PlacementError(f"device_map names {unknown[0][:60]!r}, which is no module of this model "
                                  f"(e.g. embed, blocks.0, ln_final)")
