@@ -7,8 +7,9 @@ A *device map* names a device for each module: ``0`` or ``"cuda:1"`` (a GPU), ``
 every GPU and of the CPU), never splitting a :class:`viz_model.components.Block`. :func:`accelerate.dispatch_model`
 then hooks every placed module: its inputs move to its device, and an offloaded block's parameters (``"disk"``;
 ``"cpu"`` too when a GPU runs the model) are loaded just before its ``forward`` and dropped after it, leaving them on
-the ``meta`` device (shape and dtype, no values) between calls (a whole block at a time: ``preload_module_classes``). Code that reads a weight outside a forward pass goes
-through :func:`weight` or :func:`module_weights`, which load an offloaded module's values for the time of the read.
+the ``meta`` device (shape and dtype, no values) between calls (a whole block at a time: ``preload_module_classes``).
+Code that reads a weight outside a forward pass goes through :func:`weight` or :func:`module_weights`, which load an
+offloaded module's values for the time of the read.
 
 Each load offloads into a new private folder inside ``offload_folder`` (accelerate would reuse an existing
 ``index.json`` there, i.e. stale weights of another model), removed when the model is garbage-collected.
@@ -34,7 +35,7 @@ import torch
 from torch import nn
 
 NO_SPLIT = ["Block"]  # the unit never split across devices (viz_model.components.Block, encoder blocks too)
-MAX_MAP_ENTRIES = 10_000  # a device map with more entries than a 512-layer model has modules is refused
+MAX_MAP_ENTRIES = 10_000  # a useful map names blocks (512 at most per stack) and a few modules; more is refused
 MAX_BYTES = 2**60  # a max_memory above an exbibyte is a typo or hostile
 PINNED = ("RelativePositionBias",)  # read by every attention layer outside its own forward (T5): never offloaded
 
