@@ -321,3 +321,15 @@ def test_module_weights_lists_every_parameter_with_its_real_values(pair):
         assert got.keys() == ref.keys()
         for name in ref:
             torch.testing.assert_close(got[name], ref[name].detach(), atol=0, rtol=0)
+
+
+def test_each_load_offloads_into_a_private_folder_removed_with_the_model(llama_folder, tmp_path):
+    import gc
+
+    first, _ = load_model(llama_folder, device_map={"": "cpu", "blocks.1": "disk"}, offload_folder=tmp_path)
+    second, _ = load_model(llama_folder, device_map={"": "cpu", "blocks.0": "disk"}, offload_folder=tmp_path)
+    folders = sorted(p for p in tmp_path.iterdir())
+    assert len(folders) == 2 and all((p / "index.json").is_file() for p in folders)  # never one shared index
+    del first, second
+    gc.collect()
+    assert not any(p.exists() for p in folders)
