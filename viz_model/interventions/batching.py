@@ -8,6 +8,7 @@ import torch
 
 from ..components import attn_budget_bytes
 from ..model import VizTransformer
+from .cost import forward_flops, sweep_cost  # noqa: F401  (the sweeps' cost, re-exported beside them)
 
 
 def copies_per_pass(model: VizTransformer, n_pos: int) -> int:

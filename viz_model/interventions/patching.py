@@ -156,6 +156,104 @@ def get_act_patch_attn_head_out_all_pos(model: VizTransformer, corrupted_tokens:
                   **kwargs).view(n_layers, n_heads)
 
 
+# ---- attribution patching: a linear estimate of every cell from one forward and one backward pass -------------
+
+def _attr_terms(model: VizTransformer, corrupted_tokens: torch.Tensor, clean_cache: Mapping[str, torch.Tensor],
+                patching_metric: Metric, names: list[str], progress: Progress | None, **kwargs
+                ) -> tuple[float, list[torch.Tensor]]:
+    """The corrupted run's metric and, per hook in ``names``, ``(clean - corrupted) * d metric / d activation``
+    (float32, batch row 0, the activation's own shape)."""
+    _check_prompt(corrupted_tokens)
+    n_pos = corrupted_tokens.shape[-1]
+    clean = [_clean(clean_cache, name, n_pos) for name in names]
+    kwargs = encode_once(model, kwargs)
+    acts: dict[str, torch.Tensor] = {}
+
+    def leaf(x, hook):  # the graph starts at block 0's input: no gradient flows to the parameters or embeddings
+        return x.detach().requires_grad_(True)
+
+    def keep(x, hook):
+        acts[hook.name] = x
+
+    with torch.enable_grad(), model.hooks([("blocks.0.hook_resid_pre", leaf)] + [(name, keep) for name in names]):
+        value = patching_metric(model(corrupted_tokens, **kwargs))
+        if not (isinstance(value, torch.Tensor) and value.numel() == 1 and value.requires_grad):
+            raise ValueError("attribution patching needs a patching metric that returns a differentiable scalar tensor")
+        grads = torch.autograd.grad(value, [acts[name] for name in names], allow_unused=True)
+    terms = []
+    for name, source, grad in zip(names, clean, grads):
+        corrupted = acts.pop(name).detach()[:1].float()
+        grad = torch.zeros_like(corrupted) if grad is None else grad[:1].float()
+        terms.append(((source.to(corrupted.device) - corrupted) * grad)[0])
+    if progress is not None:
+        progress(len(names), len(names))
+    return float(value), terms
+
+
+def _attr_positions(model, corrupted_tokens, clean_cache, patching_metric, hook, progress, **kwargs) -> torch.Tensor:
+    names = [f"blocks.{layer}.{hook}" for layer in range(model.cfg.n_layers)]
+    value, terms = _attr_terms(model, corrupted_tokens, clean_cache, patching_metric, names, progress, **kwargs)
+    return value + torch.stack([term.sum(-1) for term in terms]).cpu()  # [n_layers, pos]
+
+
+def get_attr_patch_resid_pre(model: VizTransformer, corrupted_tokens: torch.Tensor,
+                             clean_cache: Mapping[str, torch.Tensor], patching_metric: Metric,
+                             progress: Progress | None = None, **kwargs) -> torch.Tensor:
+    """Attribution patching (Nanda, 2023, "Attribution Patching: Activation Patching At Industrial Scale"; Syed et
+    al., 2023, "Attribution Patching Outperforms Automated Circuit Discovery") of the residual stream entering each
+    layer, one position at a time: the first-order Taylor estimate of :func:`get_act_patch_resid_pre`,
+
+        ``metric(corrupted) + Σ_d (clean[l, pos, d] - corrupted[l, pos, d]) · ∂metric/∂act[l, pos, d]``
+
+    with the gradient taken on the corrupted run. Every cell comes from the given clean cache, one corrupted forward
+    pass and one backward pass (``torch.autograd.grad`` on the activations only, under ``torch.enable_grad`` also
+    inside a caller's ``no_grad``; the parameters get no ``.grad``). The value is the estimated *metric of the
+    patched run*, as the exact function returns, so :func:`normalise` applies in the same way. It is exact where the
+    metric is linear in the activation and can be far off where it is not (large patches, early layers, a
+    probability metric near saturation).
+
+    Args: as :func:`get_act_patch_resid_pre` (``patching_metric`` must be differentiable: a tensor op of the logits);
+        ``progress`` is called once, ``(n_layers, n_layers)``, when done.
+
+    Returns:
+        ``[n_layers, pos]`` float32, in the metric's units.
+
+    Raises:
+        KeyError, ValueError: as :func:`get_act_patch_resid_pre`; ValueError also for a metric without a gradient.
+    """
+    return _attr_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_resid_pre", progress, **kwargs)
+
+
+def get_attr_patch_attn_out(model: VizTransformer, corrupted_tokens: torch.Tensor,
+                            clean_cache: Mapping[str, torch.Tensor], patching_metric: Metric,
+                            progress: Progress | None = None, **kwargs) -> torch.Tensor:
+    """:func:`get_attr_patch_resid_pre` for ``blocks.{layer}.hook_attn_out``: the linear estimate of
+    :func:`get_act_patch_attn_out`. Returns ``[n_layers, pos]``."""
+    return _attr_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_attn_out", progress, **kwargs)
+
+
+def get_attr_patch_mlp_out(model: VizTransformer, corrupted_tokens: torch.Tensor,
+                           clean_cache: Mapping[str, torch.Tensor], patching_metric: Metric,
+                           progress: Progress | None = None, **kwargs) -> torch.Tensor:
+    """:func:`get_attr_patch_resid_pre` for ``blocks.{layer}.hook_mlp_out``: the linear estimate of
+    :func:`get_act_patch_mlp_out`. Returns ``[n_layers, pos]``."""
+    return _attr_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_mlp_out", progress, **kwargs)
+
+
+def get_attr_patch_attn_head_out_all_pos(model: VizTransformer, corrupted_tokens: torch.Tensor,
+                                         clean_cache: Mapping[str, torch.Tensor], patching_metric: Metric,
+                                         progress: Progress | None = None, **kwargs) -> torch.Tensor:
+    """:func:`get_attr_patch_resid_pre` for each head's ``blocks.{layer}.attn.hook_z`` at every position: the linear
+    estimate of :func:`get_act_patch_attn_head_out_all_pos`, the head's term summed over positions and ``d_head``.
+
+    Returns:
+        ``[n_layers, n_heads]`` float32, in the metric's units.
+    """
+    names = [f"blocks.{layer}.attn.hook_z" for layer in range(model.cfg.n_layers)]
+    value, terms = _attr_terms(model, corrupted_tokens, clean_cache, patching_metric, names, progress, **kwargs)
+    return value + torch.stack([term.sum(dim=(0, 2)) for term in terms]).cpu()  # [pos, head, d_head] -> [head]
+
+
 PATCH_HOOKS = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out"}
 
 
