@@ -12,7 +12,7 @@ import torch
 
 from hf_models import bart_config, build, gpt2_config, llama_config, save, transformers
 from viz_model import CheckpointError, ablation, attribution, generate, load_model, patching
-from viz_model.limits import check_resident_budget, estimate_bytes
+from viz_model.limits import check_resident_budget, count_params, estimate_bytes
 from viz_model.placement import is_offloaded, module_weights, parse_placement, plan, resident_bytes, weight
 
 ATOL = 1e-5
@@ -333,3 +333,21 @@ def test_each_load_offloads_into_a_private_folder_removed_with_the_model(llama_f
     del first, second
     gc.collect()
     assert not any(p.exists() for p in folders)
+
+
+def test_a_converting_load_must_fit_whole_before_its_blocks_go_to_disk(llama_folder, tmp_path, monkeypatch):
+    """A float32 file loaded as bfloat16 is converted whole in memory before the blocks are placed: with memory for
+    the placed model but not for the whole conversion it is refused in one line that says to keep the file's dtype;
+    the same file in its own dtype loads with its blocks on disk."""
+    whole, _ = load_model(llama_folder)
+    assert whole.dtype == torch.float32
+    cfg = whole.cfg
+    del whole
+    converting = estimate_bytes(cfg, 2) + 2 * count_params(cfg)  # bfloat16 model + the float32 file's excess
+    monkeypatch.setattr("viz_model.limits.free_memory_bytes", lambda: converting - 1)
+    monkeypatch.setenv("VIZ_MEMORY_MARGIN_MB", "0")
+    with pytest.raises(CheckpointError, match=r"checkpoint's own dtype \(dtype='auto'\)") as info:
+        load_model(llama_folder, dtype="bfloat16", device_map={"": "disk"}, offload_folder=tmp_path)
+    assert "\n" not in str(info.value)
+    placed, _ = load_model(llama_folder, dtype="auto", device_map={"": "disk"}, offload_folder=tmp_path)
+    assert all(p.is_meta for p in placed.blocks.parameters())

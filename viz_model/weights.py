@@ -19,7 +19,8 @@ from torch import nn
 from .components import LayerNorm, PosEmbed, QKNorm, RMSNorm, sinusoidal_table
 from .config import Config, ConfigError
 from .dtypes import DtypeError, parse_dtype, resolve_device, tensors_dtype
-from .limits import BudgetError, check_budget, check_resident_budget, current_element_size
+from .limits import (BudgetError, check_budget, check_resident_budget, count_params, current_element_size,
+                     estimate_bytes, memory_limit)
 from .model import VizTransformer
 from .placement import Placement, PlacementError, current_placement, dispatch, plan, resident_bytes
 
@@ -55,7 +56,7 @@ def check_config(cfg: Config, label: str, file_bytes: int = 0, element_size: int
         if placement is None:
             check_budget(cfg, file_bytes, element_size)
         else:
-            _check_placed_budget(cfg, placement, element_size)
+            _check_placed_budget(cfg, placement, element_size, file_bytes)
     except (ConfigError, BudgetError, PlacementError) as exc:
         raise CheckpointError(f"{label}: {exc}") from None
     return cfg
@@ -73,11 +74,26 @@ def _skeleton(cfg: Config, element_size: int) -> VizTransformer:
     return model
 
 
-def _check_placed_budget(cfg: Config, placement: Placement, element_size: int | None) -> None:
+def _check_placed_budget(cfg: Config, placement: Placement, element_size: int | None, file_bytes: int = 0) -> None:
     """The memory check of a load placed by a device map: only the weights that stay in this machine's memory
     count (:func:`viz_model.placement.resident_bytes` of the map :func:`viz_model.placement.plan` makes for the
-    model's ``meta`` skeleton; :func:`viz_model.limits.check_resident_budget`)."""
+    model's ``meta`` skeleton; :func:`viz_model.limits.check_resident_budget`).
+
+    That holds when the file's weights are used as they are (memory-mapped pages that the kernel can drop). A load
+    that converts them (a bfloat16 file loaded as float32: ``file_bytes`` differs from the model's own bytes by more
+    than 5 %) builds the whole converted model in memory before its blocks are placed, so the whole model must fit
+    (:func:`viz_model.limits.check_budget`); the refusal says to keep the checkpoint's own dtype."""
     e = current_element_size() if element_size is None else int(element_size)
+    own = e * count_params(cfg)
+    if file_bytes and abs(file_bytes - own) > 0.05 * own:
+        try:
+            check_budget(cfg, file_bytes, e)
+        except BudgetError:
+            need = estimate_bytes(cfg, e) + max(0, file_bytes - own)
+            raise BudgetError(f"converting the weights to {8 * e}-bit floats builds the whole model in memory before "
+                              f"its blocks are placed (about {need / 2**20:,.0f} MB, above the {memory_limit()[1] / 2**20:,.0f} "
+                              "MB it may use): load it in the checkpoint's own dtype (dtype='auto') to place it with a "
+                              "device map") from None
     skeleton = _skeleton(cfg, e)
     check_resident_budget(cfg, resident_bytes(skeleton, plan(skeleton, placement)), e)
 
