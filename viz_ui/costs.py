@@ -1,0 +1,106 @@
+"""How much work each costly view is, in forward-equivalents (copies of the text in a batched forward pass) or
+as probes scaled to the model's shapes, for :mod:`viz_ui.gate`'s estimates (no Streamlit here).
+
+A forward pass over ``n`` tokens costs about ``2 · n_params · n`` multiply-adds (Kaplan et al., 2020, §2.1, leaving
+out the attention's ``n²`` term); the formulas below count other work against it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from viz_model import VizTransformer
+from viz_model.head_scores import default_length
+
+from .numeric import fit_pca
+
+GENERATE_STEP = 0.125  # one greedy step with the KV cache, in copies of a text of ~64 tokens (reads every weight)
+
+
+def head_effects_copies(model: VizTransformer) -> float:
+    """The per-head ablation map: one copy per head, plus the reference run."""
+    return model.cfg.n_layers * model.cfg.n_heads + 1
+
+
+def patching_copies(model: VizTransformer, n_pos: int, site: str) -> float:
+    """One exact patching sweep: one copy per cell (``[n_layers, pos]``; ``head``: ``[n_layers, n_heads]``), plus
+    the clean run whose activations are patched in."""
+    cfg = model.cfg
+    return cfg.n_layers * (cfg.n_heads if site == "head" else n_pos) + 1
+
+
+def attribution_patching_copies() -> float:
+    """Attribution patching (one forward and one backward pass of the corrupted run, one forward of the clean run):
+    about 3 forward-equivalents (Nanda, 2023, "Attribution Patching"; a backward pass costs about two forwards),
+    whatever the site."""
+    return 3.0
+
+
+def ablation_copies(model: VizTransformer, n_generate: int) -> float:
+    """The ablation view: the intact and the ablated run, a logit lens of each, and ``n_generate`` greedy steps
+    of each (decoders only)."""
+    return 4 + (2 * n_generate * GENERATE_STEP if model.cfg.causal else 0)
+
+
+def corruption_copies(n_candidates: int) -> float:
+    """The default corruption's search: the clean run and one copy per candidate text."""
+    return n_candidates + 1
+
+
+def head_scores_copies(model: VizTransformer, n_pos: int) -> float:
+    """The head scores' run on a repeated random sequence (``2 · min(50, n_ctx // 2)`` tokens), in copies of an
+    ``n_pos``-token text (linear in the length)."""
+    return 2 * default_length(model.cfg.n_ctx) / max(1, n_pos)
+
+
+def logit_lens_copies(model: VizTransformer) -> float:
+    """Decoding every layer × position over the vocabulary: ``(n_layers + 1) · d_model · d_vocab`` multiply-adds
+    per position against a forward's ``n_params``."""
+    cfg = model.cfg
+    return (cfg.n_layers + 1) * cfg.d_model * cfg.d_vocab / max(1, model.n_params())
+
+
+def moe_copies() -> float:
+    """A mixture-of-experts intervention: one run of the text with the routing changed."""
+    return 1.0
+
+
+_PROBES: dict[str, float] = {}
+
+
+def _probe(name: str, fn) -> float:
+    """Seconds of ``fn()`` (best of two), measured once per process."""
+    if name not in _PROBES:
+        best = math.inf
+        for _ in range(2):
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+        _PROBES[name] = best
+    return _PROBES[name]
+
+
+PCA_PROBE = (2048, 128)  # rows, columns of the SVD timed once per process
+
+
+def pca_seconds(n_rows: int, n_cols: int) -> float:
+    """The embedding PCA's SVD of an ``[n_rows, n_cols]`` matrix (float64): a probe SVD of :data:`PCA_PROBE`
+    scaled by ``rows · cols²`` (the cost of a thin SVD, Golub & Van Loan, 2013, §8.6)."""
+    rows, cols = PCA_PROBE
+    x = np.random.default_rng(0).standard_normal(PCA_PROBE)
+    seconds = _probe("pca", lambda: fit_pca(x, 3))
+    return seconds * (n_rows * min(n_rows, n_cols) ** 2) / (rows * cols ** 2)
+
+
+def weight_stats_seconds(n_weights: int) -> float:
+    """Statistics of ``n_weights`` weights (mean, std, max |w|, rms: a few passes over memory): a probe over 2²⁰
+    float32 weights scaled by the count."""
+    import torch
+
+    w = torch.randn(1 << 20)
+    seconds = _probe("stats", lambda: (w.mean().item(), w.std().item(), w.abs().max().item(),
+                                       w.pow(2).mean().sqrt().item()))
+    return seconds * n_weights / (1 << 20)
