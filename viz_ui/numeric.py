@@ -52,3 +52,14 @@ def entropy_bits(probs: np.ndarray) -> float:
     """Shannon entropy ``-sum p log2 p`` of a distribution ``[d_vocab]``, in bits."""
     p = probs[probs > 0].astype(np.float64)
     return float(-(p * np.log2(p)).sum())
+
+
+def pearson(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Pearson's correlation of two maps' cells (finite pairs only); None when either is constant or has fewer than
+    3 cells."""
+    x, y = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if x.size < 3 or x.std() == 0 or y.std() == 0:
+        return None
+    return float(np.corrcoef(x, y)[0, 1])
