@@ -168,9 +168,16 @@ def test_patching_head_outputs_equal_patched_c_proj_inputs(pair):
     answer, wrong, metric = metric_for(model, clean)
     _, clean_cache = model.run_with_cache(clean)
     passes = []
-    with model.hooks([("hook_embed", lambda x, hook: passes.append(x.shape[0]))]):
+    count = lambda x, hook: passes.append((hook.name, x.shape[0]))
+    with model.hooks([("hook_embed", count), ("hook_logits", count)]):
         grid = patching.get_act_patch_attn_head_out_all_pos(model, corrupted, clean_cache, metric)
-    assert passes == [N_LAYERS * N_HEADS]  # every cell in one batched forward pass
+    # one corrupted run (embedded once), then one batched pass per layer starting at that layer's input
+    assert passes == [("hook_embed", 1), ("hook_logits", 1)] + [("hook_logits", N_HEADS)] * N_LAYERS
+    with model.hooks([("hook_embed", count)]):
+        passes.clear()
+        full = patching.get_act_patch_attn_head_out_all_pos(model, corrupted, clean_cache, metric, reuse_prefix=False)
+    assert passes == [("hook_embed", N_LAYERS * N_HEADS)]  # every cell in one batched forward of the whole model
+    assert (full - grid).abs().max().item() <= 1e-5
     assert grid.shape == (N_LAYERS, N_HEADS)
     for layer in range(N_LAYERS):
         c_proj = ref.transformer.h[layer].attn.c_proj

@@ -245,6 +245,50 @@ class VizTransformer(HookedModule):
             self.hook_probs(torch.softmax(logits.float(), dim=-1))
         return logits
 
+    def forward_from(self, resid: torch.Tensor, start_layer: int, token_type_ids: torch.Tensor | None = None,
+                     src_tokens: torch.Tensor | None = None, encoder_out: torch.Tensor | None = None) -> torch.Tensor:
+        """What :meth:`forward` returns, from the residual stream entering block ``start_layer`` on: only blocks
+        ``start_layer ..`` run, then the final norm and unembedding (:meth:`decode`); their hooks fire as in
+        ``forward`` (``blocks.{start_layer}.hook_resid_pre`` first, ``hook_logits`` and ``hook_probs`` last), those
+        of earlier blocks and of the embeddings do not. With ``resid`` = ``blocks.{start_layer}.hook_resid_pre`` of a
+        recorded run, the result equals that run's output (the prefix reuse of the causal sweeps in
+        :mod:`viz_model.interventions`).
+
+        Args:
+            resid: ``[batch, pos, d_model]`` in the model's dtype, positions from 0 (no KV cache).
+            start_layer: ``0 <= start_layer <= n_layers`` (``n_layers``: decode only).
+            token_type_ids: accepted for the same keywords as ``forward`` and unused: segment embeddings are added
+                before block 0, so they are already in ``resid``. (T5's relative position bias is read by every
+                block itself; its ``hook_bias`` is recorded by ``forward`` only.)
+            src_tokens, encoder_out: encoder-decoder models, as in ``forward``: the encoder runs once (on
+                ``src_tokens``) unless its output is given.
+
+        Returns:
+            logits ``[batch, pos, d_vocab]`` (final hidden states ``[batch, pos, d_model]`` without an LM head).
+
+        Raises:
+            ValueError: ``start_layer`` out of range, ``resid`` not ``[batch, pos, d_model]`` within ``n_ctx``, an
+                encoder-decoder without ``src_tokens`` or ``encoder_out``.
+        """
+        if not 0 <= start_layer <= self.cfg.n_layers:
+            raise ValueError(f"start_layer {start_layer} is outside [0, {self.cfg.n_layers}]")
+        if resid.ndim != 3 or resid.shape[-1] != self.cfg.d_model or resid.shape[1] > self.cfg.n_ctx:
+            raise ValueError(f"resid must be [batch, pos <= {self.cfg.n_ctx}, {self.cfg.d_model}], "
+                             f"got shape {tuple(resid.shape)}")
+        if self.encoder is not None and encoder_out is None:
+            if src_tokens is None:
+                raise ValueError("an encoder-decoder model needs src_tokens (or encoder_out)")
+            encoder_out = self.encode(src_tokens)
+        resid = resid.to(device=self.device, dtype=self.dtype)
+        for block in self.blocks[start_layer:]:
+            resid = block(resid, None, encoder_out)
+        if not self.has_lm_head:
+            return self.ln_final(resid) if self.ln_final is not None else resid
+        logits = self.hook_logits(self.decode(resid))
+        if self.hook_probs.active:
+            self.hook_probs(torch.softmax(logits.float(), dim=-1))
+        return logits
+
     def score_inputs(self, name: str) -> tuple[nn.Module, str, str]:
         """For an attention layer's ``...hook_attn_scores`` or ``...hook_pattern``: ``(attention module, q hook name,
         k hook name)``, the recorded values its scores are computed from (the rotated ones under rotary positions).

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from ..model import VizTransformer
-from .batching import hooks_by_layer, run_cells
+from .batching import Progress, encode_once, hooks_by_layer, prefix_run, run_cells
 
 Head = tuple[int, int]  # (layer, head)
 KINDS = ("zero", "mean")
@@ -81,12 +81,18 @@ def ablate_heads(model: VizTransformer, tokens: torch.Tensor, heads: Iterable[He
 @torch.no_grad()
 def head_ablation_effects(model: VizTransformer, tokens: torch.Tensor, token_id: int, pos: int = -1,
                           kind: str = "zero", means: torch.Tensor | None = None, base: Iterable[Head] = (),
-                          **kwargs) -> torch.Tensor:
+                          progress: Progress | None = None, reuse_prefix: bool = True, **kwargs) -> torch.Tensor:
     """The change in ``log p(token_id)`` at ``pos`` when each head alone is ablated (on top of the heads in
     ``base``, which are ablated in every run including the reference one), all heads in batched passes.
 
+    With ``reuse_prefix`` (the default) the reference run records every layer's input, and a copy that ablates a
+    head of layer ``l`` starts from it and runs only blocks ``l ..`` (:func:`.batching.run_cells`): the same numbers
+    as running the whole model per copy (``reuse_prefix=False``) for about half the work.
+
     Args:
         tokens: one prompt ``[1, pos]``.
+        progress: ``(heads done, n_layers * n_heads)`` after every batched pass; raise from it to cancel.
+        **kwargs: passed to ``forward`` (``src_tokens`` of an encoder-decoder: encoded once for every pass).
 
     Returns:
         ``[n_layers, n_heads]`` float32, nats: log-prob with the head ablated minus log-prob without it (negative =
@@ -97,18 +103,23 @@ def head_ablation_effects(model: VizTransformer, tokens: torch.Tensor, token_id:
     """
     cfg = model.cfg
     base = _check(model, base, kind, means)
+    if tokens.ndim != 2 or tokens.shape[0] != 1:
+        raise ValueError(f"give one prompt, [1, pos]; got shape {tuple(tokens.shape)}")
+    kwargs = encode_once(model, kwargs) if reuse_prefix else kwargs
     logprob = lambda logits: torch.log_softmax(logits[0, pos].float(), dim=-1)[token_id]
-    reference = float(logprob(ablate_heads(model, tokens, base, kind, means, **kwargs)))
+    base_hooks = lambda: head_ablation_hooks(model, base, kind, means) if base else []
+    logits, prefix = prefix_run(model, tokens, base_hooks(), **kwargs)
+    reference = float(logprob(logits))
 
     def write(z, rows, heads, layer):  # row r ablates its own cell's head
         z[rows, :, heads] = 0.0 if kind == "zero" else means[layer, heads][:, None, :].to(z.dtype)
 
     def hooks_for(chunk):  # on top of the base heads, ablated in every row
-        fns = head_ablation_hooks(model, base, kind, means) if base else []
-        return fns + hooks_by_layer(chunk, lambda layer: f"blocks.{layer}.attn.hook_z", write)
+        return base_hooks() + hooks_by_layer(chunk, lambda layer: f"blocks.{layer}.attn.hook_z", write)
 
     cells = [(layer, head) for layer in range(cfg.n_layers) for head in range(cfg.n_heads)]
-    effects = run_cells(model, tokens, cells, hooks_for, logprob, **kwargs) - reference
+    effects = run_cells(model, tokens, cells, hooks_for, logprob, progress,
+                        prefix if reuse_prefix else None, **kwargs) - reference
     for layer, head in base:
         effects[layer * cfg.n_heads + head] = 0.0
     return effects.view(cfg.n_layers, cfg.n_heads)

@@ -8,6 +8,7 @@ import torch
 
 from ..components import attn_budget_bytes
 from ..model import VizTransformer
+from .cost import forward_flops, sweep_cost  # noqa: F401  (the sweeps' cost, re-exported beside them)
 
 
 def copies_per_pass(model: VizTransformer, n_pos: int) -> int:
@@ -28,19 +29,53 @@ def repeat_kwargs(kwargs: dict, batch: int) -> dict:
 
 
 Cell = tuple[int, ...]
+Progress = Callable[[int, int], None]
+
+
+@torch.no_grad()
+def encode_once(model: VizTransformer, kwargs: dict) -> dict:
+    """``forward`` keyword arguments with an encoder-decoder's ``src_tokens`` replaced by ``encoder_out`` (the
+    encoder run once, here), so that every pass of a sweep reuses it; other models' kwargs are returned as given."""
+    if model.encoder is None or kwargs.get("encoder_out") is not None or kwargs.get("src_tokens") is None:
+        return kwargs
+    rest = {k: v for k, v in kwargs.items() if k != "src_tokens"}
+    return {**rest, "encoder_out": model.encode(kwargs["src_tokens"])}
+
+
+@torch.no_grad()
+def prefix_run(model: VizTransformer, tokens: torch.Tensor, fwd_hooks=(), **kwargs
+               ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """One run of ``tokens`` (``[1, pos]``) with ``fwd_hooks`` that records every layer's input.
+
+    Returns:
+        ``(logits [1, pos, d_vocab], {layer: blocks.{layer}.hook_resid_pre [1, pos, d_model]})``: the prefixes that
+        :func:`run_cells` starts its copies from.
+    """
+    names = [f"blocks.{layer}.hook_resid_pre" for layer in range(model.cfg.n_layers)]
+    with model.hooks(fwd_hooks):
+        logits, cache = model.run_with_cache(tokens, names_filter=names, **kwargs)
+    return logits, {layer: cache[name] for layer, name in enumerate(names)}
 
 
 @torch.no_grad()
 def run_cells(model: VizTransformer, tokens: torch.Tensor, cells: Sequence[Cell],
               hooks_for: Callable[[list[tuple[int, Cell]]], list[tuple[str, Callable]]],
-              reduce: Callable[[torch.Tensor], torch.Tensor], **kwargs) -> torch.Tensor:
+              reduce: Callable[[torch.Tensor], torch.Tensor], progress: Progress | None = None,
+              prefix: dict[int, torch.Tensor] | None = None, **kwargs) -> torch.Tensor:
     """Run one copy of ``tokens`` (``[1, pos]``) per cell, batched, and reduce each copy's logits.
 
     Args:
-        cells: one intervention per copy (e.g. ``(layer, pos)``).
+        cells: one intervention per copy, its layer first (e.g. ``(layer, pos)``).
         hooks_for: given ``[(row in the batch, cell), ...]`` of one pass, the ``(hook name, fn)`` pairs that apply
             each cell's intervention to its own row only.
         reduce: logits ``[1, pos, d_vocab]`` of one copy -> a scalar tensor (e.g. a patching metric).
+        progress: called after every batched pass with ``(cells done, len(cells))``; an exception it raises (to
+            cancel) propagates, and the pass's hooks are removed.
+        prefix: None: every copy runs the whole model. Else ``{layer: blocks.{layer}.hook_resid_pre}`` of the run
+            without the cells' interventions (:func:`prefix_run`): a cell at layer ``l`` then runs only blocks
+            ``l ..`` and the decode from that prefix (:meth:`VizTransformer.forward_from`), and a pass holds cells of
+            one layer only. Exact when every intervention of a cell acts at its layer or later (hooks on earlier
+            blocks do not fire: their effect must already be in the prefix).
 
     Returns:
         ``[len(cells)]`` float32, in the order of ``cells``.
@@ -52,12 +87,32 @@ def run_cells(model: VizTransformer, tokens: torch.Tensor, cells: Sequence[Cell]
         raise ValueError(f"give one prompt, [1, pos]; got shape {tuple(tokens.shape)}")
     out = torch.empty(len(cells))
     step = copies_per_pass(model, tokens.shape[1])
-    for start in range(0, len(cells), step):
-        chunk = list(enumerate(cells[start:start + step]))
-        batch = tokens.expand(len(chunk), -1)
-        logits = model.run_with_hooks(batch, hooks_for(chunk), **repeat_kwargs(kwargs, len(chunk)))
-        for row, _ in chunk:
-            out[start + row] = float(reduce(logits[row:row + 1]))
+    if prefix is None:  # consecutive cells, whatever their layer
+        groups = [list(range(len(cells)))]
+    else:
+        kwargs = encode_once(model, kwargs)
+        by_layer: dict[int, list[int]] = {}
+        for i, cell in enumerate(cells):
+            by_layer.setdefault(int(cell[0]), []).append(i)
+        groups = [by_layer[layer] for layer in sorted(by_layer)]
+    done = 0
+    for group in groups:
+        for start in range(0, len(group), step):
+            indices = group[start:start + step]
+            chunk = [(row, cells[i]) for row, i in enumerate(indices)]
+            extra = repeat_kwargs(kwargs, len(chunk))
+            if prefix is None:
+                logits = model.run_with_hooks(tokens.expand(len(chunk), -1), hooks_for(chunk), **extra)
+            else:
+                layer = int(chunk[0][1][0])
+                resid = prefix[layer].expand(len(chunk), *prefix[layer].shape[1:])
+                with model.hooks(hooks_for(chunk)):
+                    logits = model.forward_from(resid, layer, **extra)
+            for row, i in enumerate(indices):
+                out[i] = float(reduce(logits[row:row + 1]))
+            done += len(chunk)
+            if progress is not None:
+                progress(done, len(cells))
     return out
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 import torch
 
 from ..model import VizTransformer
-from .batching import hooks_by_layer, run_cells
+from .batching import Progress, encode_once, hooks_by_layer, prefix_run, run_cells
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
 
@@ -56,8 +56,26 @@ def _clean(clean_cache: Mapping[str, torch.Tensor], name: str, n_pos: int) -> to
     return value[:1].float()
 
 
+def _check_prompt(tokens: torch.Tensor) -> None:
+    if tokens.ndim != 2 or tokens.shape[0] != 1:
+        raise ValueError(f"give one prompt, [1, pos]; got shape {tuple(tokens.shape)}")
+
+
+def _sweep(model: VizTransformer, corrupted_tokens: torch.Tensor, cells: list[tuple[int, int]], hook: str,
+           write, patching_metric: Metric, progress: Progress | None, reuse_prefix: bool, **kwargs) -> torch.Tensor:
+    """Run the cells ``(layer, index)``, each patching ``blocks.{layer}.{hook}`` with ``write``; from the corrupted
+    run's layer inputs when ``reuse_prefix`` (see :func:`.batching.run_cells`)."""
+    _check_prompt(corrupted_tokens)
+    prefix = None
+    if reuse_prefix:
+        kwargs = encode_once(model, kwargs)
+        prefix = prefix_run(model, corrupted_tokens, **kwargs)[1]
+    hooks_for = lambda chunk: hooks_by_layer(chunk, lambda layer: f"blocks.{layer}.{hook}", write)
+    return run_cells(model, corrupted_tokens, cells, hooks_for, patching_metric, progress, prefix, **kwargs)
+
+
 def _sweep_positions(model: VizTransformer, corrupted_tokens: torch.Tensor, clean_cache, patching_metric: Metric,
-                     hook: str, **kwargs) -> torch.Tensor:
+                     hook: str, progress: Progress | None = None, reuse_prefix: bool = True, **kwargs) -> torch.Tensor:
     """``[n_layers, pos]``: ``blocks.{layer}.{hook}`` at one position taken from the clean run."""
     n_layers, n_pos = model.cfg.n_layers, corrupted_tokens.shape[-1]
     clean = {layer: _clean(clean_cache, f"blocks.{layer}.{hook}", n_pos) for layer in range(n_layers)}
@@ -65,52 +83,67 @@ def _sweep_positions(model: VizTransformer, corrupted_tokens: torch.Tensor, clea
     def write(x, rows, positions, layer):
         x[rows, positions] = clean[layer][0, positions].to(x.dtype)
 
-    hooks_for = lambda chunk: hooks_by_layer(chunk, lambda layer: f"blocks.{layer}.{hook}", write)
     cells = [(layer, pos) for layer in range(n_layers) for pos in range(n_pos)]
-    return run_cells(model, corrupted_tokens, cells, hooks_for, patching_metric, **kwargs).view(n_layers, n_pos)
+    return _sweep(model, corrupted_tokens, cells, hook, write, patching_metric, progress, reuse_prefix,
+                  **kwargs).view(n_layers, n_pos)
 
 
 def get_act_patch_resid_pre(model: VizTransformer, corrupted_tokens: torch.Tensor, clean_cache: Mapping[str, torch.Tensor],
-                            patching_metric: Metric, **kwargs) -> torch.Tensor:
+                            patching_metric: Metric, progress: Progress | None = None, reuse_prefix: bool = True,
+                            **kwargs) -> torch.Tensor:
     """Patch the residual stream entering each layer (``blocks.{layer}.hook_resid_pre``), one position at a time.
 
     Args:
         corrupted_tokens: ``[1, pos]`` int64.
         clean_cache: from ``model.run_with_cache(clean_tokens)`` (same length), holding every ``hook_resid_pre``.
         patching_metric: logits ``[1, pos, d_vocab]`` -> scalar tensor.
-        **kwargs: passed to ``forward`` (e.g. ``src_tokens`` ``[1, src_pos]`` of an encoder-decoder).
+        progress: called after every batched pass with ``(cells done, total cells)``; raise from it to cancel (the
+            exception propagates, the hooks are removed).
+        reuse_prefix: True (default): one corrupted run records every layer's input and a cell at layer ``l`` runs
+            only blocks ``l ..`` from it (:meth:`VizTransformer.forward_from`); False: every cell runs the whole
+            model. The results are the same (up to float rounding); the work is in :func:`.batching.sweep_cost`.
+        **kwargs: passed to ``forward`` (e.g. ``src_tokens`` ``[1, src_pos]`` of an encoder-decoder, encoded once).
 
     Returns:
         ``[n_layers, pos]`` float32: the metric of the corrupted run with that one activation from the clean run.
 
     Raises:
-        KeyError: when the clean cache lacks a needed hook. ValueError: prompts of different lengths.
+        KeyError: when the clean cache lacks a needed hook. ValueError: prompts of different lengths, or
+        ``corrupted_tokens`` not ``[1, pos]``.
     """
-    return _sweep_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_resid_pre", **kwargs)
+    return _sweep_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_resid_pre", progress,
+                            reuse_prefix, **kwargs)
 
 
 def get_act_patch_attn_out(model: VizTransformer, corrupted_tokens: torch.Tensor, clean_cache: Mapping[str, torch.Tensor],
-                           patching_metric: Metric, **kwargs) -> torch.Tensor:
+                           patching_metric: Metric, progress: Progress | None = None, reuse_prefix: bool = True,
+                           **kwargs) -> torch.Tensor:
     """As :func:`get_act_patch_resid_pre` for each layer's attention output ``blocks.{layer}.hook_attn_out``
-    ``[batch, pos, d_model]`` (all heads plus ``b_O``). Returns ``[n_layers, pos]``."""
-    return _sweep_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_attn_out", **kwargs)
+    ``[batch, pos, d_model]`` (all heads plus ``b_O``). Returns ``[n_layers, pos]``; arguments and errors as there.
+    """
+    return _sweep_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_attn_out", progress,
+                            reuse_prefix, **kwargs)
 
 
 def get_act_patch_mlp_out(model: VizTransformer, corrupted_tokens: torch.Tensor, clean_cache: Mapping[str, torch.Tensor],
-                          patching_metric: Metric, **kwargs) -> torch.Tensor:
+                          patching_metric: Metric, progress: Progress | None = None, reuse_prefix: bool = True,
+                          **kwargs) -> torch.Tensor:
     """As :func:`get_act_patch_resid_pre` for each layer's feed-forward output ``blocks.{layer}.hook_mlp_out``
-    ``[batch, pos, d_model]``. Returns ``[n_layers, pos]``."""
-    return _sweep_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_mlp_out", **kwargs)
+    ``[batch, pos, d_model]``. Returns ``[n_layers, pos]``; arguments and errors as there."""
+    return _sweep_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_mlp_out", progress,
+                            reuse_prefix, **kwargs)
 
 
 def get_act_patch_attn_head_out_all_pos(model: VizTransformer, corrupted_tokens: torch.Tensor,
                                         clean_cache: Mapping[str, torch.Tensor], patching_metric: Metric,
+                                        progress: Progress | None = None, reuse_prefix: bool = True,
                                         **kwargs) -> torch.Tensor:
     """Patch one head's output at every position: its ``blocks.{layer}.attn.hook_z`` ``[batch, pos, head_index,
     d_head]`` slice, the head's input to ``W_O`` (TransformerLens patches ``hook_z`` the same way).
 
     Returns:
-        ``[n_layers, n_heads]`` float32. Raises as :func:`get_act_patch_resid_pre`.
+        ``[n_layers, n_heads]`` float32. Arguments (``progress``, ``reuse_prefix``) and errors as
+        :func:`get_act_patch_resid_pre`.
     """
     n_layers, n_heads, n_pos = model.cfg.n_layers, model.cfg.n_heads, corrupted_tokens.shape[-1]
     clean = {layer: _clean(clean_cache, f"blocks.{layer}.attn.hook_z", n_pos) for layer in range(n_layers)}
@@ -118,9 +151,107 @@ def get_act_patch_attn_head_out_all_pos(model: VizTransformer, corrupted_tokens:
     def write(z, rows, heads, layer):
         z[rows, :, heads] = clean[layer][0][:, heads].transpose(0, 1).to(z.dtype)  # [n_cells, pos, d_head]
 
-    hooks_for = lambda chunk: hooks_by_layer(chunk, lambda layer: f"blocks.{layer}.attn.hook_z", write)
     cells = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
-    return run_cells(model, corrupted_tokens, cells, hooks_for, patching_metric, **kwargs).view(n_layers, n_heads)
+    return _sweep(model, corrupted_tokens, cells, "attn.hook_z", write, patching_metric, progress, reuse_prefix,
+                  **kwargs).view(n_layers, n_heads)
+
+
+# ---- attribution patching: a linear estimate of every cell from one forward and one backward pass -------------
+
+def _attr_terms(model: VizTransformer, corrupted_tokens: torch.Tensor, clean_cache: Mapping[str, torch.Tensor],
+                patching_metric: Metric, names: list[str], progress: Progress | None, **kwargs
+                ) -> tuple[float, list[torch.Tensor]]:
+    """The corrupted run's metric and, per hook in ``names``, ``(clean - corrupted) * d metric / d activation``
+    (float32, batch row 0, the activation's own shape)."""
+    _check_prompt(corrupted_tokens)
+    n_pos = corrupted_tokens.shape[-1]
+    clean = [_clean(clean_cache, name, n_pos) for name in names]
+    kwargs = encode_once(model, kwargs)
+    acts: dict[str, torch.Tensor] = {}
+
+    def leaf(x, hook):  # the graph starts at block 0's input: no gradient flows to the parameters or embeddings
+        return x.detach().requires_grad_(True)
+
+    def keep(x, hook):
+        acts[hook.name] = x
+
+    with torch.enable_grad(), model.hooks([("blocks.0.hook_resid_pre", leaf)] + [(name, keep) for name in names]):
+        value = patching_metric(model(corrupted_tokens, **kwargs))
+        if not (isinstance(value, torch.Tensor) and value.numel() == 1 and value.requires_grad):
+            raise ValueError("attribution patching needs a patching metric that returns a differentiable scalar tensor")
+        grads = torch.autograd.grad(value, [acts[name] for name in names], allow_unused=True)
+    terms = []
+    for name, source, grad in zip(names, clean, grads):
+        corrupted = acts.pop(name).detach()[:1].float()
+        grad = torch.zeros_like(corrupted) if grad is None else grad[:1].float()
+        terms.append(((source.to(corrupted.device) - corrupted) * grad)[0])
+    if progress is not None:
+        progress(len(names), len(names))
+    return float(value), terms
+
+
+def _attr_positions(model, corrupted_tokens, clean_cache, patching_metric, hook, progress, **kwargs) -> torch.Tensor:
+    names = [f"blocks.{layer}.{hook}" for layer in range(model.cfg.n_layers)]
+    value, terms = _attr_terms(model, corrupted_tokens, clean_cache, patching_metric, names, progress, **kwargs)
+    return value + torch.stack([term.sum(-1) for term in terms]).cpu()  # [n_layers, pos]
+
+
+def get_attr_patch_resid_pre(model: VizTransformer, corrupted_tokens: torch.Tensor,
+                             clean_cache: Mapping[str, torch.Tensor], patching_metric: Metric,
+                             progress: Progress | None = None, **kwargs) -> torch.Tensor:
+    """Attribution patching (Nanda, 2023, "Attribution Patching: Activation Patching At Industrial Scale"; Syed et
+    al., 2023, "Attribution Patching Outperforms Automated Circuit Discovery") of the residual stream entering each
+    layer, one position at a time: the first-order Taylor estimate of :func:`get_act_patch_resid_pre`,
+
+        ``metric(corrupted) + Σ_d (clean[l, pos, d] - corrupted[l, pos, d]) · ∂metric/∂act[l, pos, d]``
+
+    with the gradient taken on the corrupted run. Every cell comes from the given clean cache, one corrupted forward
+    pass and one backward pass (``torch.autograd.grad`` on the activations only, under ``torch.enable_grad`` also
+    inside a caller's ``no_grad``; the parameters get no ``.grad``). The value is the estimated *metric of the
+    patched run*, as the exact function returns, so :func:`normalise` applies in the same way. It is exact where the
+    metric is linear in the activation and can be far off where it is not (large patches, early layers, a
+    probability metric near saturation).
+
+    Args: as :func:`get_act_patch_resid_pre` (``patching_metric`` must be differentiable: a tensor op of the logits);
+        ``progress`` is called once, ``(n_layers, n_layers)``, when done.
+
+    Returns:
+        ``[n_layers, pos]`` float32, in the metric's units.
+
+    Raises:
+        KeyError, ValueError: as :func:`get_act_patch_resid_pre`; ValueError also for a metric without a gradient.
+    """
+    return _attr_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_resid_pre", progress, **kwargs)
+
+
+def get_attr_patch_attn_out(model: VizTransformer, corrupted_tokens: torch.Tensor,
+                            clean_cache: Mapping[str, torch.Tensor], patching_metric: Metric,
+                            progress: Progress | None = None, **kwargs) -> torch.Tensor:
+    """:func:`get_attr_patch_resid_pre` for ``blocks.{layer}.hook_attn_out``: the linear estimate of
+    :func:`get_act_patch_attn_out`. Returns ``[n_layers, pos]``."""
+    return _attr_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_attn_out", progress, **kwargs)
+
+
+def get_attr_patch_mlp_out(model: VizTransformer, corrupted_tokens: torch.Tensor,
+                           clean_cache: Mapping[str, torch.Tensor], patching_metric: Metric,
+                           progress: Progress | None = None, **kwargs) -> torch.Tensor:
+    """:func:`get_attr_patch_resid_pre` for ``blocks.{layer}.hook_mlp_out``: the linear estimate of
+    :func:`get_act_patch_mlp_out`. Returns ``[n_layers, pos]``."""
+    return _attr_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_mlp_out", progress, **kwargs)
+
+
+def get_attr_patch_attn_head_out_all_pos(model: VizTransformer, corrupted_tokens: torch.Tensor,
+                                         clean_cache: Mapping[str, torch.Tensor], patching_metric: Metric,
+                                         progress: Progress | None = None, **kwargs) -> torch.Tensor:
+    """:func:`get_attr_patch_resid_pre` for each head's ``blocks.{layer}.attn.hook_z`` at every position: the linear
+    estimate of :func:`get_act_patch_attn_head_out_all_pos`, the head's term summed over positions and ``d_head``.
+
+    Returns:
+        ``[n_layers, n_heads]`` float32, in the metric's units.
+    """
+    names = [f"blocks.{layer}.attn.hook_z" for layer in range(model.cfg.n_layers)]
+    value, terms = _attr_terms(model, corrupted_tokens, clean_cache, patching_metric, names, progress, **kwargs)
+    return value + torch.stack([term.sum(dim=(0, 2)) for term in terms]).cpu()  # [pos, head, d_head] -> [head]
 
 
 PATCH_HOOKS = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out"}

@@ -1,0 +1,132 @@
+"""The work of a causal sweep in forward-equivalents, so that a page can say how long it will take before running it.
+
+One unit is one forward pass of the whole model on one copy of the prompt. Work is counted as matrix-multiply
+FLOPs (2 per multiply-add), the operations that dominate a transformer (Kaplan et al., 2020, "Scaling Laws for
+Neural Language Models", section 2.1): the weight matrices a token goes through, plus attention's ``q k^T`` and
+``pattern v`` over every (query, key) pair (the model computes the full square, masked afterwards). Norms,
+softmax and the embedding lookup are left out. A page multiplies the result by its own measured seconds per
+forward pass.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+
+from ..model import VizTransformer
+
+KINDS = ("resid_pre", "attn_out", "mlp_out", "head", "ablation")
+METHODS = ("exact", "attribution")
+
+
+def _macs(module: nn.Module, skip: tuple[str, ...] = ()) -> int:
+    """Multiply-adds per token through ``module``'s weight matrices (parameters of 2 or more dimensions)."""
+    return sum(p.numel() for name, p in module.named_parameters()
+               if p.ndim >= 2 and not any(name.startswith(s) for s in skip))
+
+
+def _block_flops(block: nn.Module, n_pos: int, n_src: int) -> float:
+    """FLOPs of one block on one copy of ``n_pos`` tokens (cross-attention keys: ``n_src`` encoder positions)."""
+    cfg = block.attn.cfg
+    attn = _macs(block.attn, ("q_norm", "k_norm")) * n_pos + 2 * cfg.n_heads * cfg.d_head * n_pos * n_pos
+    if block.has_cross:  # q and W_O per target token, k and v per source token, scores over source keys
+        cross = block.cross_attn
+        kv = sum(p.numel() for n, p in cross.named_parameters() if n in ("W_K", "W_V"))
+        attn += (_macs(cross) - kv) * n_pos + kv * n_src + 2 * cfg.n_heads * cfg.d_head * n_pos * n_src
+    mlp = block.mlp
+    if hasattr(mlp, "experts"):  # a token goes through the router, k experts and the shared expert
+        per_expert = _macs(mlp.experts[0])
+        mlp_macs = _macs(mlp, ("experts.",)) + mlp.k * per_expert
+    else:
+        mlp_macs = _macs(mlp)
+    return 2.0 * (attn + mlp_macs * n_pos)
+
+
+def forward_flops(model: VizTransformer, n_pos: int, n_src: int | None = None) -> dict:
+    """Matrix-multiply FLOPs of one forward pass on one copy of an ``n_pos``-token prompt, by part.
+
+    Args:
+        n_src: source tokens of an encoder-decoder (default ``n_pos``).
+
+    Returns:
+        ``{"encoder": float, "blocks": [float per decoder block], "decode": float}`` (the decode: the masked-LM
+        transform, if any, and the unembedding; 0 without a language-model head).
+    """
+    n_src = n_pos if n_src is None else n_src
+    encoder = 0.0 if model.encoder is None else sum(_block_flops(b, n_src, n_src) for b in model.encoder.blocks)
+    decode = 0.0
+    if model.has_lm_head:
+        decode = 2.0 * n_pos * (model.cfg.d_model * model.cfg.d_vocab
+                                + (_macs(model.mlm_head) if model.mlm_head is not None else 0))
+    return {"encoder": encoder, "blocks": [_block_flops(b, n_pos, n_src) for b in model.blocks], "decode": decode}
+
+
+def backward_flops(model: VizTransformer, n_pos: int, n_src: int | None = None) -> float:
+    """FLOPs of the backward pass of attribution patching: gradients of the activations only (no weight
+    gradients), from the logits down to block 0's input. A weight matrix costs one product (``grad W^T``), as in
+    the forward pass; attention's two products over (query, key) pairs cost two each (both factors need a
+    gradient). Cross-attention's keys and values come from the encoder, which needs no gradient."""
+    flops = forward_flops(model, n_pos, n_src)
+    cfg = model.cfg
+    n_src = n_pos if n_src is None else n_src
+    square = 2.0 * 2 * cfg.n_heads * cfg.d_head * n_pos * n_pos * cfg.n_layers  # self-attention: both factors
+    kv = sum(2.0 * n_src * sum(p.numel() for n, p in b.cross_attn.named_parameters() if n in ("W_K", "W_V"))
+             for b in model.blocks if b.has_cross)
+    # blocks: their forward FLOPs again, plus self-attention's second products, less cross-attention's k and v
+    # projections (cross-attention's pair products need one gradient each: the keys and values have none)
+    return sum(flops["blocks"]) + square - kv + flops["decode"]
+
+
+def n_cells(model: VizTransformer, n_pos: int, kind: str) -> list[int]:
+    """Cells per layer of a sweep: ``n_pos`` (positions) or ``n_heads`` (``head``, ``ablation``)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown sweep {kind!r} (one of: {', '.join(KINDS)})")
+    per_layer = model.cfg.n_heads if kind in ("head", "ablation") else n_pos
+    return [per_layer] * model.cfg.n_layers
+
+
+def sweep_cost(model: VizTransformer, n_pos: int, kind: str, method: str = "exact", reuse_prefix: bool = True,
+               n_src: int | None = None) -> float:
+    """The work of one sweep in forward-equivalents (one forward pass of the whole model on one copy of the
+    prompt = 1), for the page's time estimate: multiply by measured seconds per forward pass.
+
+    Args:
+        n_pos: tokens of the prompt (decoder tokens of an encoder-decoder; ``n_src`` its source tokens).
+        kind: ``resid_pre``, ``attn_out``, ``mlp_out`` (a cell per layer and position), ``head`` (patching a head's
+            ``hook_z``) or ``ablation`` (:func:`..ablation.head_ablation_effects`), a cell per layer and head.
+        method: ``exact`` (activation patching, one patched copy per cell) or ``attribution`` (attribution
+            patching, ``get_attr_patch_*``: one corrupted forward and one backward for every cell).
+        reuse_prefix: for ``exact``, as the sweeps' argument.
+
+    Returns:
+        ``exact`` with prefix reuse: 1 (the run that records each layer's input, encoder included) + Σ over cells at
+        layer ``l`` of (FLOPs of blocks ``l ..`` + decode) / FLOPs of a forward pass; without: one whole forward per
+        cell (+1 for ablation's reference run). ``attribution``: 1 + backward FLOPs (activation gradients only,
+        :func:`backward_flops`) / forward FLOPs, about 2 to 3 whatever the number of cells.
+
+    Raises:
+        ValueError: an unknown kind or method.
+    """
+    cells = n_cells(model, n_pos, kind)
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r} (one of: {', '.join(METHODS)})")
+    flops = forward_flops(model, n_pos, n_src)
+    total = flops["encoder"] + sum(flops["blocks"]) + flops["decode"]
+    if method == "attribution":
+        return 1.0 + backward_flops(model, n_pos, n_src) / total
+    if not reuse_prefix:
+        return float(sum(cells)) + (1.0 if kind == "ablation" else 0.0)
+    suffix = [sum(flops["blocks"][layer:]) + flops["decode"] for layer in range(model.cfg.n_layers)]
+    return 1.0 + sum(n * work for n, work in zip(cells, suffix)) / total
+
+
+def seconds_per_forward(model: VizTransformer, tokens: torch.Tensor, **kwargs) -> float:
+    """Wall seconds of one plain forward pass of ``tokens`` (``[1, pos]``, no grad), the unit of
+    :func:`sweep_cost`, timed once after one warm-up run."""
+    with torch.no_grad():
+        model(tokens, **kwargs)
+        start = time.perf_counter()
+        model(tokens, **kwargs)
+        return time.perf_counter() - start
