@@ -44,11 +44,11 @@ WHERE = {"previous-token": f"on {own_text}", "first-token": f"on {own_text}",
 text_fits = cell_text_fits(cfg.n_heads, state.display.scale)
 for name in SCORE_NAMES:
     st.subheader(name.capitalize())
-    if name not in scores:  # the scores on the repeated random sequence: a run of the model (behind a button when slow)
-        scores.update(repeated_scores_gated(state.model_path, trace.text) or {})
+    if name not in scores and name == "duplicate-token":  # this one and the next: a run of the model on a repeated
+        scores.update(repeated_scores_gated(state.model_path, trace.text) or {})  # random sequence (a button when slow)
     if name not in scores:
         st.markdown(EXPLAIN[name])
-        st.caption("Both this score and the next one come from that run.")
+        st.caption("This score comes from the run on the repeated random sequence (the button above).")
         continue
     # normal mode: the map and its explanation side by side (3:2); lecture mode: stacked, the map at full width
     left, right = (st.container(), st.container()) if state.display.lecture else st.columns([3, 2])

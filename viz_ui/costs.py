@@ -14,29 +14,27 @@ import numpy as np
 
 from viz_model import VizTransformer
 from viz_model.head_scores import default_length
+from viz_model.interventions.cost import sweep_cost
 
 from .numeric import fit_pca
 
 GENERATE_STEP = 0.125  # one greedy step with the KV cache, in copies of a text of ~64 tokens (reads every weight)
 
 
-def head_effects_copies(model: VizTransformer) -> float:
-    """The per-head ablation map: one copy per head, plus the reference run."""
-    return model.cfg.n_layers * model.cfg.n_heads + 1
+def head_effects_copies(model: VizTransformer, n_pos: int) -> float:
+    """The per-head ablation map (:func:`viz_model.interventions.cost.sweep_cost`, ``"ablation"``)."""
+    return sweep_cost(model, n_pos, "ablation")
 
 
-def patching_copies(model: VizTransformer, n_pos: int, site: str) -> float:
-    """One exact patching sweep: one copy per cell (``[n_layers, pos]``; ``head``: ``[n_layers, n_heads]``), plus
-    the clean run whose activations are patched in."""
-    cfg = model.cfg
-    return cfg.n_layers * (cfg.n_heads if site == "head" else n_pos) + 1
+def patching_copies(model: VizTransformer, n_pos: int, site: str, method: str = "exact") -> float:
+    """One patching sweep (:func:`viz_model.interventions.cost.sweep_cost`), plus the clean run whose activations are
+    patched in."""
+    return sweep_cost(model, n_pos, site, method) + 1
 
 
-def attribution_patching_copies() -> float:
-    """Attribution patching (one forward and one backward pass of the corrupted run, one forward of the clean run):
-    about 3 forward-equivalents (Nanda, 2023, "Attribution Patching"; a backward pass costs about two forwards),
-    whatever the site."""
-    return 3.0
+def patching_cells(model: VizTransformer, n_pos: int, site: str) -> int:
+    """The cells of one patching map: ``n_layers · pos`` (``head``: ``n_layers · n_heads``)."""
+    return model.cfg.n_layers * (model.cfg.n_heads if site == "head" else n_pos)
 
 
 def ablation_copies(model: VizTransformer, n_generate: int) -> float:

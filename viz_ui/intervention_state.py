@@ -68,7 +68,7 @@ def head_effects_gated(path: str, text: str, heads: str, kind: str, mean_text: s
         return head_effects(model, get_prompt(path, text), token_id, pos, kind, _means(path, text, kind, mean_text),
                             hs, progress)
 
-    copies = costs.head_effects_copies(model) + (kind == "mean")
+    copies = costs.head_effects_copies(model, len(get_prompt(path, text).ids)) + (kind == "mean")
     return costly("head_effects", (path, text, heads, kind, mean_text, pos, token_id),
                   estimate_seconds(path, text, copies), compute, "Compute the per-head effect map", where)
 
@@ -110,9 +110,8 @@ def patching_estimates(path: str, text: str) -> dict[str, float]:
     """Estimated seconds of the page's four patching maps on the model at ``path`` for ``text``, per method."""
     model, _ = resolve(path)
     n = get_trace(path, text).n_tokens
-    exact = sum(costs.patching_copies(model, n, site) for site in SITES)
-    return {"exact": estimate_seconds(path, text, exact),
-            "attribution": estimate_seconds(path, text, len(SITES) * costs.attribution_patching_copies())}
+    return {method: estimate_seconds(path, text, sum(costs.patching_copies(model, n, site, method) for site in SITES))
+            for method in ("exact", "attribution")}
 
 
 ATTRIBUTION_PARAMS = 300_000_000  # from this many parameters the patching maps start as attribution patching
@@ -149,7 +148,7 @@ def patching_gated(path: str, clean_text: str, corrupted_text: str, kind: str, a
     model, _ = resolve(path)
     clean, corrupted = get_prompt(path, clean_text), get_corrupted(path, clean_text, corrupted_text)
     n = len(clean.ids)
-    parts = [(int(costs.patching_copies(model, n, site)) if method == "exact" else 1,
+    parts = [(costs.patching_cells(model, n, site),
               lambda progress, site=site: patching_sweep(model, clean, corrupted, kind, answer, wrong, pos, site,
                                                          method, progress)) for site in SITES]
     run = combine(parts)
