@@ -3,8 +3,8 @@ compute is never computed as a page opens. The page shows a button with the esti
 with a progress bar and a Cancel button, and keeps the result in Streamlit's cache, keyed by the values it depends on.
 
 Estimates come from the loaded model's own measured speed (:func:`copy_seconds`: the seconds one copy of an
-``n``-token text takes in a batched forward pass, measured once per model and length bucket) times the work in
-forward-equivalents (:mod:`viz_ui.costs`).
+``n``-token text takes in a batched forward pass, measured once per model and length bucket: a probe for a small
+model, the trace's own forward for a large one) times the work in forward-equivalents (:mod:`viz_ui.costs`).
 
 Cancelling: a click on Cancel (or any other widget) makes Streamlit rerun the page, which stops the running script
 at its next progress update; nothing half-done is stored, and the next run of the page says it was cancelled.
@@ -24,10 +24,11 @@ import torch
 
 from viz_model import VizTransformer
 from viz_model.interventions.batching import copies_per_pass
+from viz_model.interventions.cost import forward_flops
 
 GATE_SECONDS = 1.0  # work estimated above this many seconds waits for a click (environment: VIZ_GATE_SECONDS)
-PROBE_BATCH = 8  # copies in the speed probe of a fast model
-PROBE_UNTIL_S = 0.2  # a trace forward slower than this is itself the speed (no probe: it would cost seconds)
+PROBE_BATCH = 8  # copies in the speed probe of a small model
+PROBE_FLOPS = 20e9  # a probe computes at most this many FLOPs per run (about 0.2 s on a 2-core CPU)
 
 Progress = Callable[[int, int], None]
 
@@ -73,18 +74,23 @@ def copy_seconds(model: VizTransformer, path: str, n_tokens: int, trace_seconds:
     """Seconds one copy of an ``n_tokens`` text takes in the batched passes of this model's sweeps, measured once
     per (model key, :func:`length_bucket`) and kept for the server's life.
 
-    A model whose trace forward (``trace_seconds``, every hook recorded) took :data:`PROBE_UNTIL_S` or more: that
-    time itself (a large model is compute-bound: a batch costs about its copies' sum; a little pessimistic, since
-    recording costs too). A faster one: :func:`probe_seconds` at the bucket's length (a few of its forwards),
-    since batching makes each copy of a small model much cheaper than a forward alone.
+    A small model (a forward at the bucket's length under :data:`PROBE_FLOPS` multiply-add FLOPs,
+    :func:`viz_model.interventions.cost.forward_flops`): :func:`probe_seconds`, a few batched forwards of that
+    length (batching makes each copy of a small model much cheaper than a forward alone; the best of two runs
+    leaves out the first run's warm-up). A larger one: the trace's own forward (``trace_seconds``, every hook
+    recorded: a little pessimistic), which costs nothing more; a probe there would cost seconds. Without a trace
+    time, a probe of one copy.
     """
     bucket = length_bucket(n_tokens)
     table = _speeds()
     if (path, bucket) not in table:
-        if trace_seconds is not None and trace_seconds >= PROBE_UNTIL_S:
-            table[(path, bucket)] = trace_seconds
+        flops = forward_flops(model, bucket)
+        flops = flops["encoder"] + sum(flops["blocks"]) + flops["decode"]
+        batch = int(max(1, min(PROBE_BATCH, PROBE_FLOPS // max(1.0, flops))))
+        if batch == 1 and trace_seconds is not None:
+            table[(path, bucket)] = trace_seconds * bucket / max(1, n_tokens)
         else:
-            table[(path, bucket)] = probe_seconds(model, bucket)
+            table[(path, bucket)] = probe_seconds(model, bucket, batch)
     return table[(path, bucket)]
 
 

@@ -91,3 +91,25 @@ def moe_intervention_gated(path: str, text: str, kind: str, layer: int | None, e
 
     return costly("moe_intervention", (path, text, kind, layer, expert, pos),
                   estimate_seconds(path, text, costs.moe_copies()), compute, "Run the model with this routing", where)
+
+
+def sampled_output_gated(path: str, text: str, temperature: float, seed: int, where: Any = None) -> str | None:
+    """An encoder-decoder's output for ``text`` sampled at ``temperature`` with ``seed``
+    (:func:`viz_model.seq2seq.translate`), or None while its button waits: a whole generation, estimated as long as
+    the trace's (which generated the greedy output).
+
+    Raises:
+        ValueError: with one line, for any failure of the tokenizer (an uploaded one may raise anything or panic).
+    """
+    from viz_model.seq2seq import translate
+
+    from .trace import tokenizer_errors
+
+    model, tokenizer = resolve(path)
+
+    def compute(progress) -> str:
+        with tokenizer_errors("the model's output cannot be computed"):
+            return translate(model, tokenizer, text, temperature, seed)[0]
+
+    return costly("sampled_output", (path, text, float(temperature), int(seed)), estimate_seconds(path, text, 1.0),
+                  compute, "Sample an output", where)

@@ -20,12 +20,11 @@ from tokenizers import Tokenizer
 
 from viz_model import DEFAULT_MODEL, CheckpointError, VizTransformer, load_model
 from viz_model.checkpoint import ASSETS, read_metadata
-from viz_model.seq2seq import translate
 from viz_model.tokenizer import IdTokenizer
 
 from .gate import copy_seconds
 from .numeric import PCA, fit_pca
-from .trace import Trace, run_trace, token_label, tokenizer_errors
+from .trace import Trace, run_trace, token_label
 
 
 UPLOAD_PREFIX = "upload:"
@@ -214,19 +213,6 @@ def get_positional_table(path: str, encoder: bool = False) -> np.ndarray:
     if table is None:  # rotary or no positions: P = 0 (a few rows: a 1M-token context must not allocate gigabytes)
         return np.zeros((min(model.cfg.n_ctx, 1024), model.cfg.d_model), np.float32)
     return table.detach().float().cpu().numpy()
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def get_sampled_output(path: str, text: str, temperature: float, seed: int) -> str:
-    """The encoder-decoder's output for ``text`` sampled at ``temperature`` with ``seed`` (see
-    :func:`viz_model.seq2seq.translate`).
-
-    Raises:
-        ValueError: with one line, for any failure of the tokenizer (an uploaded one may raise anything or panic).
-    """
-    model, tokenizer = resolve(path)
-    with tokenizer_errors("the model's output cannot be computed"):
-        return translate(model, tokenizer, text, temperature, seed)[0]
 
 
 def model_card(path: str) -> str | None:
