@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import streamlit as st
 import torch
 
@@ -148,7 +147,8 @@ def costly(name: str, key: tuple, estimate_s: float, compute: Callable[[Progress
     if found is not None:
         return found
     if estimate_s <= gate_seconds():
-        return _kept(name, key, compute(None))
+        with st.spinner(f"{label}…"):  # Streamlit shows it only after half a second
+            return _kept(name, key, _value=compute(None))
     flag = f"_gate_running_{name}"
     if st.session_state.get(flag) is not None:  # a run of this work was stopped before it ended
         where.warning(f"{label}: cancelled. Nothing was kept; the button starts it again.", icon=":material/cancel:")
@@ -178,7 +178,7 @@ def costly(name: str, key: tuple, estimate_s: float, compute: Callable[[Progress
         raise
     del st.session_state[flag]
     box.empty()
-    return _kept(name, key, value)
+    return _kept(name, key, _value=value)
 
 
 def combine(parts: list[tuple[int, Callable[[Progress | None], Any]]]) -> Callable[[Progress | None], list]:
@@ -198,8 +198,3 @@ def combine(parts: list[tuple[int, Callable[[Progress | None], Any]]]) -> Callab
         return out
 
     return run
-
-
-def as_array(value: Any) -> np.ndarray:
-    """``value`` as a numpy array (a torch tensor moved to the CPU)."""
-    return value.detach().float().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)

@@ -23,7 +23,6 @@ from viz_model.checkpoint import ASSETS, read_metadata
 from viz_model.tokenizer import IdTokenizer
 
 from .gate import copy_seconds
-from .numeric import PCA, fit_pca
 from .trace import Trace, run_trace, token_label
 
 
