@@ -354,7 +354,7 @@ def patching_part() -> None:
                             "attribution" if method == "exact" else "exact")
     maps = {site: normalised(values, clean_value, corrupted_value) for site, values in raw.items()}
     for site in ("resid_pre", "attn_out", "mlp_out"):
-        values, title = maps[site], TITLES[site] + (" · attribution estimate" if method == "attribution" else "")
+        values, title = maps[site], TITLES[site] if method == "exact" else "Attribution estimate: " + TITLES[site][9:]
         selected = (cell[1], cell[2]) if cell and cell[0] == site else None
         show_figure(patch_map(values, labels, title, selected), state, f"patching_{site}", select_key=f"patch_{site}",
                     on_select=lambda site=site: choose(site, n),

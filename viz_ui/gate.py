@@ -153,13 +153,13 @@ def costly(name: str, key: tuple, estimate_s: float, compute: Callable[[Progress
     if st.session_state.get(flag) is not None:  # a run of this work was stopped before it ended
         where.warning(f"{label}: cancelled. Nothing was kept; the button starts it again.", icon=":material/cancel:")
         del st.session_state[flag]
-    clicked = where.button(f"{label} — {about(estimate_s)}", key=f"gate_{name}", icon=":material/play_arrow:",
-                           help="Not computed as the page opens: this model would take "
-                                f"{about(estimate_s)} on this server (estimated from its own measured speed). "
-                                "A progress bar and a Cancel button follow the click; the result is kept.")
+    box = where.empty()  # the button, then the progress bar and Cancel in its place, then nothing
+    clicked = box.button(f"{label} — {about(estimate_s)}", key=f"gate_{name}", icon=":material/play_arrow:",
+                         help="Not computed as the page opens: this model would take "
+                              f"{about(estimate_s)} on this server (estimated from its own measured speed). "
+                              "A progress bar and a Cancel button follow the click; the result is kept.")
     if not clicked:
         return None
-    box = where.empty()
     with box.container():
         bar = st.progress(0.0, text=f"{label}: starting…")
         st.button("Cancel", key=f"gate_cancel_{name}", icon=":material/stop:")
