@@ -29,7 +29,7 @@ def rows_for(path: str, n_tokens: int, measure: set[str]) -> list[dict]:
     from viz_model.interventions.cost import sweep_cost
     from viz_ui import costs
     from viz_ui.block import logit_lens
-    from viz_ui.gate import copy_seconds, gate_seconds
+    from viz_ui.gate import copy_seconds, flops_per_second, gate_seconds
     from viz_ui.heads import repeated_head_scores
     from viz_ui.inspect import weight_stats
     from viz_ui.interventions import (N_GENERATE, ablation_view, default_corruption, fitting_corruptions,
@@ -56,7 +56,7 @@ def rows_for(path: str, n_tokens: int, measure: set[str]) -> list[dict]:
         "trace": (per_copy, lambda: run_trace(model, tokenizer, text)),
         "lens": (costs.logit_lens_copies(model) * per_copy, lambda: logit_lens(model, trace)),
         "scores": (costs.head_scores_copies(model, n) * per_copy, lambda: repeated_head_scores(model, trace)),
-        "pca": (costs.pca_seconds(*model.embed.W_E.shape), lambda: fit_pca(model.embed.W_E.detach().float().numpy())),
+        "pca": (costs.pca_seconds(*model.embed.W_E.shape, flops_per_second(model, path, n, trace_s)), lambda: fit_pca(model.embed.W_E.detach().float().numpy())),
         "stats": (costs.weight_stats_seconds(w), lambda: weight_stats(model)),
         "ablation": (costs.ablation_copies(model, N_GENERATE) * per_copy,
                      lambda: ablation_view(model, prompt, [(0, 0)], "zero", None, last)),

@@ -157,7 +157,7 @@ with tab_x:
 st.subheader("Where the tokens lie")
 st.markdown("The embedding matrix has one row per vocabulary token. Principal component analysis finds the "
             "directions in which those rows vary most; grey dots are the whole vocabulary, red ones your tokens.")
-projected = embedding_pca_gated(state.model_path)  # an SVD of the whole W_E: behind a button when slow
+projected = embedding_pca_gated(state.model_path, trace.text)  # an SVD of the whole W_E: behind a button when slow
 if projected is not None:
     dims = st.radio("Projection", ["2-D", "3-D"], horizontal=True, key="pca_dims")
     pca, vocab_coords = projected

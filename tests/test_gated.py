@@ -161,7 +161,7 @@ def test_patching_exact_then_attribution_and_their_correlation(monkeypatch, ship
     gate_button(at, "patching_attribution").click().run()
     assert not at.exception and len(sweeps) == 8
     attr = patching.normalise(patching.get_attr_patch_resid_pre(model, bad, cache, metric), clean_value, bad_value)
-    shown = plotly_array(figure(at, "Patching the residual stream")["data"][0]["z"])
+    shown = plotly_array(figure(at, "Attribution estimate: the residual stream")["data"][0]["z"])
     np.testing.assert_allclose(shown, attr.detach().numpy(), atol=1e-4)
     said = next(m.value for m in at.markdown if "Pearson's r per map" in m.value)
     r = np.corrcoef(exact.numpy().ravel(), attr.detach().numpy().ravel())[0, 1]

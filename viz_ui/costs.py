@@ -10,13 +10,10 @@ from __future__ import annotations
 import math
 import time
 
-import numpy as np
-
 from viz_model import VizTransformer
 from viz_model.head_scores import default_length
 from viz_model.interventions.cost import sweep_cost
 
-from .numeric import fit_pca
 
 GENERATE_STEP = 0.125  # one greedy step with the KV cache, in copies of a text of ~64 tokens (reads every weight)
 
@@ -81,24 +78,22 @@ def _probe(name: str, fn) -> float:
     return _PROBES[name]
 
 
-PCA_PROBE = (2048, 128)  # rows, columns of the SVD timed once per process
+def pca_seconds(n_rows: int, n_cols: int, flops_per_second: float) -> float:
+    """The embedding PCA (:func:`viz_ui.numeric.fit_pca`: the ``[n_cols, n_cols]`` scatter matrix of an
+    ``[n_rows, n_cols]`` matrix, ``2 · n_rows · n_cols²`` FLOPs, then its eigendecomposition, ``~9 n_cols³``), in
+    float64, at half the model's measured float32 rate ``flops_per_second``."""
+    return (2.0 * n_rows * n_cols ** 2 + 9.0 * n_cols ** 3) / max(1.0, flops_per_second / 2)
 
 
-def pca_seconds(n_rows: int, n_cols: int) -> float:
-    """The embedding PCA's SVD of an ``[n_rows, n_cols]`` matrix (float64): a probe SVD of :data:`PCA_PROBE`
-    scaled by ``rows · cols²`` (the cost of a thin SVD, Golub & Van Loan, 2013, §8.6)."""
-    rows, cols = PCA_PROBE
-    x = np.random.default_rng(0).standard_normal(PCA_PROBE)
-    seconds = _probe("pca", lambda: fit_pca(x, 3))
-    return seconds * (n_rows * min(n_rows, n_cols) ** 2) / (rows * cols ** 2)
+STATS_PROBE = 1 << 24  # 64 MB of float32
 
 
 def weight_stats_seconds(n_weights: int) -> float:
-    """Statistics of ``n_weights`` weights (mean, std, max |w|, rms: a few passes over memory): a probe over 2²⁰
-    float32 weights scaled by the count."""
+    """Statistics of ``n_weights`` weights (mean, std, max |w|, rms: a few passes over memory): a probe of the same
+    statistics over :data:`STATS_PROBE` float32 weights (more than a CPU's caches hold), scaled by the count."""
     import torch
 
-    w = torch.randn(1 << 20)
+    w = torch.ones(STATS_PROBE)
     seconds = _probe("stats", lambda: (w.mean().item(), w.std().item(), w.abs().max().item(),
                                        w.pow(2).mean().sqrt().item()))
-    return seconds * n_weights / (1 << 20)
+    return seconds * n_weights / STATS_PROBE

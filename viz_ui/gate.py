@@ -93,6 +93,15 @@ def copy_seconds(model: VizTransformer, path: str, n_tokens: int, trace_seconds:
     return table[(path, bucket)]
 
 
+def flops_per_second(model: VizTransformer, path: str, n_tokens: int, trace_seconds: float | None) -> float:
+    """The model's measured matrix-multiply rate: the FLOPs of one copy at the :func:`length_bucket`
+    (:func:`viz_model.interventions.cost.forward_flops`) over :func:`copy_seconds`."""
+    bucket = length_bucket(n_tokens)
+    flops = forward_flops(model, bucket)
+    total = flops["encoder"] + sum(flops["blocks"]) + flops["decode"]
+    return total / max(1e-9, copy_seconds(model, path, n_tokens, trace_seconds))
+
+
 def about(seconds: float) -> str:
     """An estimate as words: "under a second", "about 40 s", "about 4 min", "about 2 h"."""
     if seconds < 1:

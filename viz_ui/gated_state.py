@@ -14,7 +14,7 @@ from .gate import costly
 from .heads import repeated_head_scores
 from .inspect import weight_stats
 from .numeric import PCA, fit_pca
-from .state import estimate_seconds, get_trace, resolve
+from .state import estimate_seconds, flop_rate, get_trace, resolve
 
 
 def repeated_scores_gated(path: str, text: str, where: Any = None) -> dict[str, np.ndarray] | None:
@@ -37,9 +37,10 @@ def logit_lens_gated(path: str, text: str, where: Any = None) -> tuple[np.ndarra
                   "Decode every layer and position (logit lens)", where)
 
 
-def embedding_pca_gated(path: str, where: Any = None) -> tuple[PCA, np.ndarray] | None:
+def embedding_pca_gated(path: str, text: str, where: Any = None) -> tuple[PCA, np.ndarray] | None:
     """PCA (3 components) fitted on the whole token-embedding matrix W_E ``[d_vocab, d_model]`` and the
-    vocabulary's coordinates ``[d_vocab, 3]``, or None while its button waits."""
+    vocabulary's coordinates ``[d_vocab, 3]``, or None while its button waits (``text``: the one whose trace
+    measured the model's speed)."""
     model, _ = resolve(path)
 
     def compute(progress) -> tuple[PCA, np.ndarray]:
@@ -48,7 +49,7 @@ def embedding_pca_gated(path: str, where: Any = None) -> tuple[PCA, np.ndarray] 
         return pca, pca.project(w_e)
 
     d_vocab, d_model = model.embed.W_E.shape
-    return costly("embedding_pca", (path,), costs.pca_seconds(d_vocab, d_model), compute,
+    return costly("embedding_pca", (path,), costs.pca_seconds(d_vocab, d_model, flop_rate(path, text)), compute,
                   f"Project the {d_vocab:,}-token vocabulary (PCA)", where)
 
 

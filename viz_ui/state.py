@@ -22,7 +22,7 @@ from viz_model import DEFAULT_MODEL, CheckpointError, VizTransformer, load_model
 from viz_model.checkpoint import ASSETS, read_metadata
 from viz_model.tokenizer import IdTokenizer
 
-from .gate import copy_seconds
+from .gate import copy_seconds, flops_per_second
 from .trace import Trace, run_trace, token_label
 
 
@@ -194,6 +194,13 @@ def estimate_seconds(path: str, text: str, copies: float) -> float:
     model, _ = resolve(path)
     trace = get_trace(path, text)
     return copies * copy_seconds(model, path, trace.n_tokens, trace.seconds)
+
+
+def flop_rate(path: str, text: str) -> float:
+    """The model's measured float32 matrix-multiply FLOPs per second (:func:`viz_ui.gate.flops_per_second`)."""
+    model, _ = resolve(path)
+    trace = get_trace(path, text)
+    return flops_per_second(model, path, trace.n_tokens, trace.seconds)
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
