@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
 
 from hf_models import build, gpt2_config, llama_config, save
 from viz_model import Config, VizTransformer, ablation, load_model, patching
@@ -50,6 +51,7 @@ def per_cell(model, tokens, cells, hook_for, fn_for, reduce, **kw):
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
+@torch.no_grad()
 def test_prefix_reuse_equals_whole_model_cells(family, monkeypatch):
     model, kw, _ = random_model(family)
     clean, corrupted = torch.tensor([[5, 11, 2, 30, 8, 17]]), torch.tensor([[5, 11, 29, 30, 8, 3]])
@@ -57,7 +59,7 @@ def test_prefix_reuse_equals_whole_model_cells(family, monkeypatch):
     logits, clean_cache = model.run_with_cache(clean, **kw)
     answer, wrong = logits[0, -1].topk(2).indices.tolist()
     metric = patching.logit_diff_metric(answer, wrong)
-    monkeypatch.setenv("VIZ_ATTN_BUDGET_MB", "0.02")  # a few copies per pass: a layer's cells span several passes
+    monkeypatch.setattr(batching, "copies_per_pass", lambda model, n_pos: 4)  # a layer's 6 positions take 2 passes
     positions = [(layer, pos) for layer in range(n_layers) for pos in range(n_pos)]
     heads = [(layer, head) for layer in range(n_layers) for head in range(n_heads)]
 
@@ -210,3 +212,107 @@ def test_attribution_patching_refuses_a_metric_without_gradient():
         patching.get_attr_patch_resid_pre(model, tokens, cache, lambda logits: float(logits[0, -1, 0]))
     with pytest.raises(ValueError, match="same length"):
         patching.get_attr_patch_mlp_out(model, tokens[:, :2], cache, patching.prob_metric(3))
+
+
+# ---- progress and cancel -----------------------------------------------------------------------------------------
+
+class Cancelled(Exception):
+    pass
+
+
+def test_progress_reports_every_pass_and_cancel_removes_the_hooks(monkeypatch):
+    model, _, _ = random_model("gpt2")
+    clean, corrupted = torch.tensor([[5, 11, 2, 30, 8, 17]]), torch.tensor([[5, 11, 29, 30, 8, 3]])
+    _, clean_cache = model.run_with_cache(clean)
+    metric = patching.logit_diff_metric(3, 4)
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    monkeypatch.setattr(batching, "copies_per_pass", lambda model, n_pos: 4)  # a layer's 6 positions take 2 passes
+    rows = []
+    for reuse in (True, False):
+        calls, rows[:] = [], []
+        with model.hooks([("hook_logits", lambda x, hook: rows.append(x.shape[0]))]):
+            patching.get_act_patch_resid_pre(model, corrupted, clean_cache, metric, progress=lambda *a: calls.append(a),
+                                             reuse_prefix=reuse)
+        passes = rows[1:] if reuse else rows  # the prefix run first, then the cells' passes
+        assert calls == [(sum(passes[:i + 1]), n_layers * 6) for i in range(len(passes))]
+    calls = []
+    ablation.head_ablation_effects(model, clean, 3, progress=lambda *a: calls.append(a))
+    assert calls[-1] == (n_layers * n_heads, n_layers * n_heads) and len(calls) >= n_layers
+    calls = []
+    patching.get_attr_patch_attn_head_out_all_pos(model, corrupted, clean_cache, metric, progress=lambda *a: calls.append(a))
+    assert calls == [(n_layers, n_layers)]
+
+    def cancel(done, total):
+        calls.append(done)
+        raise Cancelled
+    for sweep in (lambda: patching.get_act_patch_attn_head_out_all_pos(model, corrupted, clean_cache, metric,
+                                                                       progress=cancel),
+                  lambda: ablation.head_ablation_effects(model, clean, 3, base=[(0, 1)], progress=cancel, reuse_prefix=False)):
+        calls = []
+        with pytest.raises(Cancelled):
+            sweep()
+        assert len(calls) == 1 and not any(h.active for h in model.hook_dict.values())
+    torch.testing.assert_close(model.run_with_hooks(clean), model(clean))  # the model runs as before
+
+
+# ---- cost in forward-equivalents ---------------------------------------------------------------------------------
+
+class FlopCount(TorchDispatchMode):
+    """Every operator PyTorch runs, counted with PyTorch's own FLOP formulas (``torch.utils.flop_counter``: matrix
+    products, 2 per multiply-add), forward and backward. (``FlopCounterMode`` itself tracks modules through autograd
+    hooks, which fail under ``no_grad``.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        count = flop_registry.get(func._overloadpacket)
+        if count is not None:
+            self.total += count(*args, **kwargs, out_val=out)
+        return out
+
+
+def counted_flops(fn) -> int:
+    """Matrix-multiply FLOPs that PyTorch counts while ``fn`` runs."""
+    with FlopCount() as counter:
+        fn()
+    return counter.total
+
+
+@pytest.mark.parametrize("family", ["gpt2", "enc-dec", "moe"])
+def test_sweep_cost_is_the_work_pytorch_counts(family):
+    model, kw, _ = random_model(family)
+    clean, corrupted = torch.tensor([[5, 11, 2, 30, 8]]), torch.tensor([[5, 11, 29, 30, 8]])
+    src = kw.get("src_tokens")
+    n_src = None if src is None else src.shape[1]
+    _, clean_cache = model.run_with_cache(clean, **kw)
+    metric = patching.logit_diff_metric(3, 4)
+    one = counted_flops(lambda: model(corrupted, **kw))
+    parts = batching.forward_flops(model, 5, n_src)
+    assert abs(parts["encoder"] + sum(parts["blocks"]) + parts["decode"] - one) <= 1e-6 * one
+    sweeps = {"resid_pre": patching.get_act_patch_resid_pre, "attn_out": patching.get_act_patch_attn_out,
+              "mlp_out": patching.get_act_patch_mlp_out, "head": patching.get_act_patch_attn_head_out_all_pos}
+    attr = {"resid_pre": patching.get_attr_patch_resid_pre, "attn_out": patching.get_attr_patch_attn_out,
+            "mlp_out": patching.get_attr_patch_mlp_out, "head": patching.get_attr_patch_attn_head_out_all_pos}
+    for kind, fn in sweeps.items():
+        for reuse in (True, False):
+            work = counted_flops(lambda: fn(model, corrupted, clean_cache, metric, reuse_prefix=reuse, **kw)) / one
+            assert work == pytest.approx(batching.sweep_cost(model, 5, kind, "exact", reuse, n_src), rel=1e-6), kind
+    for reuse in (True, False):
+        work = counted_flops(lambda: ablation.head_ablation_effects(model, clean, 3, reuse_prefix=reuse, **kw)) / one
+        assert work == pytest.approx(batching.sweep_cost(model, 5, "ablation", "exact", reuse, n_src), rel=1e-6)
+    for kind, fn in attr.items():
+        work = counted_flops(lambda: fn(model, corrupted, clean_cache, metric, **kw)) / one
+        assert work == pytest.approx(batching.sweep_cost(model, 5, kind, "attribution", n_src=n_src), rel=1e-6), kind
+        assert 1.2 < work < 2.5  # one forward, one backward of at most about its work (no weight gradients, no encoder)
+    # prefix reuse: a cell at layer l runs n_layers - l of the n_layers blocks (here 2/3 of the blocks on average)
+    assert batching.sweep_cost(model, 5, "resid_pre") < 0.8 * batching.sweep_cost(model, 5, "resid_pre", reuse_prefix=False)
+    with pytest.raises(ValueError, match="unknown sweep"):
+        batching.sweep_cost(model, 5, "neurons")
+    with pytest.raises(ValueError, match="not head ablation"):
+        batching.sweep_cost(model, 5, "ablation", "attribution")
+    with pytest.raises(ValueError, match="unknown method"):
+        batching.sweep_cost(model, 5, "head", "guess")

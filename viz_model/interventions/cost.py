@@ -22,26 +22,45 @@ METHODS = ("exact", "attribution")
 
 
 def _macs(module: nn.Module, skip: tuple[str, ...] = ()) -> int:
-    """Multiply-adds per token through ``module``'s weight matrices (parameters of 2 or more dimensions)."""
+    """Multiply-adds per token through ``module``'s weight matrices (``W_*`` parameters; biases and norm weights are
+    additions)."""
     return sum(p.numel() for name, p in module.named_parameters()
-               if p.ndim >= 2 and not any(name.startswith(s) for s in skip))
+               if name.rsplit(".", 1)[-1].startswith("W") and not any(name.startswith(s) for s in skip))
+
+
+def _block_parts(block: nn.Module, n_pos: int, n_src: int) -> dict[str, float]:
+    """FLOPs of one block on one copy of ``n_pos`` tokens by part: ``qkv`` (projections), ``pairs`` (self-attention's
+    ``q k^T`` and ``pattern v``, the full square), ``out`` (``W_O``), ``cross`` (cross-attention over ``n_src`` encoder
+    positions, of which ``cross_kv`` its key and value projections), ``mlp`` (router, the ``k`` experts a token goes
+    to and the shared expert, for a mixture)."""
+    cfg = block.attn.cfg
+    attn = block.attn
+    out = 2.0 * attn.W_O.numel() * n_pos
+    parts = {"qkv": 2.0 * _macs(attn) * n_pos - out, "pairs": 2.0 * 2 * cfg.n_heads * cfg.d_head * n_pos * n_pos,
+             "out": out, "cross": 0.0, "cross_kv": 0.0}
+    if block.has_cross:  # q and W_O per target token, k and v per source token, scores over source keys
+        cross = block.cross_attn
+        kv = cross.W_K.numel() + cross.W_V.numel()
+        parts["cross_kv"] = 2.0 * kv * n_src
+        parts["cross"] = 2.0 * ((_macs(cross) - kv) * n_pos + kv * n_src + 2 * cfg.n_heads * cfg.d_head * n_pos * n_src)
+    mlp = block.mlp
+    if hasattr(mlp, "experts"):  # a token goes through the router, k experts and the shared expert
+        parts["mlp"] = 2.0 * (_macs(mlp, ("experts.",)) + mlp.k * _macs(mlp.experts[0])) * n_pos
+    else:
+        parts["mlp"] = 2.0 * _macs(mlp) * n_pos
+    return parts
 
 
 def _block_flops(block: nn.Module, n_pos: int, n_src: int) -> float:
-    """FLOPs of one block on one copy of ``n_pos`` tokens (cross-attention keys: ``n_src`` encoder positions)."""
-    cfg = block.attn.cfg
-    attn = _macs(block.attn, ("q_norm", "k_norm")) * n_pos + 2 * cfg.n_heads * cfg.d_head * n_pos * n_pos
-    if block.has_cross:  # q and W_O per target token, k and v per source token, scores over source keys
-        cross = block.cross_attn
-        kv = sum(p.numel() for n, p in cross.named_parameters() if n in ("W_K", "W_V"))
-        attn += (_macs(cross) - kv) * n_pos + kv * n_src + 2 * cfg.n_heads * cfg.d_head * n_pos * n_src
-    mlp = block.mlp
-    if hasattr(mlp, "experts"):  # a token goes through the router, k experts and the shared expert
-        per_expert = _macs(mlp.experts[0])
-        mlp_macs = _macs(mlp, ("experts.",)) + mlp.k * per_expert
-    else:
-        mlp_macs = _macs(mlp)
-    return 2.0 * (attn + mlp_macs * n_pos)
+    parts = _block_parts(block, n_pos, n_src)
+    return sum(v for k, v in parts.items() if k != "cross_kv")
+
+
+def _block_backward(parts: dict[str, float]) -> float:
+    """Activation gradients of one block: a weight matrix costs one product (``grad W^T``), as forward; the
+    self-attention pair products two each (both factors need a gradient); cross-attention's pair products one each
+    and its key and value projections none (the encoder's output needs no gradient)."""
+    return parts["qkv"] + 2 * parts["pairs"] + parts["out"] + parts["cross"] - parts["cross_kv"] + parts["mlp"]
 
 
 def forward_flops(model: VizTransformer, n_pos: int, n_src: int | None = None) -> dict:
@@ -63,20 +82,17 @@ def forward_flops(model: VizTransformer, n_pos: int, n_src: int | None = None) -
     return {"encoder": encoder, "blocks": [_block_flops(b, n_pos, n_src) for b in model.blocks], "decode": decode}
 
 
-def backward_flops(model: VizTransformer, n_pos: int, n_src: int | None = None) -> float:
-    """FLOPs of the backward pass of attribution patching: gradients of the activations only (no weight
-    gradients), from the logits down to block 0's input. A weight matrix costs one product (``grad W^T``), as in
-    the forward pass; attention's two products over (query, key) pairs cost two each (both factors need a
-    gradient). Cross-attention's keys and values come from the encoder, which needs no gradient."""
-    flops = forward_flops(model, n_pos, n_src)
-    cfg = model.cfg
+def backward_flops(model: VizTransformer, n_pos: int, kind: str = "resid_pre", n_src: int | None = None) -> float:
+    """FLOPs of the backward pass of attribution patching: gradients of the activations only (no weight gradients),
+    from the logits down to layer 0's patch site of ``kind`` (autograd computes no more): block 0's input
+    (``resid_pre``), its heads' ``hook_z`` (``head``: not its q, k, v), its attention output (``attn_out``) or its MLP
+    output (``mlp_out``: nothing of block 0). See :func:`_block_backward` for a block's share."""
     n_src = n_pos if n_src is None else n_src
-    square = 2.0 * 2 * cfg.n_heads * cfg.d_head * n_pos * n_pos * cfg.n_layers  # self-attention: both factors
-    kv = sum(2.0 * n_src * sum(p.numel() for n, p in b.cross_attn.named_parameters() if n in ("W_K", "W_V"))
-             for b in model.blocks if b.has_cross)
-    # blocks: their forward FLOPs again, plus self-attention's second products, less cross-attention's k and v
-    # projections (cross-attention's pair products need one gradient each: the keys and values have none)
-    return sum(flops["blocks"]) + square - kv + flops["decode"]
+    blocks = [_block_parts(b, n_pos, n_src) for b in model.blocks]
+    first = blocks[0]
+    skipped = {"resid_pre": 0.0, "head": first["qkv"] + 2 * first["pairs"],
+               "attn_out": first["qkv"] + 2 * first["pairs"] + first["out"], "mlp_out": _block_backward(first)}[kind]
+    return sum(_block_backward(parts) for parts in blocks) - skipped + forward_flops(model, n_pos, n_src)["decode"]
 
 
 def n_cells(model: VizTransformer, n_pos: int, kind: str) -> list[int]:
@@ -104,10 +120,10 @@ def sweep_cost(model: VizTransformer, n_pos: int, kind: str, method: str = "exac
         ``exact`` with prefix reuse: 1 (the run that records each layer's input, encoder included) + Σ over cells at
         layer ``l`` of (FLOPs of blocks ``l ..`` + decode) / FLOPs of a forward pass; without: one whole forward per
         cell (+1 for ablation's reference run). ``attribution``: 1 + backward FLOPs (activation gradients only,
-        :func:`backward_flops`) / forward FLOPs, about 2 to 3 whatever the number of cells.
+        :func:`backward_flops`) / forward FLOPs, about 2 whatever the number of cells.
 
     Raises:
-        ValueError: an unknown kind or method.
+        ValueError: an unknown kind or method; ``ablation`` with ``attribution``.
     """
     cells = n_cells(model, n_pos, kind)
     if method not in METHODS:
@@ -115,7 +131,9 @@ def sweep_cost(model: VizTransformer, n_pos: int, kind: str, method: str = "exac
     flops = forward_flops(model, n_pos, n_src)
     total = flops["encoder"] + sum(flops["blocks"]) + flops["decode"]
     if method == "attribution":
-        return 1.0 + backward_flops(model, n_pos, n_src) / total
+        if kind == "ablation":
+            raise ValueError("attribution patching estimates patching sweeps, not head ablation")
+        return 1.0 + backward_flops(model, n_pos, kind, n_src) / total
     if not reuse_prefix:
         return float(sum(cells)) + (1.0 if kind == "ablation" else 0.0)
     suffix = [sum(flops["blocks"][layer:]) + flops["decode"] for layer in range(model.cfg.n_layers)]

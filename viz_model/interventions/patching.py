@@ -187,7 +187,7 @@ def _attr_terms(model: VizTransformer, corrupted_tokens: torch.Tensor, clean_cac
         terms.append(((source.to(corrupted.device) - corrupted) * grad)[0])
     if progress is not None:
         progress(len(names), len(names))
-    return float(value), terms
+    return float(value.detach()), terms
 
 
 def _attr_positions(model, corrupted_tokens, clean_cache, patching_metric, hook, progress, **kwargs) -> torch.Tensor:
