@@ -191,3 +191,12 @@ def test_other_pages_wait_for_their_button(monkeypatch, page, name, module, func
     assert len(at.get("plotly_chart")) > charts
     if title:
         assert figure(at, title) is not None
+
+
+def test_a_moe_intervention_waits_for_its_button(monkeypatch):
+    import viz_model.moe as moe
+    calls = spy(monkeypatch, moe, "run_with_routing")
+    at = open_page("pages/moe.py", model="tinystories-moe")
+    assert calls == [] and figure(at, "Output ") is None
+    gate_button(at, "moe_intervention").click().run()
+    assert not at.exception and len(calls) == 1 and figure(at, "Output ") is not None
