@@ -152,13 +152,14 @@ def costly(name: str, key: tuple, estimate_s: float, compute: Callable[[Progress
         The result, or None while it waits for a click (the button is shown).
     """
     where = where if where is not None else st
+    flag = f"_gate_running_{name}"  # set while this session computes it: still set on the next run = cancelled
     found = cached_result(name, key)
     if found is not None:
+        st.session_state.pop(flag, None)
         return found
     if estimate_s <= gate_seconds():
         with st.spinner(f"{label}…"):  # Streamlit shows it only after half a second
             return _kept(name, key, _value=compute(None))
-    flag = f"_gate_running_{name}"
     if st.session_state.get(flag) is not None:  # a run of this work was stopped before it ended
         where.warning(f"{label}: cancelled. Nothing was kept; the button starts it again.", icon=":material/cancel:")
         del st.session_state[flag]
