@@ -21,9 +21,9 @@ from viz_ui.intervention_state import (ablation_gated, attribution_gated, corrup
 from viz_ui.interventions import (METHODS, attribution_available, biggest_changes, generation_table, head_name,
                                   heads_text, lens_table, normalised, parse_heads, prob_diff_table, prompt_of, softmax,
                                   token_pairs, top_ids)
-from viz_ui.interventions_view import (agreement_scatter, component_bars, delta_bars, head_map, heatmap_frame,
-                                       patch_map, prob_diff_bars, top_bars)
-from viz_ui.numeric import pearson
+from viz_ui.interventions_view import (component_bars, delta_bars, head_map, heatmap_frame, patch_map, prob_diff_bars,
+                                       top_bars)
+from viz_ui.patching_agreement import show_agreement
 from viz_ui.layout import (MAX_CHARS, pick_index, require_trace, set_shared, setup_page, shared_widget,
                            shared_widget_key, show_figure,
                            show_link, show_table, side_by_side)
@@ -389,31 +389,10 @@ def patching_part() -> None:
                 st.caption(f"Taking {plain(taken)} from the clean run moved what each of these later heads and MLPs "
                            "writes into the residual stream by this much (Frobenius norm over positions, patched − "
                            "corrupted run). Components before it do not move.")
-    agreement(maps, other, clean_value, corrupted_value, method)
+    show_agreement(state, maps, other, clean_value, corrupted_value, method)
     export("patching", code.patching_code(path, text, corrupted_text, get_prompt(path, text),
                                           get_corrupted(path, text, corrupted_text), has_tokenizer, trace.truncated,
                                           corrupted_trace.truncated, metric, answer, wrong, pos, cell))
-
-
-def agreement(maps: dict[str, np.ndarray], other: dict[str, np.ndarray] | None, clean_value: float,
-              corrupted_value: float, method: str) -> None:
-    """Exact vs attribution patching on the same cells, once both are computed: Pearson's r per map, and a scatter."""
-    if other is None:
-        if len(METHODS) > 1 and attribution_available():
-            st.caption("Choose the other method above and compute it too to see how well exact and attribution "
-                       "patching agree on these cells (Pearson's r and a scatter).")
-        return
-    theirs = {site: normalised(values, clean_value, corrupted_value) for site, values in other.items()}
-    exact, attr = (maps, theirs) if method == "exact" else (theirs, maps)
-    rs = {site: pearson(exact[site], attr[site]) for site in exact}
-    st.subheader("Exact vs attribution patching")
-    st.markdown("Both methods on the same cells (normalised): Pearson's r per map, "
-                + ", ".join(f"**{site}** {'n/a' if r is None else f'{r:.2f}'}" for site, r in rs.items())
-                + ". Points far from the diagonal are cells where the first-order estimate misses the patched run.")
-    show_figure(agreement_scatter(exact, attr, "Each cell: exact (x) vs attribution estimate (y)"), state,
-                "patching_agreement",
-                data=lambda: pd.concat([pd.DataFrame({"map": site, "exact": exact[site].ravel(),
-                                                      "attribution": attr[site].ravel()}) for site in exact]))
 
 
 # ---- Direct logit attribution ---------------------------------------------------------------------------------
