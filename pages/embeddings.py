@@ -16,7 +16,8 @@ from viz_ui.layout import (needs_window, pick_layer_head, pick_position, positio
                            show_figure, show_table)
 from viz_ui.rotary_view import angle_table, longrope_words, relative_scores
 from viz_ui.numeric import cosine_similarity
-from viz_ui.state import get_embedding_pca, get_positional_table
+from viz_ui.gated_state import embedding_pca_gated
+from viz_ui.state import get_positional_table
 from viz_ui.tables import similarity_table
 
 state = setup_page("Embeddings & positions",
@@ -156,17 +157,19 @@ with tab_x:
 st.subheader("Where the tokens lie")
 st.markdown("The embedding matrix has one row per vocabulary token. Principal component analysis finds the "
             "directions in which those rows vary most; grey dots are the whole vocabulary, red ones your tokens.")
-dims = st.radio("Projection", ["2-D", "3-D"], horizontal=True, key="pca_dims")
-pca, vocab_coords = get_embedding_pca(state.model_path)
-k = 3 if dims == "3-D" else 2
-typed = pca.project(E / cfg.embed_scale)[:, :k]
-pca_fig = pca_scatter(vocab_coords[:, :k], typed, trace.labels, pca.explained,
-                      f"Token embeddings in PCA coordinates ({dims})")
-n_named = label_pca(pca_fig, trace.ids, trace.labels, typed, MAX_PCA_LABELS // (2 if state.display.lecture else 1))
-show_figure(pca_fig, state, f"embedding_pca_{k}d")
-if n_named < len(set(trace.ids.tolist())):
-    st.caption(f"{n_named} of the {len(set(trace.ids.tolist()))} different tokens are labelled, so the labels stay "
-               "readable; hover a red dot for any token.")
+projected = embedding_pca_gated(state.model_path, trace.text)  # an SVD of the whole W_E: behind a button when slow
+if projected is not None:
+    dims = st.radio("Projection", ["2-D", "3-D"], horizontal=True, key="pca_dims")
+    pca, vocab_coords = projected
+    k = 3 if dims == "3-D" else 2
+    typed = pca.project(E / cfg.embed_scale)[:, :k]
+    pca_fig = pca_scatter(vocab_coords[:, :k], typed, trace.labels, pca.explained,
+                          f"Token embeddings in PCA coordinates ({dims})")
+    n_named = label_pca(pca_fig, trace.ids, trace.labels, typed, MAX_PCA_LABELS // (2 if state.display.lecture else 1))
+    show_figure(pca_fig, state, f"embedding_pca_{k}d")
+    if n_named < len(set(trace.ids.tolist())):
+        st.caption(f"{n_named} of the {len(set(trace.ids.tolist()))} different tokens are labelled, so the labels stay "
+                   "readable; hover a red dot for any token.")
 
 st.subheader("How similar are the typed tokens?")
 which = st.radio("Vectors", ["E (token only)", "x = E + P (token and position)"], horizontal=True, key="sim_vectors")

@@ -12,7 +12,8 @@ from viz_ui.figures import attention_grid, attention_heatmap, cross_heatmap, top
 from viz_ui.generation import next_token_view
 from viz_ui.layout import pick_index, require_trace, setup_page, shared_number, show_figure, show_link, side_by_side
 from viz_ui.seq2seq_view import cross_patterns, output_text
-from viz_ui.state import available_models, encoder_decoder_names, get_sampled_output, get_vocab_labels
+from viz_ui.gated_state import sampled_output_gated
+from viz_ui.state import available_models, encoder_decoder_names, get_vocab_labels
 from viz_ui.tables import token_chips_html, topk_table
 from viz_ui.text import plain
 
@@ -107,8 +108,10 @@ with g2:
 if temperature > 0:
     seed = shared_number(st.number_input, "Seed", "seed", 0, 2**31 - 1, 0, int)
     try:
-        sampled = get_sampled_output(state.model_path, state.text, temperature, int(seed))
-        st.markdown(f"Sampled at T = {temperature:g} (seed {seed}): **{plain(sampled)}** — greedy gives **{plain(answer)}**.")
+        sampled = sampled_output_gated(state.model_path, state.text, temperature, int(seed))
     except ValueError as exc:  # the tokenizer failed on the sampled output
         st.error(plain(str(exc)))
+    else:
+        if sampled is not None:  # None: a slow model's sample waits for its button
+            st.markdown(f"Sampled at T = {temperature:g} (seed {seed}): **{plain(sampled)}** — greedy gives **{plain(answer)}**.")
 show_link(state)

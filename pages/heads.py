@@ -7,16 +7,16 @@ from viz_ui.preload import preload_plotly
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
 from viz_ui.figures import layer_head_heatmap
-from viz_ui.heads import HEAD_THRESHOLD, SCORE_NAMES, cell_text_fits, heads_passing
+from viz_ui.gated_state import repeated_scores_gated
+from viz_ui.heads import HEAD_THRESHOLD, SCORE_NAMES, cell_text_fits, heads_passing, text_scores
 from viz_ui.layout import require_trace, set_shared, setup_page, show_figure
-from viz_ui.state import get_head_scores
 
 state = setup_page("Head summaries",
                    "Some heads do recognisable jobs. Each map scores every layer × head for one job, from 0 "
                    "(never) to 1 (always); open a head to see its arithmetic step by step.")
 trace = require_trace(state)
 cfg = state.model.cfg
-scores = get_head_scores(state.model_path, trace.text)
+scores = text_scores(trace, cfg.n_layers, cfg.n_heads)
 own_text = "the decoder's own output" if trace.is_encoder_decoder else "your text"
 st.markdown(f"A head is called a head of a kind only when its score reaches **{HEAD_THRESHOLD:g}** (on average at "
             f"least {HEAD_THRESHOLD:.0%} of its attention goes where that kind of head looks); below that the page "
@@ -44,6 +44,12 @@ WHERE = {"previous-token": f"on {own_text}", "first-token": f"on {own_text}",
 text_fits = cell_text_fits(cfg.n_heads, state.display.scale)
 for name in SCORE_NAMES:
     st.subheader(name.capitalize())
+    if name not in scores and name == "duplicate-token":  # this one and the next: a run of the model on a repeated
+        scores.update(repeated_scores_gated(state.model_path, trace.text) or {})  # random sequence (a button when slow)
+    if name not in scores:
+        st.markdown(EXPLAIN[name])
+        st.caption("This score comes from the run on the repeated random sequence (the button above).")
+        continue
     # normal mode: the map and its explanation side by side (3:2); lecture mode: stacked, the map at full width
     left, right = (st.container(), st.container()) if state.display.lecture else st.columns([3, 2])
     with right:

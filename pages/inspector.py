@@ -17,7 +17,8 @@ from viz_ui.cost import attention_cost, cost_lengths, quadratic_fit
 from viz_ui.figures import cost_curve, layer_table_heatmap, value_bar
 from viz_ui.inspect import architecture_table, parameter_table
 from viz_ui.layout import set_shared, setup_page, show_figure, show_link
-from viz_ui.state import MAX_SESSION_MODELS, add_session_model, get_weight_stats, load_settings, session_models, upload_hash
+from viz_ui.gated_state import weight_stats_gated
+from viz_ui.state import MAX_SESSION_MODELS, add_session_model, load_settings, session_models, upload_hash
 from viz_ui.text import error_line, plain, recoverable
 
 state = setup_page("Model inspector & upload",
@@ -103,17 +104,18 @@ with right:
                f"W_K and W_V d_model × n_kv_heads·d_head ({cfg.n_kv_heads} key/value heads), W_O n_heads·d_head × d_model.")
 
 st.subheader("Weight statistics per layer")
-stats = get_weight_stats(state.model_path)
-stat = st.radio("Statistic", ["std", "rms", "max_abs", "mean"], horizontal=True, key="weight_stat",
-                format_func={"std": "standard deviation", "rms": "root mean square", "max_abs": "largest |w|",
-                             "mean": "mean"}.get)
-table = stats.pivot(index="layer", columns="matrix", values=stat)
-if stat == "mean":
-    st.caption("Means are signed; the colours show their absolute value.")
-show_figure(layer_table_heatmap(table.abs().to_numpy(), table.columns.tolist(), f"{stat} of each weight matrix, per layer",
-                                stat), state, f"weight_{stat}", data=lambda: stats)
-with st.expander("All statistics as a table"):
-    st.dataframe(stats, hide_index=True)
+stats = weight_stats_gated(state.model_path)  # a pass over every weight: behind a button when slow
+if stats is not None:
+    stat = st.radio("Statistic", ["std", "rms", "max_abs", "mean"], horizontal=True, key="weight_stat",
+                    format_func={"std": "standard deviation", "rms": "root mean square", "max_abs": "largest |w|",
+                                 "mean": "mean"}.get)
+    table = stats.pivot(index="layer", columns="matrix", values=stat)
+    if stat == "mean":
+        st.caption("Means are signed; the colours show their absolute value.")
+    show_figure(layer_table_heatmap(table.abs().to_numpy(), table.columns.tolist(), f"{stat} of each weight matrix, per layer",
+                                    stat), state, f"weight_{stat}", data=lambda: stats)
+    with st.expander("All statistics as a table"):
+        st.dataframe(stats, hide_index=True)
 
 st.subheader("Why long contexts are expensive")
 st.markdown(f"Self-attention compares every token with every other: for n tokens each head computes an n × n "

@@ -13,13 +13,17 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 
 from viz_ui import intervention_code as code
 from viz_ui.generation import continuation_text, mask_positions
-from viz_ui.intervention_state import (get_ablation, get_attribution, get_corrupted, get_corrupted_logits,
-                                       get_default_corruption, get_head_effects, get_patch_lens, get_patching_sweep,
-                                       get_patching_values, get_prompt)
-from viz_ui.interventions import (biggest_changes, generation_table, head_name, heads_text, lens_table,
-                                  normalised, parse_heads, prob_diff_table, prompt_of, softmax, token_pairs, top_ids)
+from viz_ui.gate import about
+from viz_ui.intervention_state import (ablation_gated, attribution_gated, corruption_gated, default_method,
+                                       first_corruption, get_corrupted, get_corrupted_logits, get_patching_values,
+                                       get_prompt, head_effects_gated, patch_lens_gated, patching_cached,
+                                       patching_estimates, patching_gated)
+from viz_ui.interventions import (METHODS, attribution_available, biggest_changes, generation_table, head_name,
+                                  heads_text, lens_table, normalised, parse_heads, prob_diff_table, prompt_of, softmax,
+                                  token_pairs, top_ids)
 from viz_ui.interventions_view import (component_bars, delta_bars, head_map, heatmap_frame, patch_map, prob_diff_bars,
                                        top_bars)
+from viz_ui.patching_agreement import show_agreement
 from viz_ui.layout import (MAX_CHARS, pick_index, require_trace, set_shared, setup_page, shared_widget,
                            shared_widget_key, show_figure,
                            show_link, show_table, side_by_side)
@@ -123,19 +127,24 @@ def ablation_part() -> None:
                                   placeholder="this text")
     key = heads_text(heads)
     try:
-        view = get_ablation(path, text, key, kind, mean_text, pos)
+        if kind == "mean" and mean_text:
+            get_trace(path, mean_text)  # a reference text that cannot be run is said at once, before any button
+        view = ablation_gated(path, text, key, kind, mean_text, pos) if heads else None  # None: waits for its button
     except ValueError as exc:  # the reference text cannot be run
         st.error(f"The reference text cannot be run: {plain(str(exc))}.")
         return
     map_slot = st.container()  # the effect map stands here but is computed last: the output below appears first
 
-    def draw_map() -> int:  # the per-head effect map (48 batched ablations on the shipped model); returns its token
+    def draw_map() -> int:  # the per-head effect map (one batched ablation per head); returns its token
         with map_slot:
-            options = top_ids(intact_logits) + [i for i in top_ids(view.ablated, 5) if i not in top_ids(intact_logits)]
+            ablated = top_ids(view.ablated, 5) if view is not None else []
+            options = top_ids(intact_logits) + [i for i in ablated if i not in top_ids(intact_logits)]
             token = pick_token(options, options[0], f"Effect map: the change in log p of this {unit}",
                                help="The map shows, for every head, how the log-probability of this token changes when that "
                                     "head is switched off too (on top of the heads already off).")
-            effects = get_head_effects(path, text, key, kind, mean_text, pos, token)
+            effects = head_effects_gated(path, text, key, kind, mean_text, pos, token)
+            if effects is None:  # a slow model: the map waits for its button
+                return token
             counter = st.session_state.setdefault("_effect_map_n", 0)
             select_key = f"effect_map_{counter}"
 
@@ -166,6 +175,9 @@ def ablation_part() -> None:
                 "lens and the generation below then show the model without them.", icon=":material/touch_app:")
         export("ablation", code.ablation_code(path, text, get_prompt(path, text), has_tokenizer, trace.truncated,
                                               heads, kind, "", None, False, pos, token, cfg.causal))
+        return
+    if view is None:  # a slow model: the ablated run waits for its button (shown above)
+        token = draw_map()
         return
     st.subheader(f"The output {where}: intact vs ablated")
     left, right = side_by_side(state, [3, 2])
@@ -235,11 +247,13 @@ def patching_part() -> None:
                 "Values are normalised: **1** = the clean metric fully restored, **0** = no effect "
                 "((patched − corrupted) / (clean − corrupted)).")
     ss = st.session_state
-    default = get_default_corruption(path, text)
-    if ss.get("_corrupt_for") != text:  # the clean text changed: the corrupted text follows it until edited
-        if "_corrupt_for" in ss:
+    found = corruption_gated(path, text)  # the search runs the model on every candidate: a button when slow
+    default = found if found is not None else first_corruption(path, text)
+    before = ss.get("_corrupt_for")
+    if before != (text, default):  # the clean text changed, or the search ended: the corrupted text follows until edited
+        if before is not None and (before[0] != text or ss.get("_corrupt") == before[1]):
             set_shared("corrupt", default)
-        ss["_corrupt_for"] = text
+        ss["_corrupt_for"] = (text, default)
     corrupted_text = shared_widget(st.text_area, "Corrupted " + ("source " if seq2seq else "") + "text", key="corrupt",
                                    default=default, cast=lambda v: str(v)[:MAX_CHARS], max_chars=MAX_CHARS, height=90,
                                    help="Prefilled with the one-word edit (a name, he/she, a number, …) that changes "
@@ -321,18 +335,33 @@ def patching_part() -> None:
             set_shared("cell", f"{site}:{layer}:{index}")
 
     positions = [f"{i} {t}" for i, t in enumerate(labels)]
-    def sweep(site: str) -> np.ndarray:  # one map's cells, normalised (each computed, and drawn, in turn)
-        return normalised(get_patching_sweep(*settings, site), clean_value, corrupted_value)
-
+    estimates = patching_estimates(path, text)
+    methods = list(METHODS) if attribution_available() else ["exact"]
+    words = {"exact": f"exact: one run per cell ({about(estimates['exact'])})",
+             "attribution": f"attribution patching: a gradient estimate ({about(estimates['attribution'])})"}
+    method = shared_widget(st.radio, "Method", methods, key="patch_method",
+                           default=default_method(model, estimates, methods), valid=methods.__contains__,
+                           horizontal=True, format_func=words.get,
+                           help="Exact: each cell is a run of the corrupted text with that activation taken from the "
+                                "clean run. Attribution patching (Nanda, 2023) estimates every cell at once from one "
+                                "backward pass: the metric's gradient times the activation's change (clean − "
+                                "corrupted), a first-order guess that can miss where the change is large. The default "
+                                "is attribution for large models (see the README).")
+    raw = patching_gated(path, text, corrupted_text, metric, answer, wrong, pos, method, estimates[method])
+    if raw is None:  # a slow model: the maps wait for their button
+        return
+    other = patching_cached(path, text, corrupted_text, metric, answer, wrong, pos,
+                            "attribution" if method == "exact" else "exact")
+    maps = {site: normalised(values, clean_value, corrupted_value) for site, values in raw.items()}
     for site in ("resid_pre", "attn_out", "mlp_out"):
-        values, title = sweep(site), TITLES[site]
+        values, title = maps[site], TITLES[site] if method == "exact" else "Attribution estimate: " + TITLES[site][9:]
         selected = (cell[1], cell[2]) if cell and cell[0] == site else None
         show_figure(patch_map(values, labels, title, selected), state, f"patching_{site}", select_key=f"patch_{site}",
                     on_select=lambda site=site: choose(site, n),
                     data=lambda v=values: heatmap_frame(v, layers, positions))
     head_col, lens_col = side_by_side(state, 2)
     with head_col:
-        values = sweep("head")
+        values = maps["head"]
         selected = (cell[1], cell[2]) if cell and cell[0] == "head" else None
         show_figure(head_map(values, TITLES["head"], "restored", marked=[selected] if selected else [],
                              click_hint="click: what changed downstream", zmax=max(1.0, float(abs(values).max())),
@@ -350,15 +379,17 @@ def patching_part() -> None:
         else:
             site, layer, index = cell
             what = f"head L{layer}H{index}" if site == "head" else f"{site}, L{layer}, position {index}"
-            moved = get_patch_lens(path, text, corrupted_text, site, layer, index)
-            show_figure(top_bars(moved, f"Patch lens: {what}", "‖Δ output‖ (patched − corrupted run)", k=12),
-                        state, "patch_lens", data=lambda: pd.DataFrame({"component": list(moved),
-                                                                 "norm of change": list(moved.values())}))
-            taken = (f"head L{layer}H{index}'s output (at every position)" if site == "head" else
-                     f"{site} of layer {layer} at position {index} (“{labels[index]}”)")
-            st.caption(f"Taking {plain(taken)} from the clean run moved what each of these later heads and MLPs "
-                       "writes into the residual stream by this much (Frobenius norm over positions, patched − "
-                       "corrupted run). Components before it do not move.")
+            moved = patch_lens_gated(path, text, corrupted_text, site, layer, index)
+            if moved is not None:
+                show_figure(top_bars(moved, f"Patch lens: {what}", "‖Δ output‖ (patched − corrupted run)", k=12),
+                            state, "patch_lens", data=lambda: pd.DataFrame({"component": list(moved),
+                                                                         "norm of change": list(moved.values())}))
+                taken = (f"head L{layer}H{index}'s output (at every position)" if site == "head" else
+                         f"{site} of layer {layer} at position {index} (“{labels[index]}”)")
+                st.caption(f"Taking {plain(taken)} from the clean run moved what each of these later heads and MLPs "
+                           "writes into the residual stream by this much (Frobenius norm over positions, patched − "
+                           "corrupted run). Components before it do not move.")
+    show_agreement(state, maps, other, clean_value, corrupted_value, method)
     export("patching", code.patching_code(path, text, corrupted_text, get_prompt(path, text),
                                           get_corrupted(path, text, corrupted_text), has_tokenizer, trace.truncated,
                                           corrupted_trace.truncated, metric, answer, wrong, pos, cell))
@@ -374,11 +405,14 @@ def attribution_part() -> None:
     options = top_ids(intact_logits)
     token = pick_token(options, options[0], f"The {unit} whose logit is split")
     try:
-        parts, logit = get_attribution(path, text, token, pos)
+        found = attribution_gated(path, text, token, pos)
     except ValueError as exc:
         st.info(f"Direct logit attribution is not available for this model: {plain(str(exc))}.",
                 icon=":material/block:")
         return
+    if found is None:  # a slow model: waits for its button
+        return
+    parts, logit = found
     total = sum(parts.values())
     m1, m2, m3 = st.columns(3)
     m1.metric("Sum of the contributions", f"{total:.4f}")

@@ -10,7 +10,8 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 from viz_ui.export import lens_table
 from viz_ui.figures import position_ticks, stage_heatmap
 from viz_ui.layout import require_trace, setup_page, show_figure
-from viz_ui.state import get_logit_lens, get_vocab_labels
+from viz_ui.gated_state import logit_lens_gated
+from viz_ui.state import get_vocab_labels
 
 TEXT_COLUMNS = 40  # positions whose predicted tokens are written in the cells at font scale 1 (fewer in lecture mode)
 
@@ -31,7 +32,10 @@ else:
                 if cfg.lm_head == "mlm" else "") + " decodes each position: the token it would fill in **at** that "
                 "position if the model stopped after that layer.")
 vocab = get_vocab_labels(state.model_path)
-ids, probs, rows = get_logit_lens(state.model_path, trace.text)
+lens = logit_lens_gated(state.model_path, trace.text)
+if lens is None:
+    st.stop()
+ids, probs, rows = lens
 n = trace.n_tokens
 width = max(10, int(TEXT_COLUMNS / state.display.scale))  # columns with readable text at this font size
 a, b = 0, n

@@ -17,7 +17,8 @@ from viz_ui.layout import (pick_position, require_trace, set_shared, setup_page,
 from viz_ui.moe_view import (Routing, compare_bar, dense_weights, effect_by_position, expert_load, kl_bits,
                              layer_weights_heatmap, load_heatmap, moved_tokens, rerouted, router_probs_heatmap,
                              routing_from_arrays, routing_map, softmax)
-from viz_ui.state import available_models, get_moe_intervention, get_vocab_labels, moe_model_names
+from viz_ui.gated_state import moe_intervention_gated
+from viz_ui.state import available_models, get_vocab_labels, moe_model_names
 from viz_ui.text import plain
 
 state = setup_page("Mixture of experts",
@@ -127,11 +128,14 @@ else:
                 f"{everywhere if where < 0 else f'layer {where}'}: its other router logits become −∞, so E{expert} "
                 "gets probability 1 and weight 1; every other token is routed as before.")
 try:
-    after_logits, after_idx, after_w = get_moe_intervention(state.model_path, trace.text, action,
-                                                            None if where < 0 else where, expert, pos)
+    after = moe_intervention_gated(state.model_path, trace.text, action, None if where < 0 else where, expert, pos)
 except ValueError as exc:
     st.error(f"The intervention cannot be run: {plain(str(exc))}.")
     st.stop()
+if after is None:  # a slow model: the run waits for its button
+    show_link(state)
+    st.stop()
+after_logits, after_idx, after_w = after
 before = trace.arrays["hook_logits"]
 kl = kl_bits(before, after_logits)
 changed = rerouted(routing, Routing(after_idx, after_w), n_exp)  # [n_moe, pos]

@@ -15,7 +15,9 @@ from viz_ui.explain import (ffn_formula, ffn_sentence, input_name, logits_formul
                             output_sentence, positional_sentence, tokenizer_sentence, unit_label)
 from viz_ui.layout import (PAGES, position_window, require_trace, set_shared, setup_page, shared_number, shared_widget,
                            show_figure, show_link, show_table)
-from viz_ui.state import get_head_scores, get_logit_lens, get_positional_table, get_vocab_labels
+from viz_ui.gated_state import logit_lens_gated
+from viz_ui.heads import text_scores
+from viz_ui.state import get_positional_table, get_vocab_labels
 from viz_ui.steps import head_steps, largest_weights
 from viz_ui.tables import score_table, token_chips_html, token_table, topk_table, vector_table
 from viz_ui.text import plain
@@ -115,7 +117,10 @@ def stack() -> None:
                 state, "walk_stack")
     if not model.has_lm_head:
         return
-    ids, probs, rows = get_logit_lens(state.model_path, trace.text)
+    lens = logit_lens_gated(state.model_path, trace.text)
+    if lens is None:
+        return
+    ids, probs, rows = lens
     text = [[vocab[i] for i in row] for row in ids]
     show_figure(stage_heatmap(probs, rows, trace.labels, "What each layer would predict (logit lens)", "probability",
                               cell_text=text, zmax=1.0), state, "walk_lens")
@@ -183,7 +188,7 @@ def next_token() -> None:
 
 ONWARD = [(path, label, icon) for path, label, icon in PAGES if path.startswith("pages/") and path not in (
     "pages/walkthrough.py", "pages/inspector.py") and (cfg.is_encoder_decoder or path != "pages/encoder_decoder.py")]
-first_token = get_head_scores(state.model_path, trace.text)["first-token"]
+first_token = text_scores(trace, cfg.n_layers, cfg.n_heads)["first-token"]
 sink_note = ("" if n < 2 else f" (here up to {float(first_token.max()):.0%} in one head)")
 lm = model.has_lm_head
 STEPS = [

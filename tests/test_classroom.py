@@ -45,11 +45,14 @@ def test_cell_numbers_only_where_they_fit():
 
 
 def test_head_summaries_name_no_head_below_the_threshold():
-    from viz_ui.state import get_head_scores
+    from viz_model import load_model
+    from viz_ui.heads import head_scores
+    from viz_ui.trace import run_trace
     at = open_page("pages/heads.py")
     text = " ".join(m.value for m in at.markdown)
     assert f"reaches **{HEAD_THRESHOLD:g}**" in text
-    scores = get_head_scores("assets/models/tinystories-6l.safetensors", at.text_area(key="text").value)
+    model, tokenizer = load_model("assets/models/tinystories-6l.safetensors")
+    scores = head_scores(model, run_trace(model, tokenizer, at.text_area(key="text").value))
     messages = [m.value for m in (*at.info, *at.success)]
     for name, s in scores.items():
         passing, (layer, head, best) = heads_passing(s)

@@ -126,7 +126,7 @@ def top_neurons(post: np.ndarray, k: int = 15) -> tuple[np.ndarray, np.ndarray]:
 
 
 @torch.no_grad()
-def logit_lens(model: VizTransformer, trace: Trace) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def logit_lens(model: VizTransformer, trace: Trace, progress=None) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """The logit lens (nostalgebraist, 2020): decode the residual stream after every layer with the
     model's own output head (final norm, BERT's masked-LM transform if any, unembedding), as if the model
     stopped there.
@@ -137,10 +137,16 @@ def logit_lens(model: VizTransformer, trace: Trace) -> tuple[np.ndarray, np.ndar
     Returns:
         ``(top_ids [n_layers + 1, pos], top_probs [n_layers + 1, pos], row names)``; row 0 decodes the
         embeddings (resid_pre 0), row i + 1 the output of layer i; the last row equals the model's output.
+
+    ``progress(stages done, n_layers + 1)``, when given, is called after each stage is decoded (one at a time).
     """
     a, cfg = trace.arrays, model.cfg
     stages = [a["blocks.0.hook_resid_pre"]] + [a[f"blocks.{i}.hook_resid_post"] for i in range(cfg.n_layers)]
-    resid = torch.from_numpy(np.stack(stages))  # [stage, pos, d_model]
-    probs = torch.softmax(model.decode(resid).float(), dim=-1).cpu()  # final norm (and BERT's MLM transform), W_U, b_U
-    top = probs.max(dim=-1)
-    return top.indices.numpy(), top.values.numpy(), ["embeddings"] + [f"after L{i}" for i in range(cfg.n_layers)]
+    ids, values = [], []
+    for i, stage in enumerate(stages):  # final norm (and BERT's MLM transform), W_U, b_U
+        top = torch.softmax(model.decode(torch.from_numpy(np.asarray(stage))).float(), dim=-1).cpu().max(dim=-1)
+        ids.append(top.indices.numpy())
+        values.append(top.values.numpy())
+        if progress is not None:
+            progress(i + 1, len(stages))
+    return np.stack(ids), np.stack(values), ["embeddings"] + [f"after L{i}" for i in range(cfg.n_layers)]

@@ -31,34 +31,42 @@ def overview_patterns(arrays: dict, n_layers: int) -> tuple[np.ndarray, int]:
     return np.stack(pooled), block
 
 
-@torch.no_grad()
-def head_scores(model: VizTransformer, trace: Trace, length: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
-    """Four ``[n_layers, n_heads]`` scores in [0, 1].
+def text_scores(trace: Trace, n_layers: int, n_heads: int) -> dict[str, np.ndarray]:
+    """The two scores read from the text's own patterns (no run of the model), ``[n_layers, n_heads]`` in [0, 1]:
 
-    - previous-token: mean weight on the token just before (on the typed text);
-    - first-token: mean weight on position 0, excluding position 0 itself (on the typed text);
-    - duplicate-token and induction: on a random token sequence repeated twice (length ``length``,
-      default ``min(50, n_ctx // 2)``), the mean weight from each token of the second copy to the same
-      token in the first copy (duplicate), and to the token right after it (induction: "A B ... A -> B"),
-      from :func:`viz_model.head_scores.repeated_scores`.
+    - previous-token: mean weight on the token just before;
+    - first-token: mean weight on position 0, excluding position 0 itself.
 
-    Texts of one token give NaN for the text-based scores.
+    Texts of one token give NaN.
     """
-    cfg = model.cfg
-    n_layers = cfg.n_layers
-    nan = np.full((n_layers, cfg.n_heads), np.nan)
-    scores = {"previous-token": nan, "first-token": nan}
-    if trace.n_tokens > 1:  # one layer at a time: a long text's stacked patterns would be large
-        previous, first = [], []
-        for i in range(n_layers):
-            p = trace.arrays[f"blocks.{i}.attn.hook_pattern"][None]
-            previous.append(diagonal_score(p, 1, 1))
-            first.append(p[:, :, 1:, 0].mean(-1))
-        scores["previous-token"], scores["first-token"] = np.concatenate(previous), np.concatenate(first)
-    src = torch.tensor(trace.src_ids).unsqueeze(0) if trace.is_encoder_decoder else None  # the encoder reads the text
+    nan = np.full((n_layers, n_heads), np.nan)
+    if trace.n_tokens < 2:
+        return {"previous-token": nan, "first-token": nan}
+    previous, first = [], []
+    for i in range(n_layers):  # one layer at a time: a long text's stacked patterns would be large
+        p = trace.arrays[f"blocks.{i}.attn.hook_pattern"][None]
+        previous.append(diagonal_score(p, 1, 1))
+        first.append(p[:, :, 1:, 0].mean(-1))
+    return {"previous-token": np.concatenate(previous), "first-token": np.concatenate(first)}
+
+
+@torch.no_grad()
+def repeated_head_scores(model: VizTransformer, trace: Trace, length: int | None = None,
+                         seed: int = 0) -> dict[str, np.ndarray]:
+    """duplicate-token and induction, ``[n_layers, n_heads]`` in [0, 1], on a random token sequence repeated twice
+    (length ``length``, default ``min(50, n_ctx // 2)``): the mean weight from each token of the second copy to the
+    same token in the first copy (duplicate), and to the token right after it (induction: "A B ... A -> B"), from
+    :func:`viz_model.head_scores.repeated_scores` (one run of the model; an encoder-decoder's encoder reads the
+    trace's text)."""
+    src = torch.tensor(trace.src_ids).unsqueeze(0) if trace.is_encoder_decoder else None
     rep = repeated_scores(model, length, seed, src)
-    scores["duplicate-token"], scores["induction"] = rep["duplicate-token"].cpu().numpy(), rep["induction"].cpu().numpy()
-    return scores
+    return {"duplicate-token": rep["duplicate-token"].cpu().numpy(), "induction": rep["induction"].cpu().numpy()}
+
+
+def head_scores(model: VizTransformer, trace: Trace, length: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """The four scores of :data:`SCORE_NAMES`: :func:`text_scores` and :func:`repeated_head_scores`."""
+    return {**text_scores(trace, model.cfg.n_layers, model.cfg.n_heads),
+            **repeated_head_scores(model, trace, length, seed)}
 
 
 def top_heads(scores: np.ndarray, k: int = 3) -> list[tuple[int, int, float]]:

@@ -135,9 +135,10 @@ def parameter_table(model: VizTransformer) -> pd.DataFrame:
 
 
 @torch.no_grad()
-def weight_stats(model: VizTransformer) -> pd.DataFrame:
+def weight_stats(model: VizTransformer, progress=None) -> pd.DataFrame:
     """Statistics of every weight matrix in the blocks: columns ``layer``, ``matrix`` (W_Q, W_K, W_V, W_O,
-    W_gate, W_in, W_out), ``shape``, ``mean``, ``std``, ``max_abs``, ``rms``."""
+    W_gate, W_in, W_out), ``shape``, ``mean``, ``std``, ``max_abs``, ``rms``. ``progress(layers done, n_layers)``,
+    when given, is called after each block."""
     import pandas as pd
 
     rows = []
@@ -149,6 +150,8 @@ def weight_stats(model: VizTransformer) -> pd.DataFrame:
                 w = p.detach().float()
                 rows.append((i, name, "×".join(map(str, w.shape)), w.mean().item(), w.std().item(),
                              w.abs().max().item(), w.pow(2).mean().sqrt().item()))
+        if progress is not None:
+            progress(i + 1, len(model.blocks))
     frame = pd.DataFrame(rows, columns=["layer", "matrix", "shape", "mean", "std", "max_abs", "rms"])
     # an ordered categorical: tables pivoted from this one (the inspector's heatmap) keep the order of the
     # computation, Q, K, V, O, then the feed-forward's matrices, instead of sorting the names alphabetically

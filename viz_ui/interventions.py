@@ -10,6 +10,7 @@ are decoder self-attention heads.
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass, field
 
@@ -189,12 +190,19 @@ def generation_table(view: AblationView, vocab: list[str]) -> pd.DataFrame:
                                   view.gen_intact[i] == view.gen_ablated[i] else "" for i in range(n)]})
 
 
+def with_progress(fn, progress) -> dict:
+    """``{"progress": progress}`` when ``fn`` takes a ``progress`` callback and one is given, else ``{}``."""
+    return {"progress": progress} if progress is not None and "progress" in inspect.signature(fn).parameters else {}
+
+
 @torch.no_grad()
 def head_effects(model: VizTransformer, prompt: Prompt, token_id: int, pos: int, kind: str, means: torch.Tensor | None,
-                 base: list[Head]) -> np.ndarray:
-    """:func:`viz_model.ablation.head_ablation_effects` as numpy ``[n_layers, n_heads]`` (Δ log p in nats)."""
-    return ablation.head_ablation_effects(model, prompt.tokens, token_id, pos, kind, means, base=base,
-                                          **prompt.kwargs).cpu().numpy()
+                 base: list[Head], progress=None) -> np.ndarray:
+    """:func:`viz_model.ablation.head_ablation_effects` as numpy ``[n_layers, n_heads]`` (Δ log p in nats);
+    ``progress(done, total)`` after each batched pass."""
+    fn = ablation.head_ablation_effects
+    return fn(model, prompt.tokens, token_id, pos, kind, means, base=base, **with_progress(fn, progress),
+              **prompt.kwargs).cpu().numpy()
 
 
 # ---- activation patching ------------------------------------------------------------------------------------
@@ -208,6 +216,11 @@ def metric_for(kind: str, answer: int, wrong: int, pos: int):
 
 SWEEPS = {"resid_pre": patching.get_act_patch_resid_pre, "attn_out": patching.get_act_patch_attn_out,
           "mlp_out": patching.get_act_patch_mlp_out, "head": patching.get_act_patch_attn_head_out_all_pos}
+# attribution patching (Nanda, 2023): the same maps from one forward and backward pass, a first-order estimate
+ATTR_SWEEPS = {site: getattr(patching, name, None) for site, name in (
+    ("resid_pre", "get_attr_patch_resid_pre"), ("attn_out", "get_attr_patch_attn_out"),
+    ("mlp_out", "get_attr_patch_mlp_out"), ("head", "get_attr_patch_attn_head_out_all_pos"))}
+METHODS = ("exact", "attribution")
 
 
 def _clean_cache(model: VizTransformer, clean: Prompt):
@@ -225,17 +238,35 @@ def patching_values(model: VizTransformer, clean: Prompt, corrupted: Prompt, kin
             float(metric(model(corrupted.tokens, **corrupted.kwargs))))
 
 
-@torch.no_grad()
+def attribution_available() -> bool:
+    """Whether this build of :mod:`viz_model.patching` has attribution patching."""
+    return all(ATTR_SWEEPS.values())
+
+
 def patching_sweep(model: VizTransformer, clean: Prompt, corrupted: Prompt, kind: str, answer: int, wrong: int,
-                   pos: int, site: str) -> np.ndarray:
-    """One sweep of :data:`SWEEPS` for the metric: the corrupted run's metric with each activation taken from the
-    clean run, ``[n_layers, pos]`` (``head``: ``[n_layers, n_heads]``), not normalised.
+                   pos: int, site: str, method: str = "exact", progress=None) -> np.ndarray:
+    """One sweep for the metric: the corrupted run's metric with each activation taken from the clean run,
+    ``[n_layers, pos]`` (``head``: ``[n_layers, n_heads]``), not normalised. ``method``: ``"exact"`` runs one
+    patched copy per cell (:data:`SWEEPS`); ``"attribution"`` estimates every cell to first order from one
+    backward pass (:data:`ATTR_SWEEPS`). ``progress(done, total)``: the sweep's own progress.
 
     Raises:
-        ValueError: prompts of different lengths (from :mod:`viz_model.patching`).
+        ValueError: prompts of different lengths (from :mod:`viz_model.patching`); attribution patching asked of a
+            build without it.
     """
-    _, cache = _clean_cache(model, clean)
-    return SWEEPS[site](model, corrupted.tokens, cache, metric_for(kind, answer, wrong, pos), **corrupted.kwargs).cpu().numpy()
+    fn = (SWEEPS if method == "exact" else ATTR_SWEEPS)[site]
+    if fn is None:
+        raise ValueError("attribution patching is not available in this version")
+    with torch.no_grad():
+        _, cache = _clean_cache(model, clean)
+    if method == "exact":
+        with torch.no_grad():
+            out = fn(model, corrupted.tokens, cache, metric_for(kind, answer, wrong, pos), **with_progress(fn, progress),
+                     **corrupted.kwargs)
+    else:  # gradients: no torch.no_grad here
+        out = fn(model, corrupted.tokens, cache, metric_for(kind, answer, wrong, pos), **with_progress(fn, progress),
+                 **corrupted.kwargs)
+    return out.detach().float().cpu().numpy()
 
 
 def normalised(raw: np.ndarray, clean_value: float, corrupted_value: float) -> np.ndarray | None:
@@ -305,12 +336,9 @@ def text_ids(model: VizTransformer, tokenizer, text: str) -> list[int]:
     return list(encode_text(tokenizer, text).ids[:token_limit(model.cfg)[0]])
 
 
-@torch.no_grad()
-def default_corruption(model: VizTransformer, tokenizer, clean: Prompt, text: str) -> str:
-    """The corrupted text the page starts with: of :func:`corruption_candidates` with the same number of tokens,
-    the one that moves the model's output most (total variation distance of the distribution at the last
-    position; for an encoder-decoder, averaged over the decoder's positions, the clean output read in both
-    runs). ``text`` itself when no candidate fits (then the page asks for an edit)."""
+def fitting_corruptions(model: VizTransformer, tokenizer, clean: Prompt, text: str) -> tuple[list[str], list[list[int]]]:
+    """Of :func:`corruption_candidates`, those with as many tokens as the clean text and other ids (no run of the
+    model): the texts and their ids."""
     n = len(clean.src_ids if clean.src_ids is not None else clean.ids)
     cands, ids = [], []
     for cand in corruption_candidates(text):
@@ -321,6 +349,16 @@ def default_corruption(model: VizTransformer, tokenizer, clean: Prompt, text: st
         if len(cand_ids) == n and tuple(cand_ids) != (clean.src_ids or clean.ids):
             cands.append(cand)
             ids.append(cand_ids)
+    return cands, ids
+
+
+@torch.no_grad()
+def default_corruption(model: VizTransformer, tokenizer, clean: Prompt, text: str, progress=None) -> str:
+    """The corrupted text the page starts with: of :func:`fitting_corruptions`, the one that moves the model's
+    output most (total variation distance of the distribution at the last position; for an encoder-decoder,
+    averaged over the decoder's positions, the clean output read in both runs). ``text`` itself when no candidate
+    fits (then the page asks for an edit). ``progress(candidates done, candidates)`` after each batched pass."""
+    cands, ids = fitting_corruptions(model, tokenizer, clean, text)
     if not cands:
         return text
     p_clean = torch.softmax(model(clean.tokens, **clean.kwargs).float(), dim=-1)  # [1, pos, d_vocab]
@@ -334,6 +372,8 @@ def default_corruption(model: VizTransformer, tokenizer, clean: Prompt, text: st
         else:
             p = torch.softmax(model(clean.tokens.expand(len(chunk), -1), src_tokens=chunk).float(), dim=-1)
             scores += (0.5 * (p - p_clean).abs().sum(-1).mean(-1)).tolist()
+        if progress is not None:
+            progress(len(scores), len(ids))
     return cands[int(np.argmax(scores))]
 
 

@@ -165,3 +165,26 @@ def heatmap_frame(values: np.ndarray, rows: list[str], cols: list[str]) -> pd.Da
     frame = pd.DataFrame(values, index=rows, columns=cols)
     frame.index.name = "layer"
     return frame.reset_index()
+
+
+SITE_COLOURS = {"resid_pre": "#1f77b4", "attn_out": "#ff7f0e", "mlp_out": "#2ca02c", "head": "#9467bd"}
+
+
+def agreement_scatter(exact: dict[str, np.ndarray], estimate: dict[str, np.ndarray], title: str) -> go.Figure:
+    """Exact (x) against attribution-patching (y) values of the same cells, one colour per map (``site``), with the
+    diagonal y = x where they would agree."""
+    fig = go.Figure()
+    lo, hi = 0.0, 1.0
+    for site, x in exact.items():
+        x, y = np.asarray(x, float).ravel(), np.asarray(estimate[site], float).ravel()
+        fin = np.concatenate([x[np.isfinite(x)], y[np.isfinite(y)]])
+        if fin.size:
+            lo, hi = min(lo, float(fin.min())), max(hi, float(fin.max()))
+        fig.add_trace(go.Scatter(x=x, y=y, mode="markers", name=site, marker=dict(size=7, color=SITE_COLOURS.get(site),
+                                                                                   opacity=0.7),
+                                 hovertemplate=f"{site}<br>exact %{{x:.3f}}<br>attribution %{{y:.3f}}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x", hoverinfo="skip",
+                             line=dict(color="#888888", dash="dot")))
+    fig.update_xaxes(title="exact (normalised)")
+    fig.update_yaxes(title="attribution estimate (normalised)")
+    return _layout(fig, title, height=420)

@@ -21,21 +21,27 @@ class PCA:
 
 
 def fit_pca(matrix: np.ndarray, k: int = 3) -> PCA:
-    """PCA by singular value decomposition of the centred matrix (Pearson, 1901; via numpy.linalg.svd).
+    """PCA (Pearson, 1901) as the eigendecomposition of the centred matrix's scatter matrix ``Xᵀ X`` ``[d, d]``, in
+    float64 with torch (``torch.linalg.eigh``): the same axes and variances as an SVD of ``X`` (its right singular
+    vectors and squared singular values), for ``2 n d²`` multiply-adds instead of an SVD's ``~4 n d²``, with no
+    ``[n, d]`` factor kept (128,256 × 2,048 embeddings: seconds instead of minutes on a CPU).
 
     Raises:
         ValueError: when ``matrix`` is not 2-D or has fewer than 2 rows.
     """
+    import torch
+
     if matrix.ndim != 2 or matrix.shape[0] < 2:
         raise ValueError("PCA needs a 2-D matrix with at least 2 rows")
-    x = matrix.astype(np.float64)
+    x = torch.from_numpy(np.asarray(matrix, dtype=np.float64))
     mean = x.mean(0)
-    _, s, vt = np.linalg.svd(x - mean, full_matrices=False)
-    var = s**2
+    centred = x - mean
+    var, vecs = torch.linalg.eigh(centred.T @ centred)  # ascending
+    var, vt = var.flip(0).clamp_min(0).numpy(), vecs.flip(1).T.numpy()
     k = min(k, vt.shape[0])
     signs = np.sign(vt[:k].sum(1, keepdims=True))  # fix the arbitrary sign of each axis
     signs[signs == 0] = 1
-    return PCA(mean=mean, components=vt[:k] * signs, explained=var[:k] / var.sum())
+    return PCA(mean=mean.numpy(), components=vt[:k] * signs, explained=var[:k] / var.sum())
 
 
 def cosine_similarity(x: np.ndarray) -> np.ndarray:
@@ -52,3 +58,14 @@ def entropy_bits(probs: np.ndarray) -> float:
     """Shannon entropy ``-sum p log2 p`` of a distribution ``[d_vocab]``, in bits."""
     p = probs[probs > 0].astype(np.float64)
     return float(-(p * np.log2(p)).sum())
+
+
+def pearson(a: np.ndarray, b: np.ndarray) -> float | None:
+    """Pearson's correlation of two maps' cells (finite pairs only); None when either is constant or has fewer than
+    3 cells."""
+    x, y = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if x.size < 3 or x.std() == 0 or y.std() == 0:
+        return None
+    return float(np.corrcoef(x, y)[0, 1])

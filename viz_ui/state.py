@@ -10,6 +10,7 @@ import json
 import importlib.util
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,14 +21,10 @@ from tokenizers import Tokenizer
 from viz_model import DEFAULT_MODEL, CheckpointError, VizTransformer, load_model
 from viz_model.checkpoint import ASSETS, read_metadata
 from viz_model.placement import weight
-from viz_model.seq2seq import translate
 from viz_model.tokenizer import IdTokenizer
 
-from .block import logit_lens
-from .heads import head_scores
-from .inspect import weight_stats
-from .numeric import PCA, fit_pca
-from .trace import Trace, run_trace, token_label, tokenizer_errors
+from .gate import copy_seconds, flops_per_second
+from .trace import Trace, run_trace, token_label
 
 
 UPLOAD_PREFIX = "upload:"
@@ -208,7 +205,25 @@ def get_trace(path: str, text: str) -> Trace:
             the message while the session carries on.
     """
     model, tokenizer = resolve(path)
-    return run_trace(model, tokenizer, text)
+    started = time.perf_counter()
+    trace = run_trace(model, tokenizer, text)
+    trace.seconds = time.perf_counter() - started
+    return trace
+
+
+def estimate_seconds(path: str, text: str, copies: float) -> float:
+    """Seconds that ``copies`` forward-equivalents (copies of ``text`` in batched passes, see :mod:`viz_ui.costs`)
+    take on the model at ``path``: ``copies ×`` :func:`viz_ui.gate.copy_seconds` at the text's length."""
+    model, _ = resolve(path)
+    trace = get_trace(path, text)
+    return copies * copy_seconds(model, path, trace.n_tokens, trace.seconds)
+
+
+def flop_rate(path: str, text: str) -> float:
+    """The model's measured float32 matrix-multiply FLOPs per second (:func:`viz_ui.gate.flops_per_second`)."""
+    model, _ = resolve(path)
+    trace = get_trace(path, text)
+    return flops_per_second(model, path, trace.n_tokens, trace.seconds)
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -216,16 +231,6 @@ def get_vocab_labels(path: str) -> list[str]:
     """Display labels of every token id of the model's vocabulary, ``[d_vocab]``."""
     model, tokenizer = resolve(path)
     return [token_label(tokenizer, i) for i in range(model.cfg.d_vocab)]
-
-
-@st.cache_data(max_entries=4, show_spinner="Projecting the vocabulary…")
-def get_embedding_pca(path: str) -> tuple[PCA, np.ndarray]:
-    """PCA (3 components) fitted on the whole token-embedding matrix W_E ``[d_vocab, d_model]``,
-    and the vocabulary's coordinates ``[d_vocab, 3]``."""
-    model, _ = resolve(path)
-    w_e = weight(model.embed, "W_E").detach().float().cpu().numpy()
-    pca = fit_pca(w_e, 3)
-    return pca, pca.project(w_e)
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -237,40 +242,6 @@ def get_positional_table(path: str, encoder: bool = False) -> np.ndarray:
     if table is None:  # rotary or no positions: P = 0 (a few rows: a 1M-token context must not allocate gigabytes)
         return np.zeros((min(model.cfg.n_ctx, 1024), model.cfg.d_model), np.float32)
     return table.detach().float().cpu().numpy()
-
-
-@st.cache_data(max_entries=16, show_spinner="Measuring the heads…")
-def get_head_scores(path: str, text: str) -> dict[str, np.ndarray]:
-    """:func:`head_scores` of the model at ``path`` on ``text`` (and its repeated random sequence)."""
-    model, _ = resolve(path)
-    return head_scores(model, get_trace(path, text))
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def get_logit_lens(path: str, text: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """:func:`logit_lens` of the model at ``path`` on ``text``."""
-    model, _ = resolve(path)
-    return logit_lens(model, get_trace(path, text))
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def get_sampled_output(path: str, text: str, temperature: float, seed: int) -> str:
-    """The encoder-decoder's output for ``text`` sampled at ``temperature`` with ``seed`` (see
-    :func:`viz_model.seq2seq.translate`).
-
-    Raises:
-        ValueError: with one line, for any failure of the tokenizer (an uploaded one may raise anything or panic).
-    """
-    model, tokenizer = resolve(path)
-    with tokenizer_errors("the model's output cannot be computed"):
-        return translate(model, tokenizer, text, temperature, seed)[0]
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def get_weight_stats(path: str):
-    """:func:`viz_ui.inspect.weight_stats` of the model at ``path`` (a DataFrame)."""
-    model, _ = resolve(path)
-    return weight_stats(model)
 
 
 def model_card(path: str) -> str | None:
@@ -318,27 +289,3 @@ def moe_model_names(models: dict[str, str]) -> list[str]:
     uploads = session_models()
     names = _moe_files({n: k for n, k in models.items() if not k.startswith(UPLOAD_PREFIX)})
     return names + [n for n, k in models.items() if k in uploads and uploads[k].model.cfg.n_experts]
-
-
-@st.cache_data(max_entries=16, show_spinner="Running the model with the intervention…")
-def get_moe_intervention(path: str, text: str, kind: str, layer: int | None, expert: int,
-                         pos: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The model at ``path`` run again on the trace's tokens of ``text`` with its routing changed in ``layer``
-    (None: every layer): ``kind = "disable"`` takes ``expert`` out (:func:`viz_model.moe.disable_experts`),
-    ``"force"`` sends the token at ``pos`` to ``expert`` alone (:func:`viz_model.moe.force_expert`).
-
-    Returns:
-        ``(logits [pos, d_vocab], indices [n_moe, pos, k], weights [n_moe, pos, k])`` of that run, for the model's
-        mixture-of-experts layers (``cfg.moe_layers``).
-    """
-    import torch
-
-    from viz_model.moe import disable_experts, force_expert, run_with_routing
-
-    model, _ = resolve(path)
-    trace = get_trace(path, text)
-    fn = disable_experts([expert]) if kind == "disable" else force_expert(expert, [pos])
-    layers = model.cfg.moe_layers if layer is None else [layer]
-    logits, indices, weights = run_with_routing(model, torch.tensor(np.array([trace.ids])),
-                                                [(f"blocks.{i}.mlp.hook_router_logits", fn) for i in layers])
-    return logits[0].float().cpu().numpy(), indices[:, 0].cpu().numpy(), weights[:, 0].float().cpu().numpy()

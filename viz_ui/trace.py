@@ -112,6 +112,7 @@ class Trace:
     token_limit: int | None = None  # the most tokens this trace could keep: min(n_ctx, memory_limit)
     memory_limit: int | None = None  # the memory budget's cap when it is below n_ctx (else None)
     n_ctx: int | None = None  # the model's context
+    seconds: float | None = None  # how long the run took (set by viz_ui.state.get_trace: the model's speed)
 
     def __post_init__(self) -> None:
         for ids in (self.ids, self.src_ids):

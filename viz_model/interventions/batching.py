@@ -73,8 +73,8 @@ def run_cells(model: VizTransformer, tokens: torch.Tensor, cells: Sequence[Cell]
             cancel) propagates, and the pass's hooks are removed.
         prefix: None: every copy runs the whole model. Else ``{layer: blocks.{layer}.hook_resid_pre}`` of the run
             without the cells' interventions (:func:`prefix_run`): a cell at layer ``l`` then runs only blocks
-            ``l ..`` and the decode from that prefix (:meth:`VizTransformer.forward_from`), and a pass holds cells of
-            one layer only. Exact when every intervention of a cell acts at its layer or later (hooks on earlier
+            ``l ..`` and the decode from that prefix (:meth:`VizTransformer.forward_from`); passes as
+            :func:`plan_passes`. Exact when every intervention of a cell acts at its layer or later (hooks on earlier
             blocks do not fire: their effect must already be in the prefix).
 
     Returns:
@@ -87,33 +87,38 @@ def run_cells(model: VizTransformer, tokens: torch.Tensor, cells: Sequence[Cell]
         raise ValueError(f"give one prompt, [1, pos]; got shape {tuple(tokens.shape)}")
     out = torch.empty(len(cells))
     step = copies_per_pass(model, tokens.shape[1])
-    if prefix is None:  # consecutive cells, whatever their layer
-        groups = [list(range(len(cells)))]
-    else:
+    if prefix is not None:
         kwargs = encode_once(model, kwargs)
-        by_layer: dict[int, list[int]] = {}
-        for i, cell in enumerate(cells):
-            by_layer.setdefault(int(cell[0]), []).append(i)
-        groups = [by_layer[layer] for layer in sorted(by_layer)]
     done = 0
-    for group in groups:
-        for start in range(0, len(group), step):
-            indices = group[start:start + step]
-            chunk = [(row, cells[i]) for row, i in enumerate(indices)]
-            extra = repeat_kwargs(kwargs, len(chunk))
-            if prefix is None:
-                logits = model.run_with_hooks(tokens.expand(len(chunk), -1), hooks_for(chunk), **extra)
-            else:
-                layer = int(chunk[0][1][0])
-                resid = prefix[layer].expand(len(chunk), *prefix[layer].shape[1:])
-                with model.hooks(hooks_for(chunk)):
-                    logits = model.forward_from(resid, layer, **extra)
-            for row, i in enumerate(indices):
-                out[i] = float(reduce(logits[row:row + 1]))
-            done += len(chunk)
-            if progress is not None:
-                progress(done, len(cells))
+    for layer, indices in plan_passes([int(cell[0]) for cell in cells], step, prefix is not None):
+        chunk = [(row, cells[i]) for row, i in enumerate(indices)]
+        extra = repeat_kwargs(kwargs, len(chunk))
+        if prefix is None:
+            logits = model.run_with_hooks(tokens.expand(len(chunk), -1), hooks_for(chunk), **extra)
+        else:
+            resid = prefix[layer].expand(len(chunk), *prefix[layer].shape[1:]).contiguous()
+            with model.hooks(hooks_for(chunk)):
+                logits = model.forward_from(resid, layer, **extra)
+        for row, i in enumerate(indices):
+            out[i] = float(reduce(logits[row:row + 1]))
+        done += len(chunk)
+        if progress is not None:
+            progress(done, len(cells))
     return out
+
+
+def plan_passes(layers: Sequence[int], step: int, reuse_prefix: bool = True) -> list[tuple[int, list[int]]]:
+    """The batched passes of a sweep whose cells start at ``layers`` (one per cell): ``[(start layer, [cell
+    indices])]``, at most ``step`` cells a pass. With ``reuse_prefix`` a pass holds cells of one layer only and starts
+    there (layers in increasing order), so that no copy runs a block it does not need; without, the passes take
+    the cells in their order and start at layer 0."""
+    if not reuse_prefix:
+        return [(0, list(range(start, min(start + step, len(layers))))) for start in range(0, len(layers), step)]
+    groups: dict[int, list[int]] = {}
+    for i in sorted(range(len(layers)), key=lambda i: layers[i]):
+        groups.setdefault(layers[i], []).append(i)
+    return [(layer, group[start:start + step]) for layer, group in groups.items()
+            for start in range(0, len(group), step)]
 
 
 def hooks_by_layer(chunk: list[tuple[int, Cell]], hook_name: Callable[[int], str],

@@ -1,0 +1,202 @@
+"""Costly views behind a button (viz_ui/gate.py), through Streamlit's AppTest on the shipped model with the threshold
+at 0 s (VIZ_GATE_SECONDS=0: every estimate is above it, as on a 1 B model): nothing costly runs as a page opens, a
+click computes it and shows the numbers of the direct call, a cancelled run keeps nothing, and the Cause and effect
+page offers exact and attribution patching and their correlation."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import streamlit as st
+import torch
+from streamlit.testing.v1 import AppTest
+
+import viz_ui.gated_state as gated_state
+import viz_ui.intervention_state as intervention_state
+from conftest import ROOT, plotly_array
+from viz_model import ablation, load_model, patching
+from viz_ui import gate
+from viz_ui.interventions import metric_for
+
+TEXT = "Sue gave Tom a red ball. He said"  # 9 tokens: quick sweeps
+MODEL = ROOT / "assets" / "models" / "tinystories-6l.safetensors"
+
+
+@pytest.fixture(autouse=True)
+def gated(monkeypatch):
+    """Every view gated; no result left from another test."""
+    monkeypatch.setenv("VIZ_GATE_SECONDS", "0")
+    st.cache_data.clear()
+    yield
+    st.cache_data.clear()
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_model(MODEL)
+
+
+def spy(monkeypatch, module, name: str) -> list:
+    """Record every call of ``module.name`` (still calling it)."""
+    calls, real = [], getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, name, wrapper)
+    return calls
+
+
+def open_page(page: str, **query) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.query_params["text"] = TEXT
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def gate_button(at: AppTest, name: str):
+    button = at.button(key=f"gate_{name}")
+    assert " — about " in button.label or " — under a second" in button.label, button.label
+    return button
+
+
+def figure(at: AppTest, start: str) -> dict | None:
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    return next((f for f in specs if f["layout"]["title"]["text"].startswith(start)), None)
+
+
+def test_gate_words_and_threshold(monkeypatch):
+    assert gate.about(0.4) == "under a second" and gate.about(7.2) == "about 7 s" and gate.about(41) == "about 40 s"
+    assert gate.about(250) == "about 4 min" and gate.about(3 * 3600) == "about 3.0 h"
+    monkeypatch.setenv("VIZ_GATE_SECONDS", "nonsense")
+    assert gate.gate_seconds() == gate.GATE_SECONDS
+    monkeypatch.setenv("VIZ_GATE_SECONDS", "2.5")
+    assert gate.gate_seconds() == 2.5
+    assert [gate.length_bucket(n) for n in (1, 9, 64, 65)] == [8, 16, 64, 128]
+
+
+def test_combined_progress_counts_every_part():
+    seen = []
+
+    def part(cells):
+        def run(progress):
+            for done in range(1, cells + 1):
+                if progress:
+                    progress(done, cells)
+            return cells
+        return run
+    assert gate.combine([(3, part(3)), (5, part(5))])(lambda d, t: seen.append((d, t))) == [3, 5]
+    assert seen[-1] == (8, 8) and all(t == 8 for _, t in seen) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_effect_map_waits_for_its_button_then_shows_the_direct_numbers(monkeypatch, shipped):
+    calls = spy(monkeypatch, intervention_state, "head_effects")
+    at = open_page("pages/interventions.py")
+    assert calls == [] and figure(at, "Each head switched off") is None
+    button = gate_button(at, "head_effects")
+    assert button.label.startswith("Compute the per-head effect map")
+    button.click().run()
+    assert not at.exception and len(calls) == 1
+    fig = figure(at, "Each head switched off")
+    model, tok = shipped
+    ids = torch.tensor([tok.encode(TEXT).ids])
+    token = int(at.selectbox(key="token").value)
+    expected = ablation.head_ablation_effects(model, ids, token, ids.shape[1] - 1).numpy()
+    np.testing.assert_allclose(plotly_array(fig["data"][0]["z"]), expected, atol=1e-5)
+    at.run()  # a rerun reads the cache: no second computation, no button
+    assert len(calls) == 1 and figure(at, "Each head switched off") is not None
+    assert not [b for b in at.button if b.key == "gate_head_effects"]
+
+
+def test_a_cancelled_run_keeps_nothing_and_says_so(monkeypatch):
+    def stopped(*args):  # what Streamlit does when Cancel is clicked: the script stops at the next progress update
+        args[-1](1, 48)
+        st.stop()
+    monkeypatch.setattr(intervention_state, "head_effects", stopped)
+    at = open_page("pages/interventions.py")
+    gate_button(at, "head_effects").click().run()
+    assert figure(at, "Each head switched off") is None
+    monkeypatch.undo()
+    monkeypatch.setenv("VIZ_GATE_SECONDS", "0")
+    calls = spy(monkeypatch, intervention_state, "head_effects")
+    at.run()
+    assert any("cancelled" in w.value for w in at.warning), [w.value for w in at.warning]
+    assert calls == [] and figure(at, "Each head switched off") is None  # nothing was cached
+    gate_button(at, "head_effects").click().run()
+    assert len(calls) == 1 and figure(at, "Each head switched off") is not None
+    assert not any("cancelled" in w.value for w in at.warning)
+
+
+def test_patching_exact_then_attribution_and_their_correlation(monkeypatch, shipped):
+    search = spy(monkeypatch, intervention_state, "default_corruption")
+    sweeps = spy(monkeypatch, intervention_state, "patching_sweep")
+    at = open_page("pages/interventions.py", part="patching")
+    assert search == [] and sweeps == []
+    gate_button(at, "corruption")  # the search for the edit waits too; the text starts with a same-length edit
+    corrupted = at.text_area(key="corrupt").value
+    assert corrupted != TEXT
+    method = at.radio(key="patch_method")
+    assert method.value == "exact" and list(method.options) == [
+        o for o in method.options if o.startswith(("exact", "attribution"))] and len(method.options) == 2
+    gate_button(at, "patching_exact").click().run()
+    assert not at.exception and len(sweeps) == 4
+    model, tok = shipped
+    clean, bad = torch.tensor([tok.encode(TEXT).ids]), torch.tensor([tok.encode(corrupted).ids])
+    answer, wrong, pos = int(at.selectbox(key="answer").value), int(at.selectbox(key="wrong").value), clean.shape[1] - 1
+    metric = metric_for("logit_diff", answer, wrong, pos)
+    with torch.no_grad():
+        clean_value, bad_value = float(metric(model(clean))), float(metric(model(bad)))
+    _, cache = model.run_with_cache(clean)
+    exact = patching.normalise(patching.get_act_patch_resid_pre(model, bad, cache, metric), clean_value, bad_value)
+    np.testing.assert_allclose(plotly_array(figure(at, "Patching the residual stream")["data"][0]["z"]), exact,
+                               atol=1e-4)
+    assert not [m for m in at.markdown if "Pearson's r per map" in m.value]
+    at.radio(key="patch_method").set_value("attribution").run()
+    assert len(sweeps) == 4 and figure(at, "Patching the residual stream") is None  # its own button
+    gate_button(at, "patching_attribution").click().run()
+    assert not at.exception and len(sweeps) == 8
+    attr = patching.normalise(patching.get_attr_patch_resid_pre(model, bad, cache, metric), clean_value, bad_value)
+    shown = plotly_array(figure(at, "Attribution estimate: the residual stream")["data"][0]["z"])
+    np.testing.assert_allclose(shown, attr.detach().numpy(), atol=1e-4)
+    said = next(m.value for m in at.markdown if "Pearson's r per map" in m.value)
+    r = np.corrcoef(exact.numpy().ravel(), attr.detach().numpy().ravel())[0, 1]
+    assert f"**resid_pre** {r:.2f}" in said
+    assert figure(at, "Each cell: exact (x) vs attribution") is not None
+
+
+def test_attribution_is_the_default_for_a_large_model(monkeypatch):
+    monkeypatch.setattr(intervention_state, "ATTRIBUTION_PARAMS", 1000)  # the shipped model counts as large
+    at = open_page("pages/interventions.py", part="patching")
+    assert at.radio(key="patch_method").value == "attribution"
+
+
+@pytest.mark.parametrize("page, name, module, function, title", [
+    ("pages/heads.py", "repeated_scores", gated_state, "repeated_head_scores", "induction score"),
+    ("pages/logit_lens.py", "logit_lens", gated_state, "logit_lens", None),
+    ("pages/embeddings.py", "embedding_pca", gated_state, "fit_pca", "Token embeddings in PCA"),
+    ("pages/inspector.py", "weight_stats", gated_state, "weight_stats", "std of each weight matrix"),
+])
+def test_other_pages_wait_for_their_button(monkeypatch, page, name, module, function, title):
+    calls = spy(monkeypatch, module, function)
+    at = open_page(page)
+    assert calls == []
+    charts = len(at.get("plotly_chart"))
+    gate_button(at, name).click().run()
+    assert not at.exception and len(calls) == 1
+    assert len(at.get("plotly_chart")) > charts
+    if title:
+        assert figure(at, title) is not None
+
+
+def test_a_moe_intervention_waits_for_its_button(monkeypatch):
+    import viz_model.moe as moe
+    calls = spy(monkeypatch, moe, "run_with_routing")
+    at = open_page("pages/moe.py", model="tinystories-moe")
+    assert calls == [] and figure(at, "Output ") is None
+    gate_button(at, "moe_intervention").click().run()
+    assert not at.exception and len(calls) == 1 and figure(at, "Output ") is not None
