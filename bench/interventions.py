@@ -3,7 +3,8 @@ patched copies saves against one forward pass per cell, what prefix reuse saves 
 what attribution patching costs; with each sweep's predicted cost (``batching.sweep_cost``, forward-equivalents)
 beside the measured time in units of one forward pass.
 
-    .venv/bin/python bench/interventions.py [--model shipped|llama-mid] [--tokens 32 64] [--rounds 5] [--threads 2]
+    .venv/bin/python bench/interventions.py [--model shipped|llama-mid] [--tokens 32 64] [--rounds 5] [--warmup 1]
+                                            [--threads 2] [--no-naive]
 
 ``shipped``: the shipped tinystories-6l. ``llama-mid``: a random Llama-shaped model (d_model 1024, 8 layers, 16 query
 heads sharing 4 key/value heads, SwiGLU 2816, vocabulary 32,000: ~150 M parameters, 0.6 GB in float32).
@@ -45,6 +46,7 @@ def main() -> None:
     p.add_argument("--model", choices=("shipped", "llama-mid"), default="shipped")
     p.add_argument("--tokens", type=int, nargs="+", default=[32, 64])
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-naive", action="store_true", help="skip the one-pass-per-cell row (slow on big models)")
     args = p.parse_args()
@@ -103,7 +105,7 @@ def main() -> None:
         ]
         if not args.no_naive:
             work.append((f"resid_pre patching ({L}×{n}), one forward per cell", one_per_cell, float(L * n)))
-        times = interleaved({name: fn for name, fn, _ in work}, rounds=args.rounds)
+        times = interleaved({name: fn for name, fn, _ in work}, rounds=args.rounds, warmup=args.warmup)
         unit = times["forward pass (the unit)"]
         for name, _, predicted in work:
             rows.append({"tokens": n, "work": name, "median ms": times[name], "measured fwd-eq": times[name] / unit,

@@ -28,8 +28,8 @@ FAMILIES = {  # the architecture switches that change what a block reads besides
 }
 
 
-def random_model(family: str) -> tuple[VizTransformer, dict, dict]:
-    """A small random model of the family, and the keyword arguments of its clean and corrupted runs."""
+def random_model(family: str) -> tuple[VizTransformer, dict]:
+    """A small random model of the family and the keyword arguments of its runs (source ids, segment ids)."""
     model = VizTransformer(Config(**SMALL, **FAMILIES[family]))
     model.init_weights(seed=7)
     with torch.no_grad():
@@ -41,7 +41,7 @@ def random_model(family: str) -> tuple[VizTransformer, dict, dict]:
         kw["src_tokens"] = torch.tensor([[3, 9, 4, 1, 7, 2]])
     if family == "bert":
         kw["token_type_ids"] = torch.tensor([[0, 0, 0, 1, 1, 1]])
-    return model, kw, kw
+    return model, kw
 
 
 def per_cell(model, tokens, cells, hook_for, fn_for, reduce, **kw):
@@ -53,7 +53,7 @@ def per_cell(model, tokens, cells, hook_for, fn_for, reduce, **kw):
 @pytest.mark.parametrize("family", list(FAMILIES))
 @torch.no_grad()
 def test_prefix_reuse_equals_whole_model_cells(family, monkeypatch):
-    model, kw, _ = random_model(family)
+    model, kw = random_model(family)
     clean, corrupted = torch.tensor([[5, 11, 2, 30, 8, 17]]), torch.tensor([[5, 11, 29, 30, 8, 3]])
     n_layers, n_heads, n_pos = model.cfg.n_layers, model.cfg.n_heads, clean.shape[1]
     logits, clean_cache = model.run_with_cache(clean, **kw)
@@ -104,7 +104,7 @@ def test_prefix_reuse_equals_whole_model_cells(family, monkeypatch):
 
 
 def test_forward_from_a_recorded_layer_input_is_the_forward_pass():
-    model, kw, _ = random_model("t5")
+    model, kw = random_model("t5")
     tokens = torch.tensor([[5, 11, 2, 30]])
     n_layers = model.cfg.n_layers
     names = [f"blocks.{layer}.hook_resid_pre" for layer in range(n_layers)] + [f"blocks.{n_layers - 1}.hook_resid_post"]
@@ -204,8 +204,40 @@ def test_attribution_patching_equals_transformers_gradients(family, tmp_path):
     assert (exact[0, untouched] - corrupted_value).abs().max() <= 1e-4
 
 
+@pytest.mark.parametrize("family", ["enc-dec", "t5", "moe", "bert"])
+def test_attribution_is_the_derivative_along_the_patch_on_other_families(family):
+    """Each cell's term is d metric / dt of the corrupted run with the activation moved t of the way to the clean
+    one, at t = 0: checked by a central difference of whole-model runs (float32, step 1e-2)."""
+    model, kw = random_model(family)
+    clean, corrupted = torch.tensor([[5, 11, 2, 30, 8, 17]]), torch.tensor([[5, 11, 29, 30, 8, 3]])
+    logits, clean_cache = model.run_with_cache(clean, **kw)
+    answer, wrong = logits[0, -1].topk(2).indices.tolist()
+    metric = patching.logit_diff_metric(answer, wrong)
+    base = metric(model(corrupted, **kw)).item()
+    step = 1e-2
+    sweeps = [(patching.get_attr_patch_resid_pre, "hook_resid_pre", lambda i: (slice(None), i)),
+              (patching.get_attr_patch_attn_out, "hook_attn_out", lambda i: (slice(None), i)),
+              (patching.get_attr_patch_mlp_out, "hook_mlp_out", lambda i: (slice(None), i)),
+              (patching.get_attr_patch_attn_head_out_all_pos, "attn.hook_z", lambda i: (slice(None), slice(None), i))]
+    for fn, hook, sel_of in sweeps:
+        grid = fn(model, corrupted, clean_cache, metric, **kw)
+        for layer, index in [(0, 2), (1, 1), (2, 2)]:  # a corrupted position and an intact one (a head each)
+            name, sel = f"blocks.{layer}.{hook}", sel_of(index)
+
+            def moved(t):
+                def shift(x, hook):
+                    x = x.clone()
+                    x[sel] = x[sel] + t * (clean_cache[name][sel] - x[sel])
+                    return x
+                with torch.no_grad():
+                    return metric(model.run_with_hooks(corrupted, [(name, shift)], **kw)).item()
+            slope = (moved(step) - moved(-step)) / (2 * step)
+            assert abs(grid[layer, index].item() - (base + slope)) <= 2e-3 * max(1.0, abs(slope)), (hook, layer, index)
+        assert (grid - base).abs().max() > 1e-2, hook  # terms that matter
+
+
 def test_attribution_patching_refuses_a_metric_without_gradient():
-    model, _, _ = random_model("gpt2")
+    model, _ = random_model("gpt2")
     tokens = torch.tensor([[1, 2, 3]])
     _, cache = model.run_with_cache(tokens)
     with pytest.raises(ValueError, match="differentiable scalar"):
@@ -221,7 +253,7 @@ class Cancelled(Exception):
 
 
 def test_progress_reports_every_pass_and_cancel_removes_the_hooks(monkeypatch):
-    model, _, _ = random_model("gpt2")
+    model, _ = random_model("gpt2")
     clean, corrupted = torch.tensor([[5, 11, 2, 30, 8, 17]]), torch.tensor([[5, 11, 29, 30, 8, 3]])
     _, clean_cache = model.run_with_cache(clean)
     metric = patching.logit_diff_metric(3, 4)
@@ -234,13 +266,14 @@ def test_progress_reports_every_pass_and_cancel_removes_the_hooks(monkeypatch):
             patching.get_act_patch_resid_pre(model, corrupted, clean_cache, metric, progress=lambda *a: calls.append(a),
                                              reuse_prefix=reuse)
         passes = rows[1:] if reuse else rows  # the prefix run first, then the cells' passes
+        assert passes == ([4, 2] * n_layers if reuse else [4, 4, 4, 4, 2])  # per layer / in order, 4 a pass at most
         assert calls == [(sum(passes[:i + 1]), n_layers * 6) for i in range(len(passes))]
     calls = []
     ablation.head_ablation_effects(model, clean, 3, progress=lambda *a: calls.append(a))
     assert calls[-1] == (n_layers * n_heads, n_layers * n_heads) and len(calls) >= n_layers
     calls = []
     patching.get_attr_patch_attn_head_out_all_pos(model, corrupted, clean_cache, metric, progress=lambda *a: calls.append(a))
-    assert calls == [(n_layers, n_layers)]
+    assert calls == [(n_layers * n_heads, n_layers * n_heads)]  # every cell at once
 
     def cancel(done, total):
         calls.append(done)
@@ -284,7 +317,7 @@ def counted_flops(fn) -> int:
 
 @pytest.mark.parametrize("family", ["gpt2", "enc-dec", "moe"])
 def test_sweep_cost_is_the_work_pytorch_counts(family):
-    model, kw, _ = random_model(family)
+    model, kw = random_model(family)
     clean, corrupted = torch.tensor([[5, 11, 2, 30, 8]]), torch.tensor([[5, 11, 29, 30, 8]])
     src = kw.get("src_tokens")
     n_src = None if src is None else src.shape[1]

@@ -140,11 +140,17 @@ def sweep_cost(model: VizTransformer, n_pos: int, kind: str, method: str = "exac
     return 1.0 + sum(n * work for n, work in zip(cells, suffix)) / total
 
 
-def seconds_per_forward(model: VizTransformer, tokens: torch.Tensor, **kwargs) -> float:
-    """Wall seconds of one plain forward pass of ``tokens`` (``[1, pos]``, no grad), the unit of
-    :func:`sweep_cost`, timed once after one warm-up run."""
+def seconds_per_forward(model: VizTransformer, tokens: torch.Tensor, batch: int = 1, **kwargs) -> float:
+    """Wall seconds of one forward pass of one copy of ``tokens`` (``[1, pos]``, no grad), the unit of
+    :func:`sweep_cost`: a forward pass of ``batch`` copies, timed once after one warm-up run, divided by ``batch``.
+    A batched copy costs less than a prompt alone (bigger matrix products), so for an exact sweep time a batch of
+    about the copies of one pass (:func:`.batching.copies_per_pass`, at most the cells of a layer); for attribution
+    patching, ``batch=1``. ``kwargs`` as ``forward`` (batch-of-one tensors are repeated)."""
+    from .batching import repeat_kwargs  # noqa: PLC0415  (batching imports this module)
+
+    ids, extra = tokens.expand(batch, -1), repeat_kwargs(kwargs, batch)
     with torch.no_grad():
-        model(tokens, **kwargs)
+        model(ids, **extra)
         start = time.perf_counter()
-        model(tokens, **kwargs)
-        return time.perf_counter() - start
+        model(ids, **extra)
+        return (time.perf_counter() - start) / batch

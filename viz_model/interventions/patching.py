@@ -160,7 +160,7 @@ def get_act_patch_attn_head_out_all_pos(model: VizTransformer, corrupted_tokens:
 # ---- attribution patching: a linear estimate of every cell from one forward and one backward pass -------------
 
 def _attr_terms(model: VizTransformer, corrupted_tokens: torch.Tensor, clean_cache: Mapping[str, torch.Tensor],
-                patching_metric: Metric, names: list[str], progress: Progress | None, **kwargs
+                patching_metric: Metric, names: list[str], **kwargs
                 ) -> tuple[float, list[torch.Tensor]]:
     """The corrupted run's metric and, per hook in ``names``, ``(clean - corrupted) * d metric / d activation``
     (float32, batch row 0, the activation's own shape)."""
@@ -186,15 +186,19 @@ def _attr_terms(model: VizTransformer, corrupted_tokens: torch.Tensor, clean_cac
         corrupted = acts.pop(name).detach()[:1].float()
         grad = torch.zeros_like(corrupted) if grad is None else grad[:1].float()
         terms.append(((source.to(corrupted.device) - corrupted) * grad)[0])
-    if progress is not None:
-        progress(len(names), len(names))
     return float(value.detach()), terms
 
 
 def _attr_positions(model, corrupted_tokens, clean_cache, patching_metric, hook, progress, **kwargs) -> torch.Tensor:
     names = [f"blocks.{layer}.{hook}" for layer in range(model.cfg.n_layers)]
-    value, terms = _attr_terms(model, corrupted_tokens, clean_cache, patching_metric, names, progress, **kwargs)
-    return value + torch.stack([term.sum(-1) for term in terms]).cpu()  # [n_layers, pos]
+    value, terms = _attr_terms(model, corrupted_tokens, clean_cache, patching_metric, names, **kwargs)
+    return _done(value + torch.stack([term.sum(-1) for term in terms]).cpu(), progress)  # [n_layers, pos]
+
+
+def _done(grid: torch.Tensor, progress: Progress | None) -> torch.Tensor:
+    if progress is not None:  # every cell at once
+        progress(grid.numel(), grid.numel())
+    return grid
 
 
 def get_attr_patch_resid_pre(model: VizTransformer, corrupted_tokens: torch.Tensor,
@@ -214,7 +218,7 @@ def get_attr_patch_resid_pre(model: VizTransformer, corrupted_tokens: torch.Tens
     probability metric near saturation).
 
     Args: as :func:`get_act_patch_resid_pre` (``patching_metric`` must be differentiable: a tensor op of the logits);
-        ``progress`` is called once, ``(n_layers, n_layers)``, when done.
+        ``progress`` is called once, ``(n_cells, n_cells)``, when done.
 
     Returns:
         ``[n_layers, pos]`` float32, in the metric's units.
@@ -251,8 +255,8 @@ def get_attr_patch_attn_head_out_all_pos(model: VizTransformer, corrupted_tokens
         ``[n_layers, n_heads]`` float32, in the metric's units.
     """
     names = [f"blocks.{layer}.attn.hook_z" for layer in range(model.cfg.n_layers)]
-    value, terms = _attr_terms(model, corrupted_tokens, clean_cache, patching_metric, names, progress, **kwargs)
-    return value + torch.stack([term.sum(dim=(0, 2)) for term in terms]).cpu()  # [pos, head, d_head] -> [head]
+    value, terms = _attr_terms(model, corrupted_tokens, clean_cache, patching_metric, names, **kwargs)
+    return _done(value + torch.stack([term.sum(dim=(0, 2)) for term in terms]).cpu(), progress)  # [n_layers, n_heads]
 
 
 PATCH_HOOKS = {"resid_pre": "hook_resid_pre", "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out"}
