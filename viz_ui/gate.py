@@ -12,7 +12,6 @@ at its next progress update; nothing half-done is stored, and the next run of th
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable
@@ -22,7 +21,7 @@ import streamlit as st
 import torch
 
 from viz_model import VizTransformer
-from viz_model.interventions.batching import copies_per_pass
+from viz_model.interventions.batching import copies_per_pass, seconds_per_forward
 from viz_model.interventions.cost import forward_flops
 
 GATE_SECONDS = 1.0  # work estimated above this many seconds waits for a click (environment: VIZ_GATE_SECONDS)
@@ -52,21 +51,14 @@ def _speeds() -> dict[tuple[str, int], float]:
     return {}  # (model key, length bucket) -> seconds per copy, shared by every session of this server
 
 
-@torch.no_grad()
 def probe_seconds(model: VizTransformer, n_tokens: int, batch: int = PROBE_BATCH) -> float:
     """Seconds per copy of a plain forward pass over ``batch`` copies (fewer where the memory budget says so,
-    :func:`viz_model.interventions.batching.copies_per_pass`) of ``n_tokens`` random ids: the best of two runs."""
+    :func:`viz_model.interventions.batching.copies_per_pass`) of ``n_tokens`` random ids
+    (:func:`viz_model.interventions.batching.seconds_per_forward`: one warm-up run, then one timed)."""
     batch = max(1, min(batch, copies_per_pass(model, n_tokens)))
-    ids = torch.randint(0, model.cfg.d_vocab, (batch, n_tokens), generator=torch.Generator().manual_seed(0))
-    kwargs = {}
-    if model.encoder is not None:
-        kwargs["src_tokens"] = ids
-    best = math.inf
-    for _ in range(2):
-        t0 = time.perf_counter()
-        model(ids, **kwargs)
-        best = min(best, time.perf_counter() - t0)
-    return best / batch
+    ids = torch.randint(0, model.cfg.d_vocab, (1, n_tokens), generator=torch.Generator().manual_seed(0))
+    kwargs = {"src_tokens": ids} if model.encoder is not None else {}
+    return seconds_per_forward(model, ids, batch, **kwargs)
 
 
 def copy_seconds(model: VizTransformer, path: str, n_tokens: int, trace_seconds: float | None) -> float:

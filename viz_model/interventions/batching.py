@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import time
+
 import torch
 
 from ..components import attn_budget_bytes
@@ -26,6 +28,20 @@ def repeat_kwargs(kwargs: dict, batch: int) -> dict:
     ``token_type_ids``) repeated to ``batch`` rows."""
     return {k: v.expand(batch, *v.shape[1:]) if isinstance(v, torch.Tensor) and v.shape[:1] == (1,) else v
             for k, v in kwargs.items()}
+
+
+def seconds_per_forward(model: VizTransformer, tokens: torch.Tensor, batch: int = 1, **kwargs) -> float:
+    """Wall seconds of one forward pass of one copy of ``tokens`` (``[1, pos]``, no grad), the unit of
+    :func:`sweep_cost`: a forward pass of ``batch`` copies, timed once after one warm-up run, divided by ``batch``.
+    A batched copy costs less than a prompt alone (bigger matrix products), so for an exact sweep time a batch of
+    about the copies of one pass (:func:`copies_per_pass`, at most the cells of a layer); for attribution
+    patching, ``batch=1``. ``kwargs`` as ``forward`` (batch-of-one tensors are repeated)."""
+    ids, extra = tokens.expand(batch, -1), repeat_kwargs(kwargs, batch)
+    with torch.no_grad():
+        model(ids, **extra)
+        start = time.perf_counter()
+        model(ids, **extra)
+        return (time.perf_counter() - start) / batch
 
 
 Cell = tuple[int, ...]

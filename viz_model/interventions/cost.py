@@ -10,9 +10,6 @@ forward pass.
 
 from __future__ import annotations
 
-import time
-
-import torch
 from torch import nn
 
 from ..model import VizTransformer
@@ -138,19 +135,3 @@ def sweep_cost(model: VizTransformer, n_pos: int, kind: str, method: str = "exac
         return float(sum(cells)) + (1.0 if kind == "ablation" else 0.0)
     suffix = [sum(flops["blocks"][layer:]) + flops["decode"] for layer in range(model.cfg.n_layers)]
     return 1.0 + sum(n * work for n, work in zip(cells, suffix)) / total
-
-
-def seconds_per_forward(model: VizTransformer, tokens: torch.Tensor, batch: int = 1, **kwargs) -> float:
-    """Wall seconds of one forward pass of one copy of ``tokens`` (``[1, pos]``, no grad), the unit of
-    :func:`sweep_cost`: a forward pass of ``batch`` copies, timed once after one warm-up run, divided by ``batch``.
-    A batched copy costs less than a prompt alone (bigger matrix products), so for an exact sweep time a batch of
-    about the copies of one pass (:func:`.batching.copies_per_pass`, at most the cells of a layer); for attribution
-    patching, ``batch=1``. ``kwargs`` as ``forward`` (batch-of-one tensors are repeated)."""
-    from .batching import repeat_kwargs  # noqa: PLC0415  (batching imports this module)
-
-    ids, extra = tokens.expand(batch, -1), repeat_kwargs(kwargs, batch)
-    with torch.no_grad():
-        model(ids, **extra)
-        start = time.perf_counter()
-        model(ids, **extra)
-        return (time.perf_counter() - start) / batch
