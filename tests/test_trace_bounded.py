@@ -52,6 +52,8 @@ def test_every_value_of_a_bounded_trace_is_the_plain_captures(family):
     for pos in (0, 3, len(want) - 2):  # computed on read from the last residual, one position at a time
         np.testing.assert_allclose(got[pos], want[pos], rtol=1e-5, atol=1e-5 * np.abs(want[pos]).max())
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    from viz_ui.moe_view import kl_bits  # the MoE page compares every position's output
+    assert np.abs(kl_bits(got, want)).max() < 1e-6
 
 
 def test_a_bfloat16_models_bounded_trace_is_its_plain_capture():
@@ -88,7 +90,7 @@ def test_the_bytes_follow_the_formula_and_the_cache_stays_bounded(monkeypatch):
     outer = sum(a.nbytes for name, a in plain.arrays.items() if not name.startswith("blocks.") and name != "hook_logits")
     resid, row = (cfg.n_layers + 1) * n * cfg.d_model * 4, cfg.d_vocab * 4
     assert arrays.nbytes() == resid + row + outer  # nothing recomputed yet
-    parts = bounded_bytes(model, n)
+    parts = bounded_bytes(model, n, outer=outer)
     assert (parts["resid"], parts["logits"]) == (resid, row)
     # one block's hooks, as the plain capture holds them, less its input and output (the residual keeps them) and
     # the scores and patterns (derived from q and k, never kept)
@@ -100,6 +102,22 @@ def test_the_bytes_follow_the_formula_and_the_cache_stays_bounded(monkeypatch):
     assert arrays.layers.cached_bytes() == min(cfg.n_layers, parts["n_cached"]) * layer
     arrays["hook_logits"][0]
     assert arrays.nbytes() == resid + outer + 2 * row + min(cfg.n_layers, parts["n_cached"]) * layer
+    # a budget that leaves room for one layer: the cache holds one, whatever is read
+    monkeypatch.setenv("VIZ_TRACE_MB", str(2 * (resid + row + outer + layer + 1) / 2**20))
+    small = run_trace(model, IdTokenizer(cfg.d_vocab), TEXT)
+    assert small.arrays.layers is not None and bounded_bytes(model, n, outer=outer)["n_cached"] == 1
+    for i in range(cfg.n_layers):
+        small.arrays[f"blocks.{i}.attn.hook_pattern"]
+    assert small.arrays.layers.cached_bytes() == layer
+
+
+def test_the_app_recomputes_with_the_live_model_and_pickles_without_it():
+    from viz_ui.state import TraceModel
+    model = small_model()
+    ref = TraceModel(model, "some/path")
+    assert ref() is model
+    again = pickle.loads(pickle.dumps(ref))
+    assert again.path == "some/path" and again._ref() is None  # would load the model at the path again
 
 
 def test_the_cache_keeps_the_layers_last_read(monkeypatch):

@@ -20,13 +20,14 @@ from .text import error_line, recoverable
 from .trace_bounded import Held, Layers, LogitRows, host_array, layer_bytes, layer_names, recomputed
 
 LONG_INPUT = 256  # tokens beyond which a trace stores float16 (see run_trace)
-DEFAULT_TRACE_MB = 512  # see trace_budget_bytes
+DEFAULT_TRACE_MB = 1024  # see trace_budget_bytes
 MAX_CACHED_LAYERS = 4  # recomputed layers a bounded trace keeps at most (see run_trace)
 
 
 def trace_budget_bytes() -> int:
-    """What a trace may keep, in bytes: ``VIZ_TRACE_MB`` (megabytes, default 512). A trace whose plain capture
-    would hold more is bounded (see :func:`run_trace`); a value that is no positive number means the default."""
+    """What a trace may keep, in bytes: ``VIZ_TRACE_MB`` (megabytes, default 1,024). A trace whose plain capture
+    would hold more is bounded (see :func:`run_trace`), and a bounded trace caches recomputed layers in half of it;
+    a value that is no positive number means the default."""
     try:
         mb = float(os.environ.get("VIZ_TRACE_MB", DEFAULT_TRACE_MB))
     except ValueError:
@@ -258,7 +259,7 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str, bounded: b
     :func:`trace_budget_bytes` (``bounded=None``; True or False forces the choice), a model without encoder keeps
     only its residual stream, the hooks outside the blocks and the logits of the last position and of every
     ``[MASK]``; a block's hooks are recomputed when read (bit-identical), the ``n_cached`` layers last read staying
-    cached, ``n_cached = clamp((budget - kept) // layer, 1, MAX_CACHED_LAYERS)`` (see :func:`bounded_bytes`).
+    cached, ``n_cached = clamp((budget / 2 - kept) // layer, 1, MAX_CACHED_LAYERS)`` (see :func:`bounded_bytes`).
     ``model_ref`` returns the model for those recomputations (default: ``model`` itself, which the trace then
     keeps alive).
 
@@ -328,13 +329,14 @@ def plain_bytes(model: VizTransformer, names: list[list[str]], n_tokens: int, ha
     return blocks + logits + 4 * n_tokens * model.cfg.d_model * 4
 
 
-def bounded_bytes(model: VizTransformer, n_tokens: int, n_kept_rows: int = 1) -> dict[str, int]:
-    """The bytes a bounded trace of ``n_tokens`` tokens keeps, by part (the formula the README gives):
+def bounded_bytes(model: VizTransformer, n_tokens: int, n_kept_rows: int = 1, outer: int = 0) -> dict[str, int]:
+    """The bytes a bounded trace of ``n_tokens`` tokens keeps, by part (the formula the README gives; ``outer``:
+    the bytes of the hooks outside the blocks, see the last item):
 
     - ``resid``: ``(n_layers + 1) · n_tokens · d_model · itemsize`` (the model's dtype);
     - ``logits``: ``n_kept_rows · d_vocab · 4`` (the last position and each ``[MASK]``);
     - ``cache``: at most ``n_cached · layer`` where ``layer`` is one block's hooks in float32
-      (:func:`~viz_ui.trace_bounded.layer_bytes`) and ``n_cached = clamp((budget - kept) // layer, 1, 4)``,
+      (:func:`~viz_ui.trace_bounded.layer_bytes`) and ``n_cached = clamp((budget / 2 - kept) // layer, 1, 4)``,
       plus at most 16 logit rows read elsewhere (``16 · d_vocab · 4``);
     - the hooks outside the blocks are the stored arrays that remain (a few ``[pos, d_model]``; T5's bias
       ``[n_heads, pos, pos]``), counted by :meth:`Arrays.nbytes`.
@@ -344,7 +346,7 @@ def bounded_bytes(model: VizTransformer, n_tokens: int, n_kept_rows: int = 1) ->
     layer = layer_bytes(recomputed(names[0]), n_tokens, model) if names and names[0] else 0
     resid = (cfg.n_layers + 1) * n_tokens * cfg.d_model * torch.finfo(model.dtype).bits // 8
     logits = n_kept_rows * cfg.d_vocab * 4 if model.has_lm_head else 0
-    n_cached = _n_cached(trace_budget_bytes() - resid - logits, layer)
+    n_cached = _n_cached(trace_budget_bytes() // 2 - resid - logits - outer, layer)
     return {"resid": resid, "logits": logits, "layer": layer, "n_cached": n_cached,
             "cache": n_cached * layer + (16 * cfg.d_vocab * 4 if model.has_lm_head else 0)}
 
@@ -374,7 +376,7 @@ def _bounded(model: VizTransformer, ids: list[int], names: list[list[str]], keep
         kept_bytes += sum(r.nbytes for r in kept.values())
     del logits
     layer = layer_bytes(recomputed(names[0]), len(ids), model) if names and names[0] else 0
-    out.layers = Layers(resid, names, model_ref, _n_cached(trace_budget_bytes() - kept_bytes, layer))
+    out.layers = Layers(resid, names, model_ref, _n_cached(trace_budget_bytes() // 2 - kept_bytes, layer))
     for name in model.hook_dict:  # scores and patterns: derived from the recomputed q and k
         kind = score_kind(name)
         if kind and keep(name) and name.startswith("blocks."):

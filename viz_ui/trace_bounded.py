@@ -140,7 +140,7 @@ class LogitRows:
     :meth:`~viz_model.VizTransformer.decode` (final norm, unembedding, bias, soft-cap) on that one position: the
     same operations on the same numbers, equal to the full pass's row up to float32 summation order (a
     matrix-vector product adds in another order than the pass's matrix product; measured below 1e-5 relative).
-    ``np.asarray(rows)`` builds the whole ``[pos, d_vocab]`` array.
+    ``np.asarray(rows)`` and ``rows.astype(dtype)`` build the whole ``[pos, d_vocab]`` array.
     """
 
     ndim = 2
@@ -167,6 +167,10 @@ class LogitRows:
     def _row(self, pos: int) -> np.ndarray:
         model = self.model_ref()
         return host_array(model.decode(self.final[pos:pos + 1].to(model.device))[0].float())
+
+    def astype(self, dtype, **kwargs) -> np.ndarray:
+        """Every row, ``[pos, d_vocab]``, as ``dtype`` (as ``ndarray.astype``: the MoE page's softmax uses it)."""
+        return np.asarray(self).astype(dtype, **kwargs)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         out = np.stack([self[i] for i in range(self.shape[0])]) if self.shape[0] else np.zeros(self.shape, np.float32)
