@@ -297,8 +297,9 @@ PLAN = {  # part -> the implementations run, one fresh process each, one after t
 
 def run_child(part: str, impl: str, folder: Path, repeats: int) -> dict:
     import subprocess
-    env = {**os.environ, "VIZ_MAX_MODEL_MB": os.environ.get("VIZ_MAX_MODEL_MB", "20000"),
-           "PYTHONPATH": str(ROOT)}
+    # OMP_WAIT_POLICY=PASSIVE as the app sets it: spinning OpenMP threads slow everything on shared cores
+    env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "PYTHONPATH": str(ROOT),
+           "VIZ_MAX_MODEL_MB": os.environ.get("VIZ_MAX_MODEL_MB", "20000")}
     cmd = [sys.executable, __file__, "child", "--part", "ablate" if part == "sweeps" else part, "--impl", impl,
            "--model", str(folder), "--repeats", str(repeats)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
