@@ -122,7 +122,11 @@ class Layers:
     def _run(self, layer: int) -> dict[str, np.ndarray]:
         model = self.model_ref()
         out: dict[str, np.ndarray] = {}
-        save = lambda tensor, hook: out.__setitem__(hook.name, host_array(tensor[0]))  # noqa: E731
+        me = threading.get_ident()
+
+        def save(tensor: torch.Tensor, hook) -> None:  # the model is shared: another session's pass may run it now
+            if threading.get_ident() == me:
+                out[hook.name] = host_array(tensor[0])
         with model.hooks((name, save) for name in self.inner[layer]):
             model.blocks[layer](self.resid[layer].unsqueeze(0).to(model.device))
         return out
