@@ -236,3 +236,16 @@ def test_minilm_pages_speak_of_an_encoder_with_wordpiece():
         words += page_words(at)
     assert "wordpiece" in words and "byte-level" not in words and "next token" not in words
     assert "unembedding" not in words
+
+
+@pytest.mark.parametrize("name", ["llama-gqa", "bert-mlm"])
+@pytest.mark.parametrize("page", ALL_PAGES)
+def test_every_page_renders_a_bounded_trace(family_models, name, page, monkeypatch):
+    """A budget so small that every trace is bounded (viz_ui.trace_bounded): the pages read recomputed layers and
+    logit rows decoded on read; the text is one no other test uses, so the shared trace cache holds no plain one."""
+    from viz_ui.state import get_trace
+    monkeypatch.setenv("VIZ_TRACE_MB", "0.001")
+    text = "A bounded trace: the cat sat on the [MASK] mat."
+    at = open_with(family_models, name, page, text)
+    assert not at.error, [e.value for e in at.error]
+    assert get_trace(f"upload:{name}", text).arrays.layers is not None

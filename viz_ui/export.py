@@ -88,8 +88,10 @@ def _npz_entries(trace: Trace):
     for name in trace.arrays.names():
         if name in trace.arrays.derived:
             yield name, trace.arrays[name].astype(np.float16)
-        else:
+        elif dict.__contains__(trace.arrays, name):
             yield name, dict.__getitem__(trace.arrays, name)
+        else:  # a bounded trace's block hook, recomputed (viz_ui.trace_bounded)
+            yield name, trace.arrays[name]
 
 
 def pattern_table(patterns: np.ndarray, labels: list[str], causal: bool = True) -> pd.DataFrame:

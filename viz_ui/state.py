@@ -11,6 +11,7 @@ import importlib.util
 import os
 import sys
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,7 +207,7 @@ def get_trace(path: str, text: str) -> Trace:
     """
     model, tokenizer = resolve(path)
     started = time.perf_counter()
-    trace = run_trace(model, tokenizer, text)
+    trace = run_trace(model, tokenizer, text, model_ref=TraceModel(model, path))
     trace.seconds = time.perf_counter() - started
     return trace
 
@@ -224,6 +225,24 @@ def flop_rate(path: str, text: str) -> float:
     model, _ = resolve(path)
     trace = get_trace(path, text)
     return flops_per_second(model, path, trace.n_tokens, trace.seconds)
+
+
+class TraceModel:
+    """The model a bounded trace recomputes its layers with (:mod:`viz_ui.trace_bounded`): the one it ran while
+    that one lives (a weak reference: a cached trace does not keep alive a model the cache let go), else the model
+    at ``path`` as :func:`resolve` gives it now (loaded again)."""
+
+    def __init__(self, model: VizTransformer, path: str) -> None:
+        self.path, self._ref = path, weakref.ref(model)
+
+    def __call__(self) -> VizTransformer:
+        return self._ref() or resolve(self.path)[0]
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.path, self._ref = state["path"], (lambda: None)
 
 
 @st.cache_data(max_entries=4, show_spinner=False)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -16,8 +17,22 @@ from viz_model.model import score_kind
 from viz_model.tokenizer import token_bytes, tokenizer_kind  # noqa: F401  (re-exported for pages)
 
 from .text import error_line, recoverable
+from .trace_bounded import Held, Layers, LogitRows, host_array, layer_bytes, layer_names, recomputed
 
 LONG_INPUT = 256  # tokens beyond which a trace stores float16 (see run_trace)
+DEFAULT_TRACE_MB = 1024  # see trace_budget_bytes
+MAX_CACHED_LAYERS = 4  # recomputed layers a bounded trace keeps at most (see run_trace)
+
+
+def trace_budget_bytes() -> int:
+    """What a trace may keep, in bytes: ``VIZ_TRACE_MB`` (megabytes, default 1,024). A trace whose plain capture
+    would hold more is bounded (see :func:`run_trace`), and a bounded trace caches recomputed layers in half of it;
+    a value that is no positive number means the default."""
+    try:
+        mb = float(os.environ.get("VIZ_TRACE_MB", DEFAULT_TRACE_MB))
+    except ValueError:
+        mb = DEFAULT_TRACE_MB
+    return int((mb if mb > 0 else DEFAULT_TRACE_MB) * 2**20)
 
 
 class Arrays(dict):
@@ -30,6 +45,9 @@ class Arrays(dict):
     (:func:`viz_model.components.masked_scores`, then softmax as in ``Attention.forward``): the very numbers
     the model computed, while a 1,024-token GPT-2-small trace holds 600 MB less. Iterating lists the stored
     names only; :meth:`names` lists every readable one.
+
+    A bounded trace (:mod:`viz_ui.trace_bounded`, see :func:`run_trace`) stores no block hook: ``layers``
+    recomputes them on read, bit-identical, and ``hook_logits`` is a :class:`~viz_ui.trace_bounded.LogitRows`.
     """
 
     def __init__(self, *args, **kwargs) -> None:
@@ -37,6 +55,7 @@ class Arrays(dict):
         # name -> (q name, k name, config, cross-attention, softmax: pattern rather than scores, the layer's
         # relative position bias module or None: T5)
         self.derived: dict[str, tuple] = {}
+        self.layers: Layers | None = None  # a bounded trace's block hooks
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name in self.derived:
@@ -45,27 +64,28 @@ class Arrays(dict):
             with torch.no_grad():
                 scores = masked_scores(q, k, cfg, cross, rel_pos)
             return (torch.softmax(scores, dim=-1) if pattern else scores)[0].numpy()
+        if self.layers is not None and name in self.layers:
+            return self.layers.read(name)
         value = super().__getitem__(name)
         return value.astype(np.float32) if value.dtype == np.float16 else value
 
     def __contains__(self, name) -> bool:
-        return super().__contains__(name) or name in self.derived
+        return super().__contains__(name) or name in self.derived or (self.layers is not None and name in self.layers)
 
     def get(self, name: str, default=None):
         return self[name] if name in self else default
 
     def names(self) -> list[str]:
-        """Every hook name readable here, stored or derived."""
-        return [*self.keys(), *self.derived]
+        """Every hook name readable here, stored, recomputed or derived."""
+        return [*self.keys(), *(self.layers.layer_of if self.layers is not None else ()), *self.derived]
 
-
-def host_array(tensor: torch.Tensor) -> np.ndarray:
-    """A tensor as a numpy array on the CPU: bfloat16 (which numpy lacks) becomes float32, exactly; float16 and
-    float32 keep their dtype (see :class:`Arrays`)."""
-    tensor = tensor.detach()
-    if tensor.dtype == torch.bfloat16:
-        tensor = tensor.float()
-    return tensor.cpu().numpy()
+    def nbytes(self) -> int:
+        """Bytes this trace holds now: every stored array, and for a bounded trace its residual stream, its logit
+        rows and the layers in its cache (what :func:`bounded_bytes` bounds)."""
+        total = sum(a.nbytes for a in self.values())
+        if self.layers is not None:
+            total += self.layers.resid.nbytes + self.layers.cached_bytes()
+        return total
 
 
 def _arrays(cache, model: VizTransformer, derive: bool) -> Arrays:
@@ -225,7 +245,8 @@ def _derive(model: VizTransformer, n_q: int, n_k: int, budget: int) -> bool:
     return attention_bytes(model.cfg.n_heads, n_q, n_k) * n_attn > budget
 
 
-def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
+def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str, bounded: bool | None = None,
+              model_ref: Callable[[], VizTransformer] | None = None) -> Trace:
     """Tokenize ``text`` (keeping the first :func:`token_limit` tokens: the context, or fewer under the attention
     memory budget), run the model with every hook recorded except ``hook_probs`` (an exact function of
     ``hook_logits``). Scores and patterns are derived on reading (see :class:`Arrays`) for long texts and whenever
@@ -234,6 +255,14 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
     Encoder-decoder models: ``text`` is the source; the decoder's output is generated greedily (until the
     end token or the context is full) and the model is then run once over [start] + output, so every hook
     of the encoder, the decoder and the cross-attention is recorded for the model's own answer.
+
+    Bounded traces (:mod:`viz_ui.trace_bounded`): when a plain capture would keep more than
+    :func:`trace_budget_bytes` (``bounded=None``; True or False forces the choice), a model without encoder keeps
+    only its residual stream, the hooks outside the blocks and the logits of the last position and of every
+    ``[MASK]``; a block's hooks are recomputed when read (bit-identical), the ``n_cached`` layers last read staying
+    cached, ``n_cached = clamp((budget / 2 - kept) // layer, 1, MAX_CACHED_LAYERS)`` (see :func:`bounded_bytes`).
+    ``model_ref`` returns the model for those recomputations (default: ``model`` itself, which the trace then
+    keeps alive).
 
     Raises:
         ValueError: when ``text`` encodes to no tokens, or the tokenizer fails on it (see :func:`encode_text`).
@@ -258,11 +287,17 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
         small = {"store_dtype": torch.float16, "keep_float32": ("hook_logits", *sorted(qk))}
     if not model.cfg.is_encoder_decoder:
         labels = _labels(tokenizer, ids)
+        common = dict(text=text, ids=np.array(ids, dtype=np.int64), labels=labels, offsets=list(enc.offsets[:n_ctx]),
+                      n_tokens_total=len(enc.ids), **limits)
+        names = layer_names(model, keep, score_kind)
+        if bounded is None:
+            bounded = plain_bytes(model, names, len(ids), bool(small)) > trace_budget_bytes()
+        if bounded:
+            arrays = _bounded(model, ids, names, keep, mask_positions(tokenizer, ids), model_ref or Held(model))
+            return Trace(arrays=arrays, **common)
         _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=keep, **small)
-        return Trace(text=text, ids=np.array(ids, dtype=np.int64), labels=labels,
-                     offsets=list(enc.offsets[:n_ctx]), n_tokens_total=len(enc.ids),
-                     arrays=_arrays(cache, model, derive=bool(small) or _derive(model, len(ids), len(ids), budget)),
-                     **limits)
+        return Trace(arrays=_arrays(cache, model, derive=bool(small) or _derive(model, len(ids), len(ids), budget)),
+                     **common)
     cfg = model.cfg
     steps = generate(model, [cfg.decoder_start_id], n_ctx - 1, 0.0, src_ids=ids)
     out = [s.token_id for s in steps]
@@ -273,3 +308,79 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str) -> Trace:
     return Trace(text=text, ids=np.array(dec, dtype=np.int64), labels=labels, offsets=[(0, 0)] * len(dec),
                  n_tokens_total=len(enc.ids), arrays=_arrays(cache, model, derive=_derive(model, n, n, budget)),
                  src_ids=np.array(ids, dtype=np.int64), src_labels=src_labels, **limits)
+
+
+def mask_positions(tokenizer, ids) -> list[int]:
+    """Positions of the tokenizer's ``[MASK]`` (or ``<mask>``) token in ``ids`` (as :func:`viz_ui.generation.mask_positions`,
+    which imports this module)."""
+    from .generation import mask_positions as positions
+    try:
+        return positions(tokenizer, ids)
+    except Exception:  # an uploaded tokenizer without token_to_id: no mask positions
+        return []
+
+
+def plain_bytes(model: VizTransformer, names: list[list[str]], n_tokens: int, half: bool) -> int:
+    """What a plain capture of ``n_tokens`` tokens keeps, in bytes, estimated: every block's hooks (float32, or
+    float16 with ``half``: long texts, see :func:`run_trace`), the logits (float32) and the residual-sized hooks
+    outside the blocks (about 4 per position)."""
+    per_layer = layer_bytes(names[0], n_tokens, model) if names and names[0] else 0
+    blocks = model.cfg.n_layers * per_layer // (2 if half else 1)
+    logits = n_tokens * model.cfg.d_vocab * 4 if model.has_lm_head else 0
+    return blocks + logits + 4 * n_tokens * model.cfg.d_model * 4
+
+
+def bounded_bytes(model: VizTransformer, n_tokens: int, n_kept_rows: int = 1, outer: int = 0) -> dict[str, int]:
+    """The bytes a bounded trace of ``n_tokens`` tokens keeps, by part (the formula the README gives; ``outer``:
+    the bytes of the hooks outside the blocks, see the last item):
+
+    - ``resid``: ``(n_layers + 1) · n_tokens · d_model · itemsize`` (the model's dtype);
+    - ``logits``: ``n_kept_rows · d_vocab · 4`` (the last position and each ``[MASK]``);
+    - ``cache``: at most ``n_cached · layer`` where ``layer`` is one block's hooks in float32
+      (:func:`~viz_ui.trace_bounded.layer_bytes`) and ``n_cached = clamp((budget / 2 - kept) // layer, 1, 4)``,
+      plus at most 16 logit rows read elsewhere (``16 · d_vocab · 4``);
+    - the hooks outside the blocks are the stored arrays that remain (a few ``[pos, d_model]``; T5's bias
+      ``[n_heads, pos, pos]``), counted by :meth:`Arrays.nbytes`.
+    """
+    cfg = model.cfg
+    names = layer_names(model, lambda n: ".experts." not in n, score_kind)
+    layer = layer_bytes(recomputed(names[0]), n_tokens, model) if names and names[0] else 0
+    resid = (cfg.n_layers + 1) * n_tokens * cfg.d_model * torch.finfo(model.dtype).bits // 8
+    logits = n_kept_rows * cfg.d_vocab * 4 if model.has_lm_head else 0
+    n_cached = _n_cached(trace_budget_bytes() // 2 - resid - logits - outer, layer)
+    return {"resid": resid, "logits": logits, "layer": layer, "n_cached": n_cached,
+            "cache": n_cached * layer + (16 * cfg.d_vocab * 4 if model.has_lm_head else 0)}
+
+
+def _n_cached(room: int, layer: int) -> int:
+    return max(1, min(MAX_CACHED_LAYERS, room // max(layer, 1)))
+
+
+def _bounded(model: VizTransformer, ids: list[int], names: list[list[str]], keep, masks: list[int],
+             model_ref: Callable[[], VizTransformer]) -> Arrays:
+    """Run the model once, keeping what a bounded trace keeps (see :func:`run_trace`)."""
+    n_layers = model.cfg.n_layers
+    inner = {n for layer in names for n in layer} | {n for n in model.hook_dict if n.startswith("blocks.")}
+    outer = [n for n in model.hook_dict if keep(n) and n not in inner and n != "hook_logits"]
+    resid_names = [f"blocks.{i}.hook_resid_pre" for i in range(n_layers)] + [f"blocks.{n_layers - 1}.hook_resid_post"]
+    logits, cache = model.run_with_cache(torch.tensor([ids]), names_filter=[*outer, *resid_names])
+    out = Arrays()
+    for name in outer:
+        out[name] = host_array(cache.take(name)[0])
+    resid = torch.stack([cache.take(name)[0] for name in resid_names]).cpu()  # [n_layers + 1, pos, d_model]
+    del cache
+    kept_bytes = resid.nbytes + sum(a.nbytes for a in out.values())
+    if model.has_lm_head:
+        rows = sorted({len(ids) - 1, *masks})
+        kept = {p: host_array(logits[0, p].float().clone()) for p in rows}
+        out["hook_logits"] = LogitRows(kept, resid[-1], model.cfg.d_vocab, model_ref)
+        kept_bytes += sum(r.nbytes for r in kept.values())
+    del logits
+    layer = layer_bytes(recomputed(names[0]), len(ids), model) if names and names[0] else 0
+    out.layers = Layers(resid, names, model_ref, _n_cached(trace_budget_bytes() // 2 - kept_bytes, layer))
+    for name in model.hook_dict:  # scores and patterns: derived from the recomputed q and k
+        kind = score_kind(name)
+        if kind and keep(name) and name.startswith("blocks."):
+            attn, q_name, k_name = model.score_inputs(name)
+            out.derived[name] = (q_name, k_name, attn.cfg, attn.cross, kind == "hook_pattern", attn.rel_pos)
+    return out
