@@ -2,7 +2,7 @@
 ``transformers`` (eager) on the same weights. Not a test: prints a table.
 
     python bench/real_size.py build [--out /work/models/llama-1b]     # write the checkpoint once (~2.4 GB bf16)
-    python bench/real_size.py [--only load,forward,trace,typing,ablate,sweeps] [--model DIR]
+    python bench/real_size.py [--only load,forward,trace,typing,ablate,sweeps] [--model DIR] [--repeats 3]
 
 Every 1 B process runs alone (ours, then transformers', in fresh subprocesses one after the other): a float32
 1 B model takes ~5 GB. The loader's cap (``VIZ_MAX_MODEL_MB``) is raised to 20,000 MB for the children.
