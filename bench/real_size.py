@@ -5,7 +5,7 @@
     python bench/real_size.py [--only load,forward,trace,typing,ablate,sweeps] [--model DIR] [--repeats 3]
 
 Every 1 B process runs alone (ours, then transformers', in fresh subprocesses one after the other): a float32
-1 B model takes ~5 GB. The loader's cap (``VIZ_MAX_MODEL_MB``) is raised to 20,000 MB for the children.
+1 B model takes ~5 GB. No memory setting is needed: ``load_model`` and ``--model`` are limited by the memory free.
 """
 
 from __future__ import annotations
@@ -232,6 +232,14 @@ def _patch_sweeps(model, folder: Path) -> dict:
     t0 = time.perf_counter()
     patching.get_act_patch_attn_head_out_all_pos(model, corrupt, cache, metric)
     out["exact head sweep 32 s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    reused = patching.get_act_patch_resid_pre(model, corrupt, cache, metric)
+    out["exact resid_pre sweep 32 s"] = time.perf_counter() - t0
+    if os.environ.get("REAL_SIZE_NAIVE"):  # the whole-model cells of before, for the same machine's comparison
+        t0 = time.perf_counter()
+        whole = patching.get_act_patch_resid_pre(model, corrupt, cache, metric, reuse_prefix=False)
+        out["exact resid_pre sweep, whole-model cells 32 s"] = time.perf_counter() - t0
+        out["max |reused - whole|"] = float((reused - whole).abs().max())
     attr = sorted(n for n in dir(patching) if n.startswith("get_attr_patch_"))
     if not attr:
         out["attribution sweep 32 s"] = "n/a"
@@ -298,8 +306,8 @@ PLAN = {  # part -> the implementations run, one fresh process each, one after t
 def run_child(part: str, impl: str, folder: Path, repeats: int) -> dict:
     import subprocess
     # OMP_WAIT_POLICY=PASSIVE as the app sets it: spinning OpenMP threads slow everything on shared cores
-    env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "PYTHONPATH": str(ROOT),
-           "VIZ_MAX_MODEL_MB": os.environ.get("VIZ_MAX_MODEL_MB", "20000")}
+    # no memory setting: a model named by whoever runs the app is limited by the memory free (viz_model.limits)
+    env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, __file__, "child", "--part", "ablate" if part == "sweeps" else part, "--impl", impl,
            "--model", str(folder), "--repeats", str(repeats)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
