@@ -13,10 +13,9 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 from viz_ui.explain import positional_sentence, score_formula
 from viz_ui.figures import topk_bar
 from viz_ui.generation import mask_positions
-from viz_ui.heads import overview_patterns
 from viz_ui.layout import set_shared, setup_page, show_figure, side_by_side
-from viz_ui.overview import map_targets, model_map, output_distribution
-from viz_ui.state import get_vocab_labels, model_card
+from viz_ui.overview import map_targets, model_map, output_distribution, thumbnail_side
+from viz_ui.state import get_mlp_thumbnails, get_overview, get_vocab_labels, model_card
 from viz_ui.tables import token_chips_html
 from viz_ui.text import plain
 from viz_ui.trace import tokenizer_kind
@@ -53,9 +52,9 @@ if trace is not None:
     st.html(token_chips_html(trace.labels, trace.ids))
     left, right = side_by_side(state, [3, 2])
     with left:
-        patterns, _ = overview_patterns(trace.arrays, cfg.n_layers)
-        mlp = [trace.arrays[f"blocks.{i}.mlp.hook_post"] for i in range(cfg.n_layers)]
-        fig = model_map(trace.arrays["blocks.0.hook_resid_pre"], patterns, mlp, cfg.mlp,
+        patterns, _ = get_overview(state.model_path, state.text)
+        mlp, units = get_mlp_thumbnails(state.model_path, state.text, thumbnail_side(patterns))
+        fig = model_map(trace.arrays["blocks.0.hook_resid_pre"], patterns, mlp, cfg.mlp, mlp_units=units,
                         title=f"{'The decoder: ' if encoder else ''}input, then {cfg.n_layers} layers × "
                               f"({cfg.n_heads} heads + MLP)")
         show_figure(fig, state, "model_map", select_key="model_map", on_select=_open_clicked)

@@ -11,7 +11,7 @@ from viz_ui.export import pattern_table, pooled_pattern_table
 from viz_ui.figures import attention_grid, attention_heatmap
 from viz_ui.layout import (pick_layer_head, position_window, require_trace, set_shared, setup_page, show_figure,
                            side_by_side)
-from viz_ui.heads import overview_patterns
+from viz_ui.state import get_overview
 from viz_ui.steps import future_share, unmasked_view
 
 state = setup_page("Attention",
@@ -19,7 +19,7 @@ state = setup_page("Attention",
                    "Row = the token that asks (query), column = the token it looks at (key); each row sums to 1.")
 trace = require_trace(state)
 cfg = state.model.cfg
-patterns, block = overview_patterns(trace.arrays, cfg.n_layers)
+patterns, block = get_overview(state.model_path, state.text)
 st.markdown("This model is a **decoder**: a token sees itself and the tokens before it (causal mask)."
             if cfg.causal else "This model is an **encoder**: every token sees every token of the text (no mask).")
 

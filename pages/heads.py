@@ -8,15 +8,16 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 
 from viz_ui.figures import layer_head_heatmap
 from viz_ui.gated_state import repeated_scores_gated
-from viz_ui.heads import HEAD_THRESHOLD, SCORE_NAMES, cell_text_fits, heads_passing, text_scores
+from viz_ui.heads import HEAD_THRESHOLD, SCORE_NAMES, cell_text_fits, heads_passing
 from viz_ui.layout import require_trace, set_shared, setup_page, show_figure
+from viz_ui.state import get_text_scores
 
 state = setup_page("Head summaries",
                    "Some heads do recognisable jobs. Each map scores every layer × head for one job, from 0 "
                    "(never) to 1 (always); open a head to see its arithmetic step by step.")
 trace = require_trace(state)
 cfg = state.model.cfg
-scores = text_scores(trace, cfg.n_layers, cfg.n_heads)
+scores = get_text_scores(state.model_path, state.text)
 own_text = "the decoder's own output" if trace.is_encoder_decoder else "your text"
 st.markdown(f"A head is called a head of a kind only when its score reaches **{HEAD_THRESHOLD:g}** (on average at "
             f"least {HEAD_THRESHOLD:.0%} of its attention goes where that kind of head looks); below that the page "

@@ -16,8 +16,7 @@ from viz_ui.explain import (ffn_formula, ffn_sentence, input_name, logits_formul
 from viz_ui.layout import (PAGES, position_window, require_trace, set_shared, setup_page, shared_number, shared_widget,
                            show_figure, show_link, show_table)
 from viz_ui.gated_state import logit_lens_gated
-from viz_ui.heads import text_scores
-from viz_ui.state import get_positional_table, get_vocab_labels
+from viz_ui.state import get_positional_table, get_text_scores, get_vocab_labels
 from viz_ui.steps import head_steps, largest_weights
 from viz_ui.tables import score_table, token_chips_html, token_table, topk_table, vector_table
 from viz_ui.text import plain
@@ -188,7 +187,7 @@ def next_token() -> None:
 
 ONWARD = [(path, label, icon) for path, label, icon in PAGES if path.startswith("pages/") and path not in (
     "pages/walkthrough.py", "pages/inspector.py") and (cfg.is_encoder_decoder or path != "pages/encoder_decoder.py")]
-first_token = text_scores(trace, cfg.n_layers, cfg.n_heads)["first-token"]
+first_token = get_text_scores(state.model_path, state.text)["first-token"]
 sink_note = ("" if n < 2 else f" (here up to {float(first_token.max()):.0%} in one head)")
 lm = model.has_lm_head
 STEPS = [

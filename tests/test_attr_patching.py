@@ -333,10 +333,12 @@ def test_sweep_cost_is_the_work_pytorch_counts(family):
     for kind, fn in sweeps.items():
         for reuse in (True, False):
             work = counted_flops(lambda: fn(model, corrupted, clean_cache, metric, reuse_prefix=reuse, **kw)) / one
-            assert work == pytest.approx(batching.sweep_cost(model, 5, kind, "exact", reuse, n_src), rel=1e-6), kind
+            expected = batching.sweep_cost(model, 5, kind, "exact", reuse, n_src, logit_rows=1)  # the metric reads one
+            assert work == pytest.approx(expected, rel=1e-6), kind
     for reuse in (True, False):
         work = counted_flops(lambda: ablation.head_ablation_effects(model, clean, 3, reuse_prefix=reuse, **kw)) / one
-        assert work == pytest.approx(batching.sweep_cost(model, 5, "ablation", "exact", reuse, n_src), rel=1e-6)
+        assert work == pytest.approx(batching.sweep_cost(model, 5, "ablation", "exact", reuse, n_src, logit_rows=1),
+                                     rel=1e-6)
     for kind, fn in attr.items():
         work = counted_flops(lambda: fn(model, corrupted, clean_cache, metric, **kw)) / one
         assert work == pytest.approx(batching.sweep_cost(model, 5, kind, "attribution", n_src=n_src), rel=1e-6), kind
@@ -349,3 +351,23 @@ def test_sweep_cost_is_the_work_pytorch_counts(family):
         batching.sweep_cost(model, 5, "ablation", "attribution")
     with pytest.raises(ValueError, match="unknown method"):
         batching.sweep_cost(model, 5, "head", "guess")
+
+
+def test_a_metric_that_reads_one_position_decodes_that_row_only():
+    """logit_diff_metric and prob_metric declare the one position they read (batching.reads_logits_at): the prefix
+    sweeps decode that row only (forward_from's logit_positions, the other rows NaN), with the results of a metric
+    that reads the whole logits (the same function, undeclared)."""
+    model, kw = random_model("llama")
+    clean, corrupted = torch.tensor([[5, 11, 2, 30, 8, 7]]), torch.tensor([[5, 11, 29, 30, 8, 7]])
+    _, clean_cache = model.run_with_cache(clean, **kw)
+    for declared in (patching.logit_diff_metric(3, 4, pos=-2), patching.prob_metric(3, pos=2)):
+        assert len(declared.logit_positions) == 1
+        undeclared = lambda logits, fn=declared: fn(logits)  # noqa: E731  (no logit_positions attribute)
+        for fn in (patching.get_act_patch_resid_pre, patching.get_act_patch_attn_head_out_all_pos):
+            torch.testing.assert_close(fn(model, corrupted, clean_cache, declared, **kw),
+                                       fn(model, corrupted, clean_cache, undeclared, **kw), atol=1e-5, rtol=0)
+    resid = model.run_with_cache(corrupted, names_filter="blocks.1.hook_resid_pre", **kw)[1]["blocks.1.hook_resid_pre"]
+    full = model.forward_from(resid, 1, **kw)
+    part = model.forward_from(resid, 1, logit_positions=[-2, 0], **kw)
+    torch.testing.assert_close(part[:, [0, -2]], full[:, [0, -2]], atol=1e-5, rtol=0)
+    assert torch.isnan(part[:, [1, 2, 3, 5]]).all()

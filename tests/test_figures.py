@@ -154,3 +154,24 @@ def test_the_overview_pooled_one_layer_at_a_time_draws_the_same_figure():
     assert len(table) == pooled.size and last["query_pos_to"] == 129 and last["key_pos_to"] == 129
     assert last["max_weight"] == pytest.approx(pats[2, 3, int(last["query_pos_from"]):, int(last["key_pos_from"]):].max())
     assert pool_blocks(pats, 1) is pats
+
+
+@pytest.mark.parametrize("n_tokens", [5, 16, 37, 300])
+def test_the_model_map_from_pooled_mlp_thumbnails_is_the_same_figure(n_tokens):
+    """The landing page keeps each layer's MLP thumbnail (pooled once per text, viz_ui.state.get_mlp_thumbnails)
+    instead of every layer's [pos, d_mlp] array: the map drawn from them is the map drawn from the arrays."""
+    from viz_ui.overview import model_map, pool_signed, thumbnail_side
+    rng = np.random.default_rng(n_tokens)
+    patterns = rng.random((2, 3, n_tokens, n_tokens)).astype(np.float32)
+    x = rng.standard_normal((n_tokens, 8)).astype(np.float32)
+    mlp = [rng.standard_normal((n_tokens, 70)).astype(np.float32) for _ in range(2)]
+    side = thumbnail_side(patterns)
+    assert 1 <= side <= 16 and side == min(n_tokens, side)
+    whole = model_map(x, patterns, mlp, "gelu").to_dict()
+    thumbs = [pool_signed(m, side, side) for m in mlp]
+    pooled = model_map(x, patterns, thumbs, "gelu", mlp_units=[70, 70]).to_dict()
+    assert len(whole["data"]) == len(pooled["data"])
+    for a, b in zip(whole["data"], pooled["data"]):
+        for key in ("z", "x", "y", "text", "x0", "dx", "y0", "dy"):
+            if key in a:
+                np.testing.assert_array_equal(np.asarray(a[key], dtype=object), np.asarray(b[key], dtype=object))

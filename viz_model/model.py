@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -255,7 +255,8 @@ class VizTransformer(HookedModule):
         return logits
 
     def forward_from(self, resid: torch.Tensor, start_layer: int, token_type_ids: torch.Tensor | None = None,
-                     src_tokens: torch.Tensor | None = None, encoder_out: torch.Tensor | None = None) -> torch.Tensor:
+                     src_tokens: torch.Tensor | None = None, encoder_out: torch.Tensor | None = None,
+                     logit_positions: Sequence[int] | None = None) -> torch.Tensor:
         """What :meth:`forward` returns, from the residual stream entering block ``start_layer`` on: only blocks
         ``start_layer ..`` run, then the final norm and unembedding (:meth:`decode`); their hooks fire as in
         ``forward`` (``blocks.{start_layer}.hook_resid_pre`` first, ``hook_logits`` and ``hook_probs`` last), those
@@ -271,6 +272,10 @@ class VizTransformer(HookedModule):
                 block itself; its ``hook_bias`` is recorded by ``forward`` only.)
             src_tokens, encoder_out: encoder-decoder models, as in ``forward``: the encoder runs once (on
                 ``src_tokens``) unless its output is given.
+            logit_positions: None (every position), or the positions whose logits are needed: only those rows are
+                decoded (the final norm and the masked-LM transform act per position, so each row is the one a full
+                decode computes, to float32 rounding), the others are NaN. A causal sweep whose metric reads one
+                position saves the unembedding of the rest (on a 128k vocabulary, as much work as four blocks).
 
         Returns:
             logits ``[batch, pos, d_vocab]`` (final hidden states ``[batch, pos, d_model]`` without an LM head).
@@ -293,7 +298,14 @@ class VizTransformer(HookedModule):
             resid = block(resid, None, encoder_out)
         if not self.has_lm_head:
             return self.ln_final(resid) if self.ln_final is not None else resid
-        logits = self.hook_logits(self.decode(resid))
+        if logit_positions is None:
+            logits = self.decode(resid)
+        else:
+            rows = list(logit_positions)
+            decoded = self.decode(resid[:, rows])
+            logits = decoded.new_full((*resid.shape[:2], decoded.shape[-1]), float("nan"))
+            logits[:, rows] = decoded
+        logits = self.hook_logits(logits)
         if self.hook_probs.active:
             self.hook_probs(torch.softmax(logits.float(), dim=-1))
         return logits

@@ -20,13 +20,13 @@ GENERATE_STEP = 0.125  # one greedy step with the KV cache, in copies of a text 
 
 def head_effects_copies(model: VizTransformer, n_pos: int) -> float:
     """The per-head ablation map (:func:`viz_model.interventions.cost.sweep_cost`, ``"ablation"``)."""
-    return sweep_cost(model, n_pos, "ablation")
+    return sweep_cost(model, n_pos, "ablation", logit_rows=1)
 
 
 def patching_copies(model: VizTransformer, n_pos: int, site: str, method: str = "exact") -> float:
     """One patching sweep (:func:`viz_model.interventions.cost.sweep_cost`), plus the clean run whose activations are
     patched in."""
-    return sweep_cost(model, n_pos, site, method) + 1
+    return sweep_cost(model, n_pos, site, method, logit_rows=1) + 1
 
 
 def patching_cells(model: VizTransformer, n_pos: int, site: str) -> int:

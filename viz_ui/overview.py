@@ -48,15 +48,24 @@ def salient_head(patterns: np.ndarray) -> tuple[int, int]:
     return int(layer), int(head)
 
 
+def thumbnail_side(patterns: np.ndarray) -> int:
+    """Cells across one thumbnail of :func:`model_map` for ``patterns`` ``[n_layers, n_heads, q, k]``: at most
+    :data:`TILE`."""
+    block = max(1, math.ceil(max(patterns.shape[-2:]) / TILE))
+    return max(math.ceil(n / block) for n in patterns.shape[-2:])
+
+
 def model_map(x: np.ndarray, patterns: np.ndarray, mlp: list[np.ndarray], mlp_name: str,
-              title: str = "") -> go.Figure:
+              title: str = "", mlp_units: list[int] | None = None) -> go.Figure:
     """The model as a grid of live thumbnails.
 
     Args:
         x: ``[pos, d_model]`` the first block's input (``blocks.0.hook_resid_pre`` = E + P, or E alone).
         patterns: ``[n_layers, n_heads, q, k]`` attention weights (pooled or not; pooled again to :data:`TILE`).
-        mlp: per layer ``[pos, d_mlp]`` feed-forward hidden activations (``blocks.{i}.mlp.hook_post``).
+        mlp: per layer ``[pos, d_mlp]`` feed-forward hidden activations (``blocks.{i}.mlp.hook_post``), or those
+            already pooled to :func:`thumbnail_side` (:func:`pool_signed`: pooling again leaves them as they are).
         mlp_name: a short name for the MLP's non-linearity, used in the hover text.
+        mlp_units: the hidden units of each layer, for the hover text (None: the width of ``mlp``'s arrays).
 
     Returns:
         A figure whose row 0 is ``x`` and row ``1 + l`` layer ``l``: its heads H0… then its MLP. The last trace
@@ -99,7 +108,8 @@ def model_map(x: np.ndarray, patterns: np.ndarray, mlp: list[np.ndarray], mlp_na
             strongest = float(patterns[layer, head].max())
             hover.append(f"Layer {layer}, head {head}<br>largest weight {strongest:.2f}<br>click: open this head")
         centres.append((n_heads * (t + gap) + t / 2 - 0.5, y))
-        hover.append(f"Layer {layer} feed-forward: {mlp[layer].shape[1]} {mlp_name} units<br>"
+        units = mlp[layer].shape[1] if mlp_units is None else mlp_units[layer]
+        hover.append(f"Layer {layer} feed-forward: {units} {mlp_name} units<br>"
                      "click: residual stream & feed-forward")
     cx, cy = zip(*centres)
     traces.append(go.Scatter(x=cx, y=cy, mode="markers", text=hover, hovertemplate="%{text}<extra></extra>",

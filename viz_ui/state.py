@@ -276,11 +276,50 @@ def model_card(path: str) -> str | None:
 @st.cache_data(max_entries=32, show_spinner=False)
 def get_salient_head(path: str, text: str) -> tuple[int, int]:
     """The head the attention views open on for this model and text (:func:`viz_ui.overview.salient_head`)."""
-    from .heads import overview_patterns
     from .overview import salient_head
 
+    return salient_head(get_overview(path, text)[0])
+
+
+# Summaries that read every layer of a trace, kept once per (model, text) rather than made again on every rerun: a
+# bounded trace (viz_ui/trace_bounded.py, long texts on large models) recomputes a layer to read it, about a second
+# per layer of a 1.24 B model at 1,024 tokens.
+@st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
+def get_overview(path: str, text: str) -> tuple[np.ndarray, int]:
+    """:func:`viz_ui.heads.overview_patterns` of the trace of ``text``: every layer's attention max-pooled for the
+    all-heads views, ``([n_layers, n_heads, q_blocks, k_blocks], block)``, read-only."""
+    from .heads import overview_patterns
+
     model, _ = resolve(path)
-    return salient_head(overview_patterns(get_trace(path, text).arrays, model.cfg.n_layers)[0])
+    pooled, block = overview_patterns(get_trace(path, text).arrays, model.cfg.n_layers)
+    pooled.flags.writeable = False
+    return pooled, block
+
+
+@st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
+def get_text_scores(path: str, text: str) -> dict[str, np.ndarray]:
+    """:func:`viz_ui.heads.text_scores` (previous-token and first-token scores) of the trace of ``text``."""
+    from .heads import text_scores
+
+    model, _ = resolve(path)
+    return text_scores(get_trace(path, text), model.cfg.n_layers, model.cfg.n_heads)
+
+
+@st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
+def get_mlp_thumbnails(path: str, text: str, side: int) -> tuple[list[np.ndarray], list[int]]:
+    """Every layer's ``mlp.hook_post`` ``[pos, d_mlp]`` pooled to ``side × side`` thumbnails
+    (:func:`viz_ui.overview.pool_signed`), one layer at a time, and each layer's width (its hidden units), for the
+    landing page's model map."""
+    from .overview import pool_signed
+
+    model, _ = resolve(path)
+    arrays = get_trace(path, text).arrays
+    thumbs, units = [], []
+    for i in range(model.cfg.n_layers):
+        act = arrays[f"blocks.{i}.mlp.hook_post"]
+        thumbs.append(pool_signed(act, side, side))
+        units.append(act.shape[1])
+    return thumbs, units
 
 
 @st.cache_data(max_entries=4, ttl=600, show_spinner=False)

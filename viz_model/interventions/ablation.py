@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from ..model import VizTransformer
-from .batching import Progress, encode_once, hooks_by_layer, prefix_run, run_cells
+from .batching import Progress, encode_once, hooks_by_layer, prefix_run, reads_logits_at, run_cells
 
 Head = tuple[int, int]  # (layer, head)
 KINDS = ("zero", "mean")
@@ -106,7 +106,7 @@ def head_ablation_effects(model: VizTransformer, tokens: torch.Tensor, token_id:
     if tokens.ndim != 2 or tokens.shape[0] != 1:
         raise ValueError(f"give one prompt, [1, pos]; got shape {tuple(tokens.shape)}")
     kwargs = encode_once(model, kwargs) if reuse_prefix else kwargs
-    logprob = lambda logits: torch.log_softmax(logits[0, pos].float(), dim=-1)[token_id]
+    logprob = reads_logits_at(lambda logits: torch.log_softmax(logits[0, pos].float(), dim=-1)[token_id], pos)
     base_hooks = lambda: head_ablation_hooks(model, base, kind, means) if base else []
     logits, prefix = prefix_run(model, tokens, base_hooks(), **kwargs)
     reference = float(logprob(logits))

@@ -44,6 +44,14 @@ def seconds_per_forward(model: VizTransformer, tokens: torch.Tensor, batch: int 
         return (time.perf_counter() - start) / batch
 
 
+def reads_logits_at(metric: Callable, *positions: int) -> Callable:
+    """``metric`` marked as reading the logits of ``positions`` only (e.g. ``-1``): :func:`run_cells` then decodes
+    only those rows of each copy (:meth:`VizTransformer.forward_from`'s ``logit_positions``; the other rows are NaN).
+    Returns ``metric`` itself."""
+    metric.logit_positions = tuple(int(p) for p in positions)
+    return metric
+
+
 Cell = tuple[int, ...]
 Progress = Callable[[int, int], None]
 
@@ -114,7 +122,8 @@ def run_cells(model: VizTransformer, tokens: torch.Tensor, cells: Sequence[Cell]
         else:
             resid = prefix[layer].expand(len(chunk), *prefix[layer].shape[1:]).contiguous()
             with model.hooks(hooks_for(chunk)):
-                logits = model.forward_from(resid, layer, **extra)
+                logits = model.forward_from(resid, layer, logit_positions=getattr(reduce, "logit_positions", None),
+                                            **extra)
         for row, i in enumerate(indices):
             out[i] = float(reduce(logits[row:row + 1]))
         done += len(chunk)

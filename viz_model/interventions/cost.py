@@ -101,7 +101,7 @@ def n_cells(model: VizTransformer, n_pos: int, kind: str) -> list[int]:
 
 
 def sweep_cost(model: VizTransformer, n_pos: int, kind: str, method: str = "exact", reuse_prefix: bool = True,
-               n_src: int | None = None) -> float:
+               n_src: int | None = None, logit_rows: int | None = None) -> float:
     """The work of one sweep in forward-equivalents (one forward pass of the whole model on one copy of the
     prompt = 1), for the page's time estimate: multiply by measured seconds per forward pass.
 
@@ -112,6 +112,9 @@ def sweep_cost(model: VizTransformer, n_pos: int, kind: str, method: str = "exac
         method: ``exact`` (activation patching, one patched copy per cell) or ``attribution`` (attribution
             patching, ``get_attr_patch_*``: one corrupted forward and one backward for every cell).
         reuse_prefix: for ``exact``, as the sweeps' argument.
+        logit_rows: for ``exact`` with prefix reuse, the positions the metric reads
+            (:func:`.batching.reads_logits_at`: ``logit_diff_metric``, ``prob_metric`` and the ablation effects read
+            one): only those rows are decoded; None: every position.
 
     Returns:
         ``exact`` with prefix reuse: 1 (the run that records each layer's input, encoder included) + Σ over cells at
@@ -133,5 +136,6 @@ def sweep_cost(model: VizTransformer, n_pos: int, kind: str, method: str = "exac
         return 1.0 + backward_flops(model, n_pos, kind, n_src) / total
     if not reuse_prefix:
         return float(sum(cells)) + (1.0 if kind == "ablation" else 0.0)
-    suffix = [sum(flops["blocks"][layer:]) + flops["decode"] for layer in range(model.cfg.n_layers)]
+    decode = flops["decode"] * (1.0 if logit_rows is None else min(n_pos, logit_rows) / max(1, n_pos))
+    suffix = [sum(flops["blocks"][layer:]) + decode for layer in range(model.cfg.n_layers)]
     return 1.0 + sum(n * work for n, work in zip(cells, suffix)) / total

@@ -19,19 +19,19 @@ import torch
 
 from ..model import VizTransformer
 from ..placement import weight
-from .batching import Progress, encode_once, hooks_by_layer, prefix_run, run_cells
+from .batching import Progress, encode_once, hooks_by_layer, prefix_run, reads_logits_at, run_cells
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
 
 
 def logit_diff_metric(answer_id: int, wrong_id: int, pos: int = -1) -> Metric:
     """``logits[0, pos, answer_id] - logits[0, pos, wrong_id]`` (the logit difference of Wang et al., 2022)."""
-    return lambda logits: logits[0, pos, answer_id].float() - logits[0, pos, wrong_id].float()
+    return reads_logits_at(lambda logits: logits[0, pos, answer_id].float() - logits[0, pos, wrong_id].float(), pos)
 
 
 def prob_metric(answer_id: int, pos: int = -1) -> Metric:
     """``softmax(logits[0, pos])[answer_id]``: the probability of the clean answer, in [0, 1]."""
-    return lambda logits: torch.softmax(logits[0, pos].float(), dim=-1)[answer_id]
+    return reads_logits_at(lambda logits: torch.softmax(logits[0, pos].float(), dim=-1)[answer_id], pos)
 
 
 def normalise(results: torch.Tensor, clean_value: float, corrupted_value: float) -> torch.Tensor:
