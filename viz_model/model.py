@@ -244,12 +244,26 @@ class VizTransformer(HookedModule):
             resid = self.ln_embed(resid)
         if self.rel_pos is not None:
             self.rel_pos(tokens.shape[1], offset + tokens.shape[1])  # recorded once (hook_bias); every layer adds it
-        resid = self.drop(resid)
-        for i, block in enumerate(self.blocks):
-            resid = block(resid, kv_cache.layers[i] if kv_cache is not None else None, encoder_out)
+        return self._blocks_and_head(self.drop(resid), 0, kv_cache, encoder_out)
+
+    def _blocks_and_head(self, resid: torch.Tensor, start_layer: int, kv_cache: KVCache | None,
+                         encoder_out: torch.Tensor | None, logit_positions: Sequence[int] | None = None) -> torch.Tensor:
+        """Blocks ``start_layer ..`` on ``resid`` ``[batch, pos, d_model]``, then the head: logits through
+        ``hook_logits`` (and ``hook_probs`` when recorded), only ``logit_positions``' rows decoded when given (the
+        others NaN); the final hidden states without a language-model head. Shared by :meth:`forward` and
+        :meth:`forward_from`."""
+        for i in range(start_layer, self.cfg.n_layers):
+            resid = self.blocks[i](resid, kv_cache.layers[i] if kv_cache is not None else None, encoder_out)
         if not self.has_lm_head:
             return self.ln_final(resid) if self.ln_final is not None else resid
-        logits = self.hook_logits(self.decode(resid))
+        if logit_positions is None:
+            logits = self.decode(resid)
+        else:
+            rows = list(logit_positions)
+            decoded = self.decode(resid[:, rows])
+            logits = decoded.new_full((*resid.shape[:2], decoded.shape[-1]), float("nan"))
+            logits[:, rows] = decoded
+        logits = self.hook_logits(logits)
         if self.hook_probs.active:
             self.hook_probs(torch.softmax(logits.float(), dim=-1))
         return logits
@@ -294,21 +308,7 @@ class VizTransformer(HookedModule):
                 raise ValueError("an encoder-decoder model needs src_tokens (or encoder_out)")
             encoder_out = self.encode(src_tokens)
         resid = resid.to(device=self.device, dtype=self.dtype)
-        for block in self.blocks[start_layer:]:
-            resid = block(resid, None, encoder_out)
-        if not self.has_lm_head:
-            return self.ln_final(resid) if self.ln_final is not None else resid
-        if logit_positions is None:
-            logits = self.decode(resid)
-        else:
-            rows = list(logit_positions)
-            decoded = self.decode(resid[:, rows])
-            logits = decoded.new_full((*resid.shape[:2], decoded.shape[-1]), float("nan"))
-            logits[:, rows] = decoded
-        logits = self.hook_logits(logits)
-        if self.hook_probs.active:
-            self.hook_probs(torch.softmax(logits.float(), dim=-1))
-        return logits
+        return self._blocks_and_head(resid, start_layer, None, encoder_out, logit_positions)
 
     def score_inputs(self, name: str) -> tuple[nn.Module, str, str]:
         """For an attention layer's ``...hook_attn_scores`` or ``...hook_pattern``: ``(attention module, q hook name,
