@@ -1,0 +1,86 @@
+"""Train, evaluate and index the shipped sparse dictionaries of the default model (tinystories-6l).
+
+    .venv/bin/python scripts/train_dictionaries.py [--data ../shared/data] [--stage all|train|evaluate]
+
+Recipe (what ``--stage train`` does; about 5 minutes a layer on 2 CPU cores):
+
+- Training text: ``tinystories-train-head.txt`` (the stories the model itself was trained on; TinyStories,
+  CDLA-Sharing-1.0, see the team's ``shared/data/README.md``), its first ``TRAIN_TOKENS`` tokens cut into
+  windows of ``WINDOW`` tokens, each run through the model from position 0. The data files are not in this repo.
+- One SAE per layer on ``blocks.{l}.hook_resid_post`` (the residual stream after block l), ``D_SAE`` features,
+  TopK with ``K`` (Gao et al. 2024), ``STEPS`` Adam steps of ``BATCH`` activations, learning rate ``LR``,
+  the dead-feature auxiliary loss; :func:`viz_model.features.train_on_activations` states the whole recipe.
+- Saved as float16 in SAELens's layout in ``assets/dictionaries/tinystories-6l/<hook name>/``.
+
+``--stage evaluate`` measures each saved dictionary (as shipped, float16 weights computed in float32) on held-out
+text, ``tinystories-valid-head.txt`` (never seen by the model or the dictionaries): its first ``EVAL_TOKENS`` tokens
+in windows of ``WINDOW``. It writes the fraction of variance unexplained (FVU), the mean L0 and the dead features
+(never active on those tokens) into the folder's card (``README.md``) and ``quality.json``, stores those tokens as
+the shipped corpus (``corpus.safetensors``: int16 ids, ``WINDOW`` per row) and each dictionary's index of top
+contexts (``top_contexts.safetensors``, see :mod:`viz_model.features.index`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from viz_model import load_model  # noqa: E402
+from viz_model.features import (collect_activations, load_dictionary, save_dictionary, token_windows,  # noqa: E402
+                                train_on_activations)
+
+OUT = ROOT / "assets" / "dictionaries" / "tinystories-6l"
+TRAIN_TOKENS = 409_600
+EVAL_TOKENS = 102_400
+WINDOW = 128
+D_SAE, K, STEPS, BATCH, LR, SEED, DEAD_TOKENS = 2048, 24, 450, 4096, 1e-3, 0, 100_000
+
+
+def hooks(n_layers: int) -> list[str]:
+    return [f"blocks.{layer}.hook_resid_post" for layer in range(n_layers)]
+
+
+def log(msg: str) -> None:
+    print(time.strftime("%H:%M:%S"), msg, flush=True)
+
+
+def train(model, tok, data: Path) -> None:
+    text = (data / "tinystories-train-head.txt").read_text(encoding="utf-8")
+    ids = tok.encode(text).ids[:TRAIN_TOKENS]
+    windows = token_windows(ids, WINDOW)
+    log(f"collecting activations of {windows.numel():,} training tokens")
+    acts = collect_activations(model, windows, hooks(model.cfg.n_layers), batch_size=32, dtype=torch.float16)
+    for name in hooks(model.cfg.n_layers):
+        log(f"training {name}")
+        d, res = train_on_activations(acts.pop(name), None, D_SAE, name, "topk", K, steps=STEPS, batch_size=BATCH,
+                                      lr=LR, dead_tokens=DEAD_TOKENS, seed=SEED, progress=lambda f, m: log(f"  {m}") if round(f * 50) % 5 == 0 else None)
+        log(f"  done: {res}")
+        save_dictionary(d, OUT / name, torch.float16, model_name="tinystories-6l", context_size=WINDOW,
+                        training_tokens=STEPS * BATCH, training_text="tinystories-train-head.txt")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--stage", choices=("all", "train", "evaluate"), default="all")
+    args = parser.parse_args()
+    torch.manual_seed(SEED)
+    model, tok = load_model()
+    model.eval()
+    if args.stage in ("all", "train"):
+        train(model, tok, args.data)
+    if args.stage in ("all", "evaluate"):
+        from evaluate_dictionaries import evaluate  # the second stage lives beside this script
+        evaluate(model, tok, args.data, OUT, hooks(model.cfg.n_layers), EVAL_TOKENS, WINDOW)
+
+
+if __name__ == "__main__":
+    main()
