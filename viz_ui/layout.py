@@ -39,6 +39,7 @@ PAGES = [  # (file, label, icon): the order follows the pipeline
     ("pages/block.py", "3d · Residual stream & feed-forward", ":material/stacks:"),
     ("pages/logit_lens.py", "3e · Logit lens", ":material/layers:"),
     ("pages/moe.py", "3f · Mixture of experts", ":material/hub:"),
+    ("pages/features.py", "3g · Features (sparse dictionaries)", ":material/dictionary:"),
     ("pages/output.py", "4 · Output probabilities", ":material/bar_chart:"),
     ("pages/interventions.py", "4a · Cause and effect (ablation, patching, attribution)", ":material/science:"),
     ("pages/encoder_decoder.py", "5 · Encoder-decoder & cross-attention", ":material/swap_horiz:"),

@@ -1,0 +1,153 @@
+"""Features: a sparse dictionary (SAE or transcoder) rewrites a layer's activation as a few readable features."""
+
+import streamlit as st
+
+from viz_ui.preload import preload_plotly
+
+preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
+
+import numpy as np
+import pandas as pd
+
+from viz_model import CheckpointError
+from viz_model.features import head_contributions, promoted_tokens
+from viz_ui.features_code import features_code
+from viz_ui.features_state import dictionary, dictionary_sets, get_index, get_text_features
+from viz_ui.features_view import (contexts_html, feature_name, head_writes_figure, histogram_figure, strongest_map,
+                                  text_features_heatmap, top_text_features)
+from viz_ui.figures import value_bar
+from viz_ui.layout import (pick_index, require_trace, set_shared, setup_page, shared_value, show_figure,
+                           show_table, side_by_side)
+from viz_ui.state import get_vocab_labels
+from viz_ui.text import plain
+
+state = setup_page("Features (sparse dictionaries)",
+                   "A sparse dictionary rewrites one layer's activation as a sum of a few features out of thousands, "
+                   "each a direction the model uses. Which fire on your text, and what do they mean?")
+trace = require_trace(state)
+cfg, model = state.model.cfg, state.model
+sets = dictionary_sets(state.model_path)
+if not sets:
+    st.info(f"No sparse dictionary for {plain(state.model_name)} yet. The shipped model tinystories-6l has one per "
+            "layer; for this model, train some (or upload SAELens folders) below.", icon=":material/dictionary:")
+    st.stop()
+label = st.selectbox("Dictionaries", list(sets), key="feature_set") if len(sets) > 1 else next(iter(sets))
+folders = sets[label]
+try:
+    dicts = [dictionary(f) for f in folders]
+    feats = get_text_features(state.model_path, tuple(int(i) for i in trace.ids), folders)
+except (CheckpointError, KeyError, ValueError) as exc:
+    st.error(f"These dictionaries cannot be used with this model: {plain(str(exc))}.")
+    st.stop()
+hooks = feats.hooks
+kind = {"topk": "TopK", "jumprelu": "JumpReLU", "standard": "ReLU"}
+first = dicts[0]
+st.markdown(f"**{len(dicts)} dictionar{'y' if len(dicts) == 1 else 'ies'}** "
+            f"({'transcoders' if first.kind == 'transcoder' else 'sparse autoencoders'}, {kind.get(first.architecture, '')}"
+            f"{f', k = {first.k}' if first.architecture == 'topk' else ''}), each with {first.d_sae:,} features for a "
+            f"d_model of {cfg.d_model}: f = {'TopK' if first.architecture == 'topk' else 'ReLU'}((x − b_dec) W_enc + b_enc), "
+            "x ≈ f W_dec + b_dec. On your text:")
+quality = pd.DataFrame({"hook": hooks, "features": [d.d_sae for d in dicts],
+                        "variance unexplained (FVU)": np.round(feats.fvu, 3),
+                        "active features per token (L0)": np.round(feats.l0, 1)})
+show_table(quality.set_index("hook"), state)
+st.caption("FVU: the share of the activation's variance over this text that the dictionary's reconstruction misses "
+           "(0 = perfect). The folder's card gives it on held-out stories.")
+
+# --- each token's strongest feature, every layer ----------------------------------------------------------------
+ids, values = feats.strongest()
+n = trace.n_tokens
+
+
+def _open_cell() -> None:
+    points = st.session_state["feature_map"].selection.points
+    if points and points[0].get("curve_number") == 1:
+        row, pos = divmod(points[0]["point_index"], n)
+        set_shared("flayer", row)
+        set_shared("feature", int(ids[row, pos]))
+        set_shared("query", pos)
+
+
+st.subheader("Each token's strongest feature")
+fig = strongest_map(ids, values, hooks, trace.labels, "Strongest feature of each token under each dictionary",
+                    max_text_cols=int(18 / state.display.scale))
+show_figure(fig, state, "features_strongest", select_key="feature_map", on_select=_open_cell,
+            data=lambda: pd.DataFrame({f"{h} feature": ids[r] for r, h in enumerate(hooks)}
+                                      | {f"{h} activation": values[r] for r, h in enumerate(hooks)}, index=trace.labels))
+st.caption("Click a cell to open that feature's card below.")
+
+# --- one dictionary: the text's top features ------------------------------------------------------------------
+row = pick_index(st, "Dictionary", "flayer", len(hooks), len(hooks) // 2, lambda i: hooks[i])
+acts = feats.acts[row]
+top = top_text_features(acts, 16)
+
+
+def _open_column() -> None:
+    points = st.session_state["feature_cols"].selection.points
+    if points and points[0].get("curve_number") == 1:
+        set_shared("feature", int(top[points[0]["point_index"]]))
+
+
+show_figure(text_features_heatmap(acts, top, trace.labels, f"{hooks[row]}: the text's {len(top)} strongest features"),
+            state, f"features_{hooks[row]}", select_key="feature_cols", on_select=_open_column,
+            data=lambda: pd.DataFrame(acts[:, top], index=trace.labels, columns=[f"F{int(f)}" for f in top]))
+
+# --- a feature's card -----------------------------------------------------------------------------------------
+d, folder = dicts[row], folders[row]
+default = int(top[0]) if len(top) else 0
+feature = shared_value("feature", default, valid=lambda v: 0 <= v < d.d_sae, cast=int)
+feature = st.number_input(f"Feature (0–{d.d_sae - 1})", 0, d.d_sae - 1, feature, key=f"feature_in_{row}")
+if feature != st.session_state.get("_feature"):
+    set_shared("feature", feature)
+name = feature_name(hooks[row], feature)
+st.subheader(f"Feature {name}")
+index = get_index(folder)
+vocab = get_vocab_labels(state.model_path)
+mine = acts[:, feature]
+fires = int((mine > 0).sum())
+st.markdown(f"On your text it is active at **{fires}** of {n} tokens"
+            + (f", most at position {int(mine.argmax())} ({plain(trace.labels[int(mine.argmax())])}, "
+               f"{float(mine.max()):.3f})." if fires else ".")
+            + (f" On the shipped corpus it is active at {index.frequency(feature):.2%} of tokens." if index else ""))
+left, right = side_by_side(state, 2)
+with left:
+    if index is not None:
+        contexts = index.contexts(feature)
+        st.markdown("**Top-activating contexts** on the corpus (the peak token outlined, its activation at the end):")
+        if contexts:
+            st.html(contexts_html([([vocab[t] for t in c.tokens], c.acts, c.peak, c.value) for c in contexts]))
+        else:
+            st.caption("This feature never fires on the corpus (a dead feature).")
+        counts, edges = index.histogram(feature)
+        show_figure(histogram_figure(counts.numpy(), edges.numpy(), mine, f"{name}: activations when active"), state,
+                    f"feature_hist_{name}")
+    else:
+        st.caption("This dictionary has no index of top contexts (top_contexts.safetensors).")
+with right:
+    if model.has_lm_head and d.d_out == cfg.d_model:
+        (up_ids, up), (down_ids, down) = promoted_tokens(model, d, feature, n=8)
+        what = "next token" if cfg.causal else "token"
+        for ids_, vals, verb in ((up_ids, up, "raises"), (down_ids, down, "lowers")):
+            bars = value_bar([vocab[int(i)] for i in ids_], vals.numpy(), f"{name} {verb} the logit of",
+                             f"logit change per unit of activation ({what})")
+            bars.update_layout(modebar=dict(orientation="v"), margin=dict(r=40))
+            show_figure(bars, state, f"feature_{verb}_{name}")
+        st.caption("The decoder direction W_dec[f] read through the final norm's weight and the unembedding W_U: its "
+                   "direct effect on the logits, through no later layer.")
+pos = int(mine.argmax()) if fires else n - 1
+try:
+    writes = head_contributions(model, np.array(trace.ids), d, feature, pos).numpy()
+    show_figure(head_writes_figure(writes, f"Heads whose output at position {pos} adds to {name}"), state,
+                f"feature_heads_{name}")
+    st.caption(f"Each head's output at position {pos} ({plain(trace.labels[pos])}), z W_O, projected on the feature's "
+               "encoder column W_enc[:, f]: what it adds to the feature's pre-activation (heads after the "
+               "dictionary's hook add nothing).")
+except ValueError as exc:
+    st.caption(f"Heads writing to this feature: not shown ({plain(str(exc))}).")
+
+if not state.display.lecture:
+    with st.expander("Export as code", icon=":material/code:"):
+        source = features_code(state.model_path, state.text, folder, feature, n, pos)
+        st.code(source, language="python")
+        st.download_button("Download the script (.py)", source, file_name="features.py", mime="text/x-python",
+                           icon=":material/download:")
