@@ -16,7 +16,7 @@ from viz_ui.features_state import dictionary, dictionary_sets, get_index, get_te
 from viz_ui.features_view import (contexts_html, feature_name, head_writes_figure, histogram_figure, strongest_map,
                                   text_features_heatmap, top_text_features)
 from viz_ui.figures import value_bar
-from viz_ui.layout import (pick_index, require_trace, set_shared, setup_page, shared_value, show_figure,
+from viz_ui.layout import (pick_index, require_trace, set_shared, setup_page, shared_number, show_figure,
                            show_table, side_by_side)
 from viz_ui.state import get_vocab_labels
 from viz_ui.text import plain
@@ -95,10 +95,8 @@ show_figure(text_features_heatmap(acts, top, trace.labels, f"{hooks[row]}: the t
 # --- a feature's card -----------------------------------------------------------------------------------------
 d, folder = dicts[row], folders[row]
 default = int(top[0]) if len(top) else 0
-feature = shared_value("feature", default, valid=lambda v: 0 <= v < d.d_sae, cast=int)
-feature = st.number_input(f"Feature (0–{d.d_sae - 1})", 0, d.d_sae - 1, feature, key=f"feature_in_{row}")
-if feature != st.session_state.get("_feature"):
-    set_shared("feature", feature)
+feature = shared_number(st.number_input, f"Feature (0–{d.d_sae - 1})", "feature", 0, d.d_sae - 1, default, int,
+                        help="Its id in this dictionary; clicking a cell or a column above chooses it too.")
 name = feature_name(hooks[row], feature)
 st.subheader(f"Feature {name}")
 index = get_index(folder)

@@ -478,3 +478,23 @@ def test_timeline_steps_are_drawn_in_the_browser_from_frames(server, browser):
     expect(page.locator(".viz-live-chart .gtitle").filter(has_text=f"Layer 0, head 1 at step {steps[paused]:,}")
            ).to_have_count(1, timeout=60_000)
     page.close()
+
+
+def test_clicking_a_token_s_strongest_feature_opens_its_card(server, browser):
+    """Features page (issue 24): a click on a cell of the layer × token map of strongest features opens that
+    feature's card and puts it in the link."""
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(server + "/features")
+    settled(page)
+    fig = page.locator(".js-plotly-plot").first  # each token's strongest feature, every layer
+    fig.scroll_into_view_if_needed()
+    # the cell (row 4, position 3) and the feature id written in it (the heatmap's text)
+    x, y, label = page.evaluate("""(el) => { const tr = el._fullData[el._fullData.length - 1], xa = el._fullLayout.xaxis,
+        ya = el._fullLayout.yaxis, r = el.getBoundingClientRect();
+        return [r.left + xa._offset + xa.l2p(3), r.top + ya._offset + ya.l2p(4), el._fullData[0].text[4][3]]; }""",
+                                fig.element_handle())
+    page.mouse.click(x, y)
+    feature = label[1:]
+    expect(page).to_have_url(re.compile(rf"feature={feature}\b"), timeout=60_000)
+    expect(page.get_by_role("heading", name=f"Feature L4 F{feature}")).to_be_visible(timeout=60_000)
+    page.close()
