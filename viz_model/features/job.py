@@ -22,6 +22,7 @@ far, the current one included with the steps it did, are written. Any failure be
 
 from __future__ import annotations
 
+import copy
 import io
 import logging
 import threading
@@ -83,10 +84,11 @@ class DictSettings:
         return [f"blocks.{l}.hook_resid_post" for l in sorted(set(self.layers))]
 
 
-def dictionary_bytes(settings: DictSettings, d_model: int, n_tokens: int = MAX_TOKENS) -> int:
+def dictionary_bytes(settings: DictSettings, d_model: int, n_tokens: int = MAX_TOKENS, model_bytes: int = 0) -> int:
     """An estimate of a job's peak memory in bytes (float32 everywhere)::
 
-        4 n L d                      the activations of every chosen layer (n tokens, L layers, d = d_model)
+        model_bytes                  the job's own copy of the model (see DictionaryJob)
+        + 4 n L d                      the activations of every chosen layer (n tokens, L layers, d = d_model)
         + 4 · 5 P                    one dictionary's weights, gradients and Adam's two moments, and the copy
                                      written (P = d_sae (2 d + 1) + d)
         + 4 · 6 B s                  a step's pre-activations, their gradient and top-k temporaries (B rows, s = d_sae)
@@ -95,18 +97,19 @@ def dictionary_bytes(settings: DictSettings, d_model: int, n_tokens: int = MAX_T
     """
     s, d, layers = settings.d_sae, d_model, len(set(settings.layers))
     params = s * (2 * d + 1) + d
-    return (4 * n_tokens * layers * d + 20 * params + 24 * settings.batch_size * s
+    return (model_bytes + 4 * n_tokens * layers * d + 20 * params + 24 * settings.batch_size * s
             + 8 * min(INDEX_TOKENS, n_tokens) * s + 64 * 2**20)
 
 
-def check_size(settings: DictSettings, d_model: int, n_layers: int, n_tokens: int = MAX_TOKENS) -> int:
+def check_size(settings: DictSettings, d_model: int, n_layers: int, n_tokens: int = MAX_TOKENS,
+               model_bytes: int = 0) -> int:
     """:func:`dictionary_bytes` when the settings are in range and the job fits ``VIZ_MAX_TRAIN_MB``.
 
     Raises:
         TrainingRefused: out of range, or above the cap (one line saying what to lower).
     """
     settings.check(n_layers)
-    need, cap = dictionary_bytes(settings, d_model, n_tokens), int(setting("VIZ_MAX_TRAIN_MB") * 2**20)
+    need, cap = dictionary_bytes(settings, d_model, n_tokens, model_bytes), int(setting("VIZ_MAX_TRAIN_MB") * 2**20)
     if need > cap:
         raise TrainingRefused(f"these dictionaries would need about {need / 2**20:,.0f} MB to train, above this "
                               f"server's {cap / 2**20:,.0f} MB (VIZ_MAX_TRAIN_MB): choose fewer layers or features")
@@ -151,7 +154,9 @@ class DictionaryJob:
         text: the text to train on (checked as the Train your own page checks it).
         settings: a :class:`DictSettings`.
         source: a short label of the text ("shipped stories", a file name).
-        model: the loaded model (only read: ``run_with_cache``); tokenizer: its tokenizer (``encode(text).ids``).
+        model: the loaded model, copied when the thread starts (hooks that pages add to the shared model while the
+            job collects activations must not reach either side), the copy freed once activations are collected;
+            tokenizer: its tokenizer (``encode(text).ids``).
         folder: where the set is written (created; ``<folder>/<hook name>/``).
 
     Raises (on creation):
@@ -168,7 +173,8 @@ class DictionaryJob:
         if not cfg.causal or cfg.is_encoder_decoder:
             raise TrainingRefused("dictionaries are trained here for decoder-only models (this one is an encoder or "
                                   "an encoder-decoder)")
-        check_size(settings, cfg.d_model, cfg.n_layers)
+        self.model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        check_size(settings, cfg.d_model, cfg.n_layers, model_bytes=self.model_bytes)
         try:
             ids = tokenizer.encode(self.text).ids
         except Exception as exc:  # noqa: BLE001  (an uploaded tokenizer may fail in its own way)
@@ -177,7 +183,7 @@ class DictionaryJob:
         if len(ids) < self.window:
             raise TrainingRefused(f"the text gives {len(ids):,} tokens, fewer than one window of {self.window}")
         self.windows = token_windows(ids[:MAX_TOKENS], self.window)
-        self.estimate = dictionary_bytes(settings, cfg.d_model, self.windows.numel())
+        self.estimate = dictionary_bytes(settings, cfg.d_model, self.windows.numel(), self.model_bytes)
         self.max_seconds = float(max_seconds or setting("VIZ_MAX_TRAIN_SECONDS"))
         self.threads = int(threads or setting("VIZ_TRAIN_THREADS"))
         self.id = uuid.uuid4().hex
@@ -248,8 +254,13 @@ class DictionaryJob:
     def _train(self) -> None:
         s, hooks = self.settings, self.settings.hooks()
         share = 0.1  # of the whole job for collecting the activations
-        acts = collect_activations(self.model, self.windows, hooks, cancel=self._stop,
+        # a copy of its own: the page's threads add and remove hooks on the shared model while this one runs
+        model = copy.deepcopy(self.model).eval()
+        for hook in model.hook_dict.values():
+            hook.remove_hooks()
+        acts = collect_activations(model, self.windows, hooks, cancel=self._stop,
                                    progress=lambda f, m: self._set(fraction=share * f, message=m))
+        del model
         if any(len(a) < len(self.windows) * self.window for a in acts.values()):
             self._set(status="cancelled" if super(_Stop, self._stop).is_set() else "timed out")
             return
