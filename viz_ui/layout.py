@@ -41,6 +41,7 @@ PAGES = [  # (file, label, icon): the order follows the pipeline
     ("pages/moe.py", "3f · Mixture of experts", ":material/hub:"),
     ("pages/output.py", "4 · Output probabilities", ":material/bar_chart:"),
     ("pages/interventions.py", "4a · Cause and effect (ablation, patching, attribution)", ":material/science:"),
+    ("pages/steering.py", "4b · Steering & feature ablation", ":material/tune:"),
     ("pages/encoder_decoder.py", "5 · Encoder-decoder & cross-attention", ":material/swap_horiz:"),
     ("pages/timeline.py", "6 · Watch it learn (training timeline)", ":material/timelapse:"),
     ("pages/inspector.py", "Model inspector & upload", ":material/memory:"),

@@ -1,0 +1,112 @@
+"""The Steering & feature ablation page on the shipped model, driven through Streamlit's AppTest, with a small
+dictionary trained for the test (the page's numbers are compared with direct calls of the library)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT, plotly_array
+from viz_model import load_model
+from viz_model.features import save_dictionary
+from viz_model.features.train import collect_activations, token_windows, train_on_activations
+from viz_model.interventions.steering import ablate_features, contrastive_direction, steer
+
+MODEL = ROOT / "assets" / "models" / "tinystories-6l.safetensors"
+PAGE = "pages/steering.py"
+TEXT = "Once upon a time, there was a little girl named Lily. She liked to"
+LAYER = 3
+HOOK = f"blocks.{LAYER}.hook_resid_post"
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_model(str(MODEL))
+
+
+@pytest.fixture(scope="module")
+def folder(shipped, tmp_path_factory):
+    """A 64-feature TopK SAE on layer 3 of the shipped model (one folder, no index: the unit falls back to the text)."""
+    model, tokenizer = shipped
+    text = (ROOT / "assets" / "texts" / "model-stories.txt").read_text(encoding="utf-8")[:20_000]
+    windows = token_windows(tokenizer.encode(text).ids, 64)
+    acts = collect_activations(model, windows, [HOOK])[HOOK]
+    d, _ = train_on_activations(acts, None, 64, HOOK, "topk", 4, steps=40, batch_size=512)
+    out = tmp_path_factory.mktemp("dicts") / HOOK
+    save_dictionary(d, out)
+    return out
+
+
+def open_steering(query: dict | None = None, folder=None) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    for key, value in (query or {}).items():
+        at.query_params[key] = value
+    at.run()
+    at.text_area(key="text").set_value(TEXT).run()
+    if folder is not None:
+        at.session_state["_feature_sets"] = {str(MODEL): {"test set": (str(folder),)}}
+    at.switch_page(PAGE).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def continuation(at: AppTest) -> tuple[str, str]:
+    block = next(c.value for c in at.code if c.value.startswith("intact :"))
+    intact, steered = block.split("\n")
+    return intact.removeprefix("intact : "), steered.removeprefix("steered: ")
+
+
+def bars(at: AppTest, start: str) -> dict:
+    spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith(start))
+    return spec
+
+
+def test_contrastive_steering_without_dictionaries(shipped):
+    model, tokenizer = shipped
+    at = open_steering({"alpha": "0.0"})
+    intact, steered = continuation(at)
+    assert intact == steered  # alpha = 0 is the intact model
+    at = open_steering({"alpha": "10.0"})
+    intact, steered = continuation(at)
+    assert intact != steered
+    # the bars' steered probabilities are those of a direct steer() with the page's contrastive direction
+    ids = torch.tensor([tokenizer.encode(TEXT).ids])
+    a = torch.tensor([tokenizer.encode("Happy, happy, happy. She laughed and smiled.").ids])
+    b = torch.tensor([tokenizer.encode("Sad, sad, sad. She cried and frowned.").ids])
+    hook = f"blocks.{model.cfg.n_layers // 2}.hook_resid_post"
+    direction = contrastive_direction(model, a, b, hook)
+    p = torch.softmax(steer(model, ids, hook, direction, 10.0)[0, -1].double(), -1).numpy()
+    fig = bars(at, "The next token")
+    steered_bar = next(t for t in fig["data"] if t["name"] == "steered")
+    shown = plotly_array(steered_bar["x"])
+    assert shown.max() == pytest.approx(p.max(), abs=1e-5)  # the steered run's top token is among the bars
+
+
+def test_feature_steering_and_ablation(shipped, folder):
+    model, tokenizer = shipped
+    at = open_steering({"alpha": "0.0", "steer": "feature"}, folder)
+    intact, steered = continuation(at)
+    assert intact == steered
+    at = open_steering({"alpha": "10.0", "steer": "feature"}, folder)
+    assert continuation(at)[0] != continuation(at)[1]
+    # ablation: none switched off = intact (every KL 0); the default features change the output as the library says
+    at = open_steering({"spart": "ablate"}, folder)
+    select = at.multiselect[0]
+    chosen = [int(f) for f in select.value]
+    assert chosen, "the text's strongest features are chosen by default"
+    from viz_model.features import load_dictionary
+    d = load_dictionary(folder)
+    ids = torch.tensor([tokenizer.encode(TEXT).ids])
+    with torch.no_grad():
+        p0 = torch.log_softmax(model(ids)[0].double(), -1)
+    p1 = torch.log_softmax(ablate_features(model, ids, d, chosen)[0].double(), -1)
+    kl = (p0.exp() * (p0 - p1)).sum(-1).numpy()
+    fig = bars(at, "How far the output moved")
+    np.testing.assert_allclose(plotly_array(fig["data"][0]["y"]).astype(float), kl, atol=1e-6)
+    select.set_value([]).run()
+    assert not at.exception
+    fig = bars(at, "How far the output moved")
+    assert np.abs(plotly_array(fig["data"][0]["y"]).astype(float)).max() < 1e-9
