@@ -279,3 +279,63 @@ def test_train_transcoder_and_cancel(tokenizer, corpus):
     assert res.cancelled and res.steps == 0
     with pytest.raises(ValueError, match="ln2.hook_normalized"):
         train_dictionary(model, "blocks.0.hook_resid_post", texts, 32, tokenizer=tokenizer, transcoder=True)
+
+
+def test_shipped_dictionaries_meet_the_stated_quality_on_held_out_text():
+    """The shipped SAEs of tinystories-6l, measured here on a held-out slice of the TinyStories validation split
+    (tests/data/dictionary_heldout.txt: never seen by the model or the dictionaries): FVU <= 0.25 and mean L0 <= 32
+    per layer; dead features (never active on the 102,400 held-out tokens of the shipped corpus) <= 10 %, read from
+    the index, which must agree with the card's table."""
+    from safetensors import safe_open
+
+    from conftest import DATA, ROOT
+    from viz_model import load_model
+    from viz_model.features import load_index, shipped_dictionaries
+    from viz_model.features.readout import fvu
+    folders = shipped_dictionaries("tinystories-6l")
+    assert list(folders) == [f"blocks.{layer}.hook_resid_post" for layer in range(6)]
+    base = ROOT / "assets" / "dictionaries" / "tinystories-6l"
+    assert sum(p.stat().st_size for p in base.rglob("*") if p.is_file()) <= 40 * 2**20
+    quality = {row["hook"]: row for row in json.loads((base / "quality.json").read_text())}
+    card = (base / "README.md").read_text()
+    model, tok = load_model()
+    ids = tok.encode((DATA / "dictionary_heldout.txt").read_text(encoding="utf-8")).ids
+    windows = torch.tensor(ids[: len(ids) // 128 * 128]).view(-1, 128)
+    assert windows.numel() >= 2000
+    _, cache = model.run_with_cache(windows, names_filter=list(folders))
+    for name, folder in folders.items():
+        with safe_open(str(folder / "sae_weights.safetensors"), framework="pt") as f:
+            assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F16"}
+        d = load_dictionary(folder)
+        x = cache[name].reshape(-1, 256).float()
+        acts = d.encode(x)
+        assert fvu(x, d.decode(acts)) <= 0.25, name
+        assert float((acts > 0).sum(-1).float().mean()) <= 32, name
+        dead = float((load_index(folder).index["freq"] == 0).float().mean())
+        assert dead <= 0.10 and dead == pytest.approx(quality[name]["dead_fraction"], abs=1e-4), name
+        assert f"{quality[name]['fvu']:.3f}" in card
+
+
+def test_gemma_scope_params_npz_converts_and_runs_the_jumprelu_formula(tmp_path):
+    import numpy as np
+
+    from viz_model.features.gemma_scope import convert_gemma_scope
+    g = np.random.default_rng(0)
+    arrays = {"W_enc": g.normal(size=(D_IN, D_SAE)).astype(np.float32), "W_dec": g.normal(size=(D_SAE, D_IN)).astype(np.float32),
+              "b_enc": g.normal(size=D_SAE).astype(np.float32), "b_dec": g.normal(size=D_IN).astype(np.float32),
+              "threshold": g.uniform(size=D_SAE).astype(np.float32)}
+    np.savez(tmp_path / "params.npz", **arrays)
+    d = convert_gemma_scope(tmp_path / "params.npz", tmp_path / "out", "blocks.3.hook_resid_post")
+    x = torch.randn(4, D_IN)
+    pre = x @ torch.from_numpy(arrays["W_enc"]) + torch.from_numpy(arrays["b_enc"])  # Gemma Scope: no b_dec on input
+    want = torch.where(pre > torch.from_numpy(arrays["threshold"]), pre, torch.zeros(()))
+    assert torch.allclose(d.encode(x), want, atol=1e-5) and (tmp_path / "out" / "cfg.json").is_file()
+    np.savez(tmp_path / "bad.npz", **{**arrays, "W_dec": np.array([object()] * 3)})
+    with pytest.raises(DictionaryError, match="dtype"):
+        convert_gemma_scope(tmp_path / "bad.npz", tmp_path / "o2", "h")
+    np.savez(tmp_path / "shape.npz", **{**arrays, "b_dec": arrays["b_dec"][:2]})
+    with pytest.raises(DictionaryError, match="shape"):
+        convert_gemma_scope(tmp_path / "shape.npz", tmp_path / "o3", "h")
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(DictionaryError, match="readable"):
+        convert_gemma_scope(tmp_path / "junk.npz", tmp_path / "o4", "h")

@@ -27,12 +27,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from ..checkpoint import first_line, reraise_interrupts
+from ..checkpoint import ASSETS, first_line, reraise_interrupts
 from ..limits import max_model_bytes
 from ..weights import CheckpointError
 from .dictionary import ARCHITECTURES, SparseDictionary
 
 CFG_FILE, WEIGHTS_FILE = "cfg.json", "sae_weights.safetensors"
+SHIPPED = ASSETS.parent / "dictionaries"  # assets/dictionaries/<model name>/<hook name>/
 MAX_CFG_BYTES = 1 << 20
 MAX_WIDTH = 1 << 24  # d_in, d_sae, d_out: far above any published dictionary (Gemma Scope: 1 M features)
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
@@ -203,6 +204,19 @@ def save_dictionary(d: SparseDictionary, folder: str | Path, dtype: torch.dtype 
     return folder
 
 
+def shipped_dictionaries(model_name: str, root: str | Path = SHIPPED) -> dict[str, Path]:
+    """``{hook name: folder}`` of the dictionaries shipped for ``model_name`` (e.g. ``"tinystories-6l"``, the stem of
+    the model's file) under ``assets/dictionaries/<model name>/``, ordered by layer; empty when there are none."""
+    base = Path(root) / model_name
+    if not base.is_dir() or model_name in ("", ".", "..") or "/" in model_name:
+        return {}
+    found = {p.name: p for p in base.iterdir() if (p / CFG_FILE).is_file()}
+    def layer(name: str) -> tuple[int, str]:
+        parts = name.split(".")
+        return (int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else -1, name)
+    return {name: found[name] for name in sorted(found, key=layer)}
+
+
 def weights_bytes(folder: str | Path) -> int:
     """Bytes of a dictionary folder's weights file (0 when absent)."""
     path = Path(folder) / WEIGHTS_FILE
@@ -210,4 +224,4 @@ def weights_bytes(folder: str | Path) -> int:
 
 
 __all__ = ["DictionaryError", "dictionary_cfg", "expected_shapes", "load_dictionary", "read_cfg", "save_dictionary",
-           "weights_bytes"]
+           "shipped_dictionaries", "weights_bytes"]

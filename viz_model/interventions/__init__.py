@@ -1,10 +1,10 @@
 """Causal interventions beside the hooks, with TransformerLens' names and semantics: head ablation
 (:mod:`.ablation`), activation patching (:mod:`.patching`, as ``transformer_lens.patching``) and direct logit
-attribution (:mod:`.attribution`). All are built on ``model.run_with_hooks`` and ``model.run_with_cache``.
+attribution (:mod:`.attribution`), steering and feature ablation (:mod:`.steering`). All are built on ``model.run_with_hooks`` and ``model.run_with_cache``.
 
-``from viz_model import patching, attribution, ablation`` gives the three modules.
+``from viz_model import patching, attribution, ablation`` gives the first three modules.
 """
 
-from . import ablation, attribution, patching
+from . import ablation, attribution, patching, steering
 
-__all__ = ["ablation", "attribution", "patching"]
+__all__ = ["ablation", "attribution", "patching", "steering"]
