@@ -10,7 +10,7 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 
 from viz_model import CheckpointError
 from viz_ui import steering_code as code
-from viz_ui.dictionary_jobs import manage_dictionaries
+from viz_ui.dictionary_jobs import adopt_finished, manage_dictionaries
 from viz_ui.features_state import dictionary, dictionary_sets, get_text_features
 from viz_ui.generation import continuation_text, mask_positions
 from viz_ui.intervention_state import get_prompt
@@ -47,6 +47,7 @@ masked_lm = not cfg.causal
 has_tokenizer = not isinstance(state.tokenizer, IdTokenizer)
 ids = tuple(int(i) for i in trace.ids)
 n = trace.n_tokens
+adopt_finished()  # a dictionary training of this session that has ended joins the sets first
 sets = dictionary_sets(path)
 PARTS = {"steer": "Steering", "ablate": "Feature ablation"}
 part = shared_widget(st.radio, "View", list(PARTS), key="spart", default="steer", valid=PARTS.__contains__,

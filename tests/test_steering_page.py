@@ -110,3 +110,24 @@ def test_feature_steering_and_ablation(shipped, folder):
     assert not at.exception
     fig = bars(at, "How far the output moved")
     assert np.abs(plotly_array(fig["data"][0]["y"]).astype(float)).max() < 1e-9
+
+
+def test_dictionaries_trained_in_the_page_join_the_sets_and_steer():
+    at = open_steering()
+    at.multiselect(key="dict_layers").set_value([1])
+    at.selectbox(key="dict_width").set_value(256)
+    at.select_slider(key="dict_steps").set_value(50)
+    at.button(key="dict_start").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    job, path = at.session_state["_dict_job"]
+    assert path == str(MODEL)
+    assert job.wait(240)
+    at.run()  # the page sees the job ended: the set joins this session's sets
+    assert not at.exception, [e.value for e in at.exception]
+    sets = at.session_state["_feature_sets"][str(MODEL)]
+    (label, folders), = sets.items()
+    assert label.startswith("trained: 1 layer, 256 features") and len(folders) == 1
+    assert any("is in the dictionary list" in s.value for s in at.success)
+    at.radio(key="steer").set_value("feature").run()  # the trained dictionary steers
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(c.value.startswith("intact :") for c in at.code)

@@ -4,7 +4,8 @@ cancellation), download a trained set as a ``.zip``, and upload a ``.zip`` of SA
 (:func:`viz_model.features.upload.unpack_dictionaries`). A finished or uploaded set joins this session's sets for the
 model (:func:`viz_ui.features_state.add_session_set`), which the Features and Steering pages list.
 
-One public function, :func:`manage_dictionaries`, draws it all; the Features and Steering pages call it.
+One public function, :func:`manage_dictionaries`, draws it all; the Features and Steering pages call it (and
+:func:`adopt_finished` before they list the sets).
 """
 
 from __future__ import annotations
@@ -143,10 +144,12 @@ def _train_part(state, job: DictionaryJob | None) -> None:
 
 
 @st.fragment(run_every=POLL_SECONDS)
-def _live(job: DictionaryJob) -> None:
-    """The job's progress bar, redrawn every POLL_SECONDS while it runs; when it ends the whole page runs again."""
+def _live(job: DictionaryJob, model_path: str) -> None:
+    """The job's progress bar, redrawn every POLL_SECONDS while it runs; when it ends its set is registered and
+    the whole page runs again (so that the page's own set list, drawn above, has it)."""
     p = job.progress()
     if not p.running:
+        _adopt(job, model_path)
         st.rerun(scope="app")
     words = STATUS_WORDS.get(p.status, p.status)
     st.progress(min(1.0, p.fraction), text=plain(f"{words}: {p.message} · {p.elapsed:.0f} s"))
@@ -182,6 +185,14 @@ def _upload_part(state) -> None:
     getattr(st, result[0])(result[1])
 
 
+def adopt_finished() -> None:
+    """Register this session's dictionary training that has ended (once): call it before a page reads
+    :func:`viz_ui.features_state.dictionary_sets`, so that a set finished since the last run is listed at once."""
+    stored = ss.get(JOB)
+    if stored is not None and not stored[0].running:
+        _adopt(*stored)
+
+
 def manage_dictionaries(state) -> None:
     """Draw "Dictionaries for this model": train dictionaries on the loaded model in the background (progress bar,
     Cancel), download this session's trained sets as ``.zip``, upload a ``.zip`` of SAELens folders. ``state``: the
@@ -200,7 +211,7 @@ def manage_dictionaries(state) -> None:
                         icon=":material/hourglass_top:")
             _train_part(state, job)
             if running:
-                _live(job)
+                _live(job, job_path)
             kind, message = ss.get(MESSAGE, (None, None))
             if kind and not running:
                 getattr(st, kind)(message)

@@ -135,6 +135,7 @@ def unpack_dictionaries(data: bytes, dest: str | Path, model, label: str = "the 
     if len(data) > max_mb * 2**20:
         raise DictionaryError(f"{label} is {len(data) / 2**20:,.1f} MB, above the {max_mb:,} MB upload cap "
                               "(VIZ_MAX_UPLOAD_MB)")
+    dest.mkdir(parents=True, exist_ok=True)
     archive, dest = dest / ".upload.zip", dest / "upload"
     archive.write_bytes(data)
     try:
