@@ -2,14 +2,15 @@
 
     .venv/bin/python scripts/train_dictionaries.py [--data ../shared/data] [--stage all|train|evaluate]
 
-Recipe (what ``--stage train`` does; about 5 minutes a layer on 2 CPU cores):
+Recipe (what ``--stage train`` does; see the README for the time it took):
 
 - Training text: ``tinystories-train-head.txt`` (the stories the model itself was trained on; TinyStories,
   CDLA-Sharing-1.0, see the team's ``shared/data/README.md``), its first ``TRAIN_TOKENS`` tokens cut into
   windows of ``WINDOW`` tokens, each run through the model from position 0. The data files are not in this repo.
 - One SAE per layer on ``blocks.{l}.hook_resid_post`` (the residual stream after block l), ``D_SAE`` features,
   TopK with ``K`` (Gao et al. 2024), ``STEPS`` Adam steps of ``BATCH`` activations, learning rate ``LR``,
-  the dead-feature auxiliary loss; :func:`viz_model.features.train_on_activations` states the whole recipe.
+  the dead-feature auxiliary loss (features not active over the last ``DEAD_TOKENS`` activations);
+  :func:`viz_model.features.train_on_activations` states the whole recipe.
 - Saved as float16 in SAELens's layout in ``assets/dictionaries/tinystories-6l/<hook name>/``.
 
 ``--stage evaluate`` measures each saved dictionary (as shipped, float16 weights computed in float32) on held-out
@@ -38,10 +39,10 @@ from viz_model.features import (collect_activations, load_dictionary, save_dicti
                                 train_on_activations)
 
 OUT = ROOT / "assets" / "dictionaries" / "tinystories-6l"
-TRAIN_TOKENS = 409_600
+TRAIN_TOKENS = 204_800
 EVAL_TOKENS = 102_400
 WINDOW = 128
-D_SAE, K, STEPS, BATCH, LR, SEED, DEAD_TOKENS = 2048, 24, 450, 4096, 1e-3, 0, 100_000
+D_SAE, K, STEPS, BATCH, LR, SEED, DEAD_TOKENS = 1024, 24, 400, 2048, 1e-3, 0, 100_000
 
 
 def hooks(n_layers: int) -> list[str]:
@@ -61,7 +62,7 @@ def train(model, tok, data: Path) -> None:
     for name in hooks(model.cfg.n_layers):
         log(f"training {name}")
         d, res = train_on_activations(acts.pop(name), None, D_SAE, name, "topk", K, steps=STEPS, batch_size=BATCH,
-                                      lr=LR, dead_tokens=DEAD_TOKENS, seed=SEED, progress=lambda f, m: log(f"  {m}") if round(f * 50) % 5 == 0 else None)
+                                      lr=LR, dead_tokens=DEAD_TOKENS, seed=SEED, progress=lambda f, m: log(f"  {m}") if round(f * 50) % 2 == 0 else None)
         log(f"  done: {res}")
         save_dictionary(d, OUT / name, torch.float16, model_name="tinystories-6l", context_size=WINDOW,
                         training_tokens=STEPS * BATCH, training_text="tinystories-train-head.txt")
