@@ -56,10 +56,12 @@ if masked_lm:
     masks = mask_positions(state.tokenizer, trace.ids)
     pos = pick_index(st, "The token the model fills in at position", "query", n, masks[0] if masks else n - 1,
                      lambda i: f"{i} {trace.labels[i]}")
-    where, unit_words = f"the token at position {pos} (“{trace.labels[pos]}”)", "token at this position"
+    unit_words = "token at this position"
+    short_where = f"Token at position {pos}"
 else:
     pos = n - 1
-    where, unit_words = f"the next token after “{trace.labels[pos]}” (position {pos})", "next token"
+    unit_words = f"next token after “{trace.labels[pos]}”"
+    short_where = "Next token"
 
 
 def export(view: str, source: str) -> None:
@@ -100,10 +102,13 @@ def output_bars(before, after, after_name: str, view: str, title: str) -> None:
 
 def steer_part() -> None:
     kinds = {"feature": "a dictionary feature's decoder direction", "contrastive": "text A minus text B"}
-    if not sets:
-        kinds.pop("feature")
-    kind = shared_widget(st.radio, "Steer with", list(kinds), key="steer", default=next(iter(kinds)),
-                         valid=kinds.__contains__, format_func=kinds.get, horizontal=True)
+    if sets:
+        kind = shared_widget(st.radio, "Steer with", list(kinds), key="steer", default="feature",
+                             valid=kinds.__contains__, format_func=kinds.get, horizontal=True)
+    else:
+        kind = "contrastive"
+        st.caption(f"Steering with text A minus text B: there is no sparse dictionary for {plain(state.model_name)} "
+                   "yet (train or upload some below to steer with their features).")
     if kind == "feature":
         picked = pick_dictionary()
         if picked is None:
@@ -154,8 +159,10 @@ def steer_part() -> None:
                    "last": "the text's last position only"}
     at = shared_widget(c2.radio, "Add it at", list(where_words), key="spos", default="all",
                        valid=where_words.__contains__, format_func=where_words.get)
-    st.caption(plain(f"Adds α × {direction.unit:.4g} × the direction: {what}. Unit of α: {direction.unit_words} "
-                     f"({direction.unit:.4g}). α = 0 is the intact model.", limit=None))
+    scale = "" if direction.unit == 1 else f" × {direction.unit:.4g}"
+    st.caption(plain(f"Adds α{scale} × the direction: {what}. Unit of α: {direction.unit_words}"
+                     + ("" if direction.unit == 1 else f" ({direction.unit:.4g})") + ". α = 0 is the intact model.",
+                     limit=None))
     try:
         result = steer_gated(path, text, direction, key, float(alpha), at == "last", pos)
     except (ValueError, KeyError) as exc:
@@ -168,7 +175,7 @@ def steer_part() -> None:
     left, right = side_by_side(state, [1, 1])
     with left:
         output_bars(result.intact, result.steered, "steered", f"steering_output_{alpha}",
-                    f"{where[0].upper() + where[1:]}: intact vs steered")
+                    f"{short_where}: intact vs steered")
     with right:
         if cfg.causal:
             st.markdown(f"**{len(result.gen_intact)} greedy tokens after the text**, intact and steered"
@@ -179,7 +186,8 @@ def steer_part() -> None:
                 st.code(f"intact : {shown[0]!r}\nsteered: {shown[1]!r}", language=None, wrap_lines=True)
             except ValueError as exc:
                 st.error(plain(error_line(exc)))
-            show_table(continuation_frame(result.gen_intact, result.gen_steered, vocab), state, hide_index=True)
+            with st.expander("Token by token"):
+                show_table(continuation_frame(result.gen_intact, result.gen_steered, vocab), state, hide_index=True)
         else:
             st.caption("An encoder fills in positions all at once: there is no continuation.")
     export("steering", source_code)
@@ -219,7 +227,7 @@ def ablate_part() -> None:
     name = ", ".join(map(str, feats_key)) or "none"
     with left:
         output_bars(result.intact, result.ablated, "ablated", f"feature_ablation_{row}_{name}",
-                    f"{where[0].upper() + where[1:]}: intact vs features {name} off")
+                    f"{short_where}: intact vs {len(feats_key)} feature{'s' if len(feats_key) != 1 else ''} off")
     with right:
         changes = biggest_changes(result.intact, result.ablated, vocab)
         if len(changes):

@@ -79,7 +79,7 @@ def test_contrastive_steering_without_dictionaries(shipped):
     hook = f"blocks.{model.cfg.n_layers // 2}.hook_resid_post"
     direction = contrastive_direction(model, a, b, hook)
     p = torch.softmax(steer(model, ids, hook, direction, 10.0)[0, -1].double(), -1).numpy()
-    fig = bars(at, "The next token")
+    fig = bars(at, "Next token")
     steered_bar = next(t for t in fig["data"] if t["name"] == "steered")
     shown = plotly_array(steered_bar["x"])
     assert shown.max() == pytest.approx(p.max(), abs=1e-5)  # the steered run's top token is among the bars
@@ -131,3 +131,22 @@ def test_dictionaries_trained_in_the_page_join_the_sets_and_steer():
     at.radio(key="steer").set_value("feature").run()  # the trained dictionary steers
     assert not at.exception, [e.value for e in at.exception]
     assert any(c.value.startswith("intact :") for c in at.code)
+
+
+def test_the_exported_scripts_print_the_pages_numbers(folder, capsys):
+    at = open_steering({"alpha": "10.0"})
+    intact, steered = continuation(at)
+    script = next(c.value for c in at.code if c.value.startswith('"""Steering'))
+    exec(compile(script, "steering.py", "exec"), {"__name__": "__main__"})
+    out = capsys.readouterr().out
+    assert f"intact : {intact}" in out and f"steered: {steered}" in out
+    at = open_steering({"spart": "ablate"}, folder)
+    script = next(c.value for c in at.code if c.value.startswith('"""Feature ablation'))
+    script = script.replace(f"PATH/TO/{folder.name}", str(folder))  # a session's dictionary: the user gives its folder
+    exec(compile(script, "feature_ablation.py", "exec"), {"__name__": "__main__"})
+    out = capsys.readouterr().out
+    kl = bars(at, "How far the output moved")["data"][0]["y"]
+    printed = out.split("KL at every position:")[1]
+    values = [float(v) for v in printed.replace("tensor(", "").replace("dtype=torch.float64)", "").replace("[", "")
+              .replace("]", "").replace(")", "").replace(",", " ").split()]
+    np.testing.assert_allclose(values, plotly_array(kl).astype(float), atol=2e-4)

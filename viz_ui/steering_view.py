@@ -12,7 +12,7 @@ from .figures import _layout, _plain
 from .interventions import prob_diff_table, softmax
 from .interventions_view import ABLATED, INTACT, RISE
 
-STEERED = "#6a3d9a"  # the steered run's bars (purple: 7.7:1 on white)
+STEERED = "#8e5cc8"  # the steered run's bars (purple: 4.7:1 on white, 4.1:1 on the dark theme's #0e1117)
 
 
 def strongest_features(acts: np.ndarray, n: int | None = None) -> list[int]:
@@ -44,7 +44,7 @@ def compare_bars(table: pd.DataFrame, title: str, after_name: str) -> go.Figure:
                textfont=dict(size=14), hovertemplate="%{customdata}<br>" + after_name + " p = %{x:.4f}<extra></extra>")])
     top = float(max(table["p intact"].max(), table[f"p {after_name}"].max())) if k else 1.0
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=y, ticktext=labels)
-    fig.update_xaxes(title=f"probability (beside each {after_name} bar: Δp, {after_name} − intact)",
+    fig.update_xaxes(title=f"probability (Δp = {after_name} − intact)",
                      range=[0, min(1.0, top * 1.3 + 0.02)])
     fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.22))
     return _layout(fig, title, height=max(320, 120 + 44 * k)).update_layout(margin=dict(r=80))
