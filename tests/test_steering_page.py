@@ -150,3 +150,25 @@ def test_the_exported_scripts_print_the_pages_numbers(folder, capsys):
     values = [float(v) for v in printed.replace("tensor(", "").replace("dtype=torch.float64)", "").replace("[", "")
               .replace("]", "").replace(")", "").replace(",", " ").split()]
     np.testing.assert_allclose(values, plotly_array(kl).astype(float), atol=2e-4)
+
+
+def test_a_slow_model_waits_for_a_click(monkeypatch):
+    monkeypatch.setenv("VIZ_GATE_SECONDS", "0")
+    at = open_steering({"alpha": "10.0"})
+    assert not any(c.value.startswith("intact :") for c in at.code)
+    button = next(b for b in at.button if b.label.startswith("Run the steered model"))
+    button.click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    intact, steered = continuation(at)
+    assert intact != steered
+
+
+def test_an_encoder_decoder_gets_one_line_and_the_moe_model_steers():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params["model"] = "dates-iso"
+    at.run()
+    at.switch_page(PAGE).run()
+    assert not at.exception and any("encoder-decoder" in i.value for i in at.info)
+    at = open_steering({"model": "tinystories-moe", "alpha": "10.0"})
+    intact, steered = continuation(at)
+    assert intact != steered
