@@ -39,10 +39,10 @@ from viz_model.features import (collect_activations, load_dictionary, save_dicti
                                 train_on_activations)
 
 OUT = ROOT / "assets" / "dictionaries" / "tinystories-6l"
-TRAIN_TOKENS = 204_800
+TRAIN_TOKENS = 102_400
 EVAL_TOKENS = 102_400
 WINDOW = 128
-D_SAE, K, STEPS, BATCH, LR, SEED, DEAD_TOKENS = 1024, 24, 400, 2048, 1e-3, 0, 100_000
+D_SAE, K, STEPS, BATCH, LR, SEED, DEAD_TOKENS = 1024, 24, 150, 2048, 1e-3, 0, 50_000
 
 
 def hooks(n_layers: int) -> list[str]:
@@ -62,7 +62,7 @@ def train(model, tok, data: Path) -> None:
     for name in hooks(model.cfg.n_layers):
         log(f"training {name}")
         d, res = train_on_activations(acts.pop(name), None, D_SAE, name, "topk", K, steps=STEPS, batch_size=BATCH,
-                                      lr=LR, dead_tokens=DEAD_TOKENS, seed=SEED, progress=lambda f, m: log(f"  {m}") if round(f * 50) % 2 == 0 else None)
+                                      lr=LR, dead_tokens=DEAD_TOKENS, seed=SEED, progress=lambda f, m: log(f"  {m}"))
         log(f"  done: {res}")
         save_dictionary(d, OUT / name, torch.float16, model_name="tinystories-6l", context_size=WINDOW,
                         training_tokens=STEPS * BATCH, training_text="tinystories-train-head.txt")

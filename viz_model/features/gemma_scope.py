@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..checkpoint import first_line
 from ..limits import max_model_bytes
 from .dictionary import SparseDictionary
 from .io import DictionaryError, load_dictionary, save_dictionary
@@ -49,7 +50,7 @@ def convert_gemma_scope(npz_path: str | Path, folder: str | Path, hook_name: str
     try:
         heads = _headers(path)
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise DictionaryError(f"{label}: not a readable .npz of arrays ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})") from None
+        raise DictionaryError(f"{label}: not a readable .npz of arrays ({first_line(exc)})") from None
     want = {"W_enc", "W_dec", "b_enc", "b_dec", "threshold"}
     if set(heads) != want:
         raise DictionaryError(f"{label}: expected arrays {sorted(want)}, found {sorted(heads)[:8]}")
