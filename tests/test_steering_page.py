@@ -172,3 +172,23 @@ def test_an_encoder_decoder_gets_one_line_and_the_moe_model_steers():
     at = open_steering({"model": "tinystories-moe", "alpha": "10.0"})
     intact, steered = continuation(at)
     assert intact != steered
+
+
+def test_an_encoder_is_steered_at_a_position_without_next_token_words(tmp_path, tokenizer):
+    from hf_models import bert_config, build, save
+    from viz_ui.state import SessionModel
+    model, _ = load_model(save(build("BertForMaskedLM", bert_config(vocab_size=320, max_position_embeddings=64)),
+                               tmp_path / "bert"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.session_state["_session_models"] = {"upload:bert": SessionModel("bert-mlm", model, tokenizer, "bert")}
+    at.session_state["_model"] = "bert-mlm"
+    at.session_state["_text"] = "The cat sat on the mat. The cat"
+    at.query_params["alpha"] = "0.0"
+    at.run()
+    at.switch_page(PAGE).run()
+    assert not at.exception, [e.value for e in at.exception]
+    fig = bars(at, "Token at position")
+    intact, steered = (plotly_array(t["x"]) for t in fig["data"])
+    np.testing.assert_array_equal(intact, steered)  # alpha = 0
+    words = " ".join(e.value for kind in (at.markdown, at.caption, at.info) for e in kind).lower()
+    assert "next token" not in words and "no continuation" in words
