@@ -208,7 +208,7 @@ def ablate_part() -> None:
     options = active[:200]
     feats = st.multiselect(f"Features of {hooks[row]} switched off at every position (listed: the {len(options)} "
                            "active on this text, strongest first)", options, default=options[:3],
-                           key=f"ablate_features_{row}_{len(ids)}",
+                           key=f"ablate_features_{row}_{hash(ids)}",  # a new text: a new default
                            format_func=lambda f: f"{f} (peak {acts[:, f].max():.3g})")
     st.caption("Ablating replaces the hook's value by the dictionary's reconstruction without these features plus "
                "the dictionary's error (Marks et al. 2024): value − Σ f_i · W_dec[i]. Switching none off leaves the "
