@@ -42,6 +42,7 @@ PAGES = [  # (file, label, icon): the order follows the pipeline
     ("pages/features.py", "3g · Features (sparse dictionaries)", ":material/dictionary:"),
     ("pages/output.py", "4 · Output probabilities", ":material/bar_chart:"),
     ("pages/interventions.py", "4a · Cause and effect (ablation, patching, attribution)", ":material/science:"),
+    ("pages/steering.py", "4b · Steering & feature ablation", ":material/tune:"),
     ("pages/encoder_decoder.py", "5 · Encoder-decoder & cross-attention", ":material/swap_horiz:"),
     ("pages/timeline.py", "6 · Watch it learn (training timeline)", ":material/timelapse:"),
     ("pages/inspector.py", "Model inspector & upload", ":material/memory:"),
@@ -81,13 +82,15 @@ DARK_CSS = (
     "[data-testid=stFileUploaderDropzone],[data-testid=stFileUploaderDropzone] button,[data-testid=stButtonGroup] button)"
     f"{{background:{DARK_BG2} !important;color:{DARK_INK} !important;-webkit-text-fill-color:{DARK_INK};"
     f"border-color:{DARK_LINE} !important}}"
+    # an open expander's header: Streamlit paints it with the light theme's near-white
+    f"[data-testid=stExpander] details[open]>summary{{background:{DARK_BG2} !important}}"
     "[data-testid=stApp] :is([data-testid=stBaseButton-pillsActive],[data-testid=stBaseButton-segmented_controlActive],"
     "[data-testid=stButtonGroup] button[kind*=Active])"
     f"{{background:#5c1a16 !important;color:{DARK_INK} !important;border-color:#ff8a80 !important}}"
     "[data-testid=stApp] :is([data-testid=stBaseButton-primary],[data-testid=stBaseLinkButton-primary])"
     "{background:#ff8a80 !important;color:#111 !important;border-color:#ff8a80 !important}"
     "[data-testid=stApp] :is([data-testid=stBaseButton-primary],[data-testid=stBaseLinkButton-primary]) *"
-    "{color:#111 !important}"
+    "{color:#111 !important;-webkit-text-fill-color:#111}"  # inside an expander too (details sets the fill colour)
     # a disabled button of any kind must not look pressable: the page's own background, muted text
     f"[data-testid=stApp] button:disabled,[data-testid=stApp] button:disabled *{{background:{DARK_BG} !important;"
     f"color:{DARK_MUTED} !important;-webkit-text-fill-color:{DARK_MUTED};border-color:{DARK_LINE} !important}}"
