@@ -11,6 +11,7 @@ import pandas as pd
 
 from viz_model import CheckpointError
 from viz_model.features import head_contributions, promoted_tokens
+from viz_ui.dictionary_jobs import adopt_finished, manage_dictionaries
 from viz_ui.features_code import features_code
 from viz_ui.features_state import dictionary, dictionary_sets, get_index, get_text_features
 from viz_ui.features_view import (contexts_html, feature_name, head_writes_figure, histogram_figure, strongest_map,
@@ -26,10 +27,12 @@ state = setup_page("Features (sparse dictionaries)",
                    "each a direction the model uses. Which fire on your text, and what do they mean?")
 trace = require_trace(state)
 cfg, model = state.model.cfg, state.model
+adopt_finished()  # a dictionary training of this session that has ended joins the sets first
 sets = dictionary_sets(state.model_path)
 if not sets:
     st.info(f"No sparse dictionary for {plain(state.model_name)} yet. The shipped model tinystories-6l has one per "
             "layer; for this model, train some (or upload SAELens folders) below.", icon=":material/dictionary:")
+    manage_dictionaries(state)
     st.stop()
 label = st.selectbox("Dictionaries", list(sets), key="feature_set") if len(sets) > 1 else next(iter(sets))
 folders = sets[label]
@@ -149,3 +152,5 @@ if not state.display.lecture:
         st.code(source, language="python")
         st.download_button("Download the script (.py)", source, file_name="features.py", mime="text/x-python",
                            icon=":material/download:")
+
+manage_dictionaries(state)
