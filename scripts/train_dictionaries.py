@@ -43,7 +43,7 @@ TRAIN_TOKENS = 102_400
 EVAL_TOKENS = 102_400
 WINDOW = 128
 D_SAE, K, STEPS, BATCH, LR, SEED, DEAD_TOKENS = 1024, 24, 150, 2048, 1e-3, 0, 50_000
-STEPS_BY_LAYER = {0: 450}  # layer 0: its dead features revive slowly (15 % dead after 150 steps)
+STEPS_BY_LAYER = {0: 450}  # layer 0: after 150 steps 15 % of its features were dead on held-out text
 
 
 def hooks(n_layers: int) -> list[str]:
