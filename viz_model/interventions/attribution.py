@@ -16,7 +16,8 @@ import torch
 
 from ..model import VizTransformer
 from ..placement import weight
-from .qk import qk_attribution, qk_hooks, qk_pattern_attribution  # noqa: F401  (viz_model.attribution.qk_*)
+from .qk import (QKTerms, check_qk_supported, qk_attribution, qk_hooks, qk_note, qk_pattern_attribution,  # noqa: F401
+                 qk_terms)  # viz_model.attribution.qk_*: QK attribution lives in .qk, reached from here as the issue names it
 from .residual import residual_sources, source_hooks
 
 
