@@ -122,7 +122,7 @@ def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: s
         custom = np.asarray(trace["customdata"]).reshape(n * n, -1)
         data.append(dict(type="scatter", mode="markers", x=np.tile(positions, n), y=np.repeat(positions, n),
                          customdata=custom, showlegend=False,
-                         hovertemplate=trace["hovertemplate"].replace("%{z:.4f}", "%{customdata[2]}"),
+                         hovertemplate="query %{y}<br>key %{x}<br>%{customdata[2]}<extra></extra>",  # y, x: tick texts
                          marker=dict(symbol="square", size=max(6, min(40, 560 // max(1, n))), color="rgba(0,0,0,0)")))
         if kind == "weights":  # the weight for the scatter's hover
             data[1]["customdata"] = np.concatenate([custom, np.char.mod("%.4f", matrix.reshape(-1, 1))], axis=1)

@@ -77,9 +77,9 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
     elif grid.rel_pos is not None:
         c3.metric("of which the relative position bias", f"{grid.rel_pos:.4f}")
     st.markdown(dominant_sentence(terms, total))
-    title = f"Score {query} {fig_text(trace.labels[query])} → {key} {fig_text(trace.labels[key])}, split by source (“other” sums the smaller sources)"
+    title = f"Score {query} {fig_text(trace.labels[query])} → {key} {fig_text(trace.labels[key])} by source"
     show_figure(qk_heatmap(grid, title), state, f"qk_{page}_L{layer}_H{head}_q{query}_k{key}")
-    st.caption(f"{len(terms)} terms in all; the grid's cells sum to {float(grid.values.sum()):.4f}"
+    st.caption(f"{len(terms)} terms in all; “other” sums the sources not named; the grid's cells sum to {float(grid.values.sum()):.4f}"
                + (f", plus the relative position bias {grid.rel_pos:.4f}" if grid.rel_pos is not None else "")
                + ". Sources: embed = token embedding, pos_embed = position embedding, LlHh = a head's output, "
                "Ll.mlp = an MLP's output, Ll.attn_bias = b_O, bias = the norm's offset and b_Q (query) or b_K (key).")
@@ -90,8 +90,8 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
     pairs = top_pairs(summary, 3)
     st.markdown("Largest: " + "; ".join(f"{source_words(a, 'query')} × {source_words(b, 'key')} ({v:+.3f})"
                                         for a, b, v in pairs) + ".")
-    show_figure(qk_heatmap(term_grid(summary), f"Head L{layer}H{head}, query {query} {fig_text(trace.labels[query])}: "
-                           "terms weighted by its pattern over the keys"), state, f"qk_head_{page}_L{layer}_H{head}_q{query}")
+    show_figure(qk_heatmap(term_grid(summary), f"L{layer}H{head}, query {query} {fig_text(trace.labels[query])}: "
+                           "weighted by its pattern"), state, f"qk_head_{page}_L{layer}_H{head}_q{query}")
     if not state.display.lecture:
         with st.expander("Export as code", icon=":material/code:"):
             st.caption("This script reproduces the numbers above from the same checkpoint and text with the "
