@@ -191,7 +191,7 @@ def test_t5_decoder_terms_and_relative_position_bias(tmp_path):
     assert abs(ours[("embed", "embed")] - term) <= 1e-5
 
 
-def test_pattern_weighted_summary_sums_to_the_mean_score_the_query_sees(tmp_path):
+def test_pattern_weighted_summary_sums_to_the_mean_score_the_query_sees(monkeypatch):
     model, tokenizer = load_model(None)
     ids = torch.tensor([tokenizer.encode("Once upon a time there was a little dog. The dog").ids])
     _, cache = model.run_with_cache(ids)
@@ -202,6 +202,10 @@ def test_pattern_weighted_summary_sums_to_the_mean_score_the_query_sees(tmp_path
     expected = float((pattern[: q + 1] * scores[: q + 1]).sum())
     assert abs(sum(summary.values()) - expected) <= 1e-4 * max(1.0, abs(expected))
     assert set(summary) == set(attribution.qk_attribution(model, cache, layer, head, q, 0))
+    from viz_model.interventions import qk
+    monkeypatch.setattr(qk, "KEY_BLOCK_BYTES", 1)  # one key per block: the same sums
+    one_by_one = attribution.qk_pattern_attribution(model, cache, layer, head, q)
+    assert max(abs(one_by_one[k] - summary[k]) for k in summary) <= 1e-5
     # the shared decomposition: the sources entering block `layer` sum to its resid_pre
     names, vectors = residual_sources(model, cache, [2, q], layer)
     torch.testing.assert_close(vectors.sum(0), cache[f"blocks.{layer}.hook_resid_pre"][0, [2, q]], atol=1e-4, rtol=0)

@@ -14,7 +14,9 @@ from viz_model.tokenizer import IdTokenizer
 from .figures import _plain as fig_text
 from .interventions import prompt_of
 from .layout import AppState, pick_index, set_shared, show_figure
-from .qk_view import cell_terms, dominant_sentence, head_terms, qk_code, qk_heatmap, source_words, term_grid, top_pairs
+from .gate import costly
+from .qk_view import dominant_sentence, qk_code, qk_copies, qk_heatmap, qk_views, source_words, term_grid, top_pairs
+from .state import estimate_seconds
 from .text import plain
 from .trace import Trace
 
@@ -63,8 +65,13 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
                 + ("causal mask (it comes later)" if key > query and cfg.causal else "sliding window")
                 + ": its weight is 0. The terms below split the score the mask replaced with −∞.",
                 icon=":material/visibility_off:")
-    with st.spinner("Splitting the score…"):
-        terms = cell_terms(model, trace, layer, head, query, key)
+    bounded = getattr(trace.arrays, "layers", None) is not None
+    estimate = estimate_seconds(state.model_path, state.text, qk_copies(model, trace.n_tokens, layer, bounded))
+    found = costly("qk_attribution", (state.model_path, state.text, layer, head, query, key), estimate,
+                   lambda progress: qk_views(model, trace, layer, head, query, key), "Split this score by source")
+    if found is None:
+        return
+    terms, summary = found
     total = sum(terms.values())
     grid = term_grid(terms)
     cap = cfg.attn_softcap
@@ -86,7 +93,6 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
 
     st.markdown(f"**The head as a whole, for query {query} ({q_label}):** each term weighted by the attention the "
                 "query gives each key, summed over the keys it sees: which sources drive this head's pattern.")
-    summary = head_terms(model, trace, layer, head, query)
     pairs = top_pairs(summary, 3)
     st.markdown("Largest: " + "; ".join(f"{source_words(a, 'query')} × {source_words(b, 'key')} ({v:+.3f})"
                                         for a, b, v in pairs) + ".")

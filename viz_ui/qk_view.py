@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import torch
 
 from viz_model import VizTransformer, attribution
+from viz_model.interventions.cost import forward_flops
 
 from .figures import DIVERGING, FONT, one_pass_figure
 from .intervention_code import _ids, _load
@@ -30,11 +31,14 @@ class TraceCache(Mapping):
 
     def __init__(self, trace: Trace) -> None:
         self.arrays = trace.arrays
+        self.read: dict[str, torch.Tensor] = {}  # each hook converted (or, bounded, recomputed) once per cache
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        with warnings.catch_warnings():  # read-only shared arrays: nothing here writes to them
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.from_numpy(np.asarray(self.arrays[name], dtype=np.float32))[None]
+        if name not in self.read:
+            with warnings.catch_warnings():  # read-only shared arrays: nothing here writes to them
+                warnings.simplefilter("ignore", UserWarning)
+                self.read[name] = torch.from_numpy(np.asarray(self.arrays[name], dtype=np.float32))[None]
+        return self.read[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.arrays.names() if hasattr(self.arrays, "names") else self.arrays)
@@ -46,14 +50,28 @@ class TraceCache(Mapping):
         return name in self.arrays
 
 
-def cell_terms(model: VizTransformer, trace: Trace, layer: int, head: int, query: int, key: int) -> dict:
-    """:func:`viz_model.attribution.qk_attribution` on the trace: ``{(query source, key source): score units}``."""
-    return attribution.qk_attribution(model, TraceCache(trace), layer, head, query, key)
+def qk_views(model: VizTransformer, trace: Trace, layer: int, head: int, query: int, key: int) -> tuple[dict, dict]:
+    """What the section shows, from the trace: :func:`viz_model.attribution.qk_attribution` of the cell
+    (``{(query source, key source): score units}``) and :func:`viz_model.attribution.qk_pattern_attribution` of the
+    query (the terms weighted by its pattern), reading each hook once."""
+    cache = TraceCache(trace)
+    return (attribution.qk_attribution(model, cache, layer, head, query, key),
+            attribution.qk_pattern_attribution(model, cache, layer, head, query))
 
 
-def head_terms(model: VizTransformer, trace: Trace, layer: int, head: int, query: int) -> dict:
-    """:func:`viz_model.attribution.qk_pattern_attribution` on the trace (terms weighted by the query's pattern)."""
-    return attribution.qk_pattern_attribution(model, TraceCache(trace), layer, head, query)
+def qk_copies(model: VizTransformer, n_tokens: int, layer: int, bounded: bool) -> float:
+    """:func:`qk_views`' work in forward-equivalents (copies of the text): its matrix products over every key
+    (each source's part of k: ``z_h W_O[h]`` per earlier head, then ``· W_K``; the source-pair dot products) over a
+    forward pass's (:func:`viz_model.interventions.cost.forward_flops`), plus, for a bounded trace (which recomputes
+    a block's hooks when read), blocks ``0 .. layer`` of a forward pass."""
+    cfg = model.cfg
+    flops = forward_flops(model, n_tokens)
+    forward = flops["encoder"] + sum(flops["blocks"]) + flops["decode"]
+    n_sources = 4 + layer * (cfg.n_heads + 2)
+    work = 2 * n_tokens * (layer * cfg.n_heads * cfg.d_head * cfg.d_model + n_sources * cfg.d_model * cfg.d_head
+                           + n_sources ** 2 * cfg.d_head)
+    recompute = sum(flops["blocks"][: layer + 1]) if bounded else 0.0
+    return (work + recompute) / max(1.0, forward)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from ..placement import weight
 from ..rotary import apply_rotary, rotary_angles, rotary_scale, scaled_freqs
 from .residual import _through_norm, residual_sources, source_hooks
 
+KEY_BLOCK_BYTES = 64 * 2**20  # qk_pattern_attribution: the key side's source vectors of one block of keys, at most
 SOFTCAP_NOTE = ("this model soft-caps its attention scores (c·tanh(score / c), c = {cap:g}), which is not a sum: the "
                 "terms split the score before the cap")
 
@@ -194,7 +195,8 @@ def qk_pattern_attribution(model: VizTransformer, cache: Mapping[str, torch.Tens
 
     Shapes: ``blocks.{layer}.attn.hook_pattern`` ``[batch, head_index, query_pos, key_pos]`` (row 0, this head and
     query: ``[key_pos]``) weights the ``[n_query_sources, n_key_sources, key_pos]`` terms of :func:`qk_terms` over all
-    keys; keys the mask hides have weight 0. Values are in score units; they sum to the pattern-weighted mean score
+    keys, computed a block of keys at a time (:data:`KEY_BLOCK_BYTES` of source vectors); keys the mask hides have
+    weight 0 and are skipped. Values are in score units; they sum to the pattern-weighted mean score
     (before a soft cap) of the keys the query sees.
 
     Args:
@@ -207,7 +209,18 @@ def qk_pattern_attribution(model: VizTransformer, cache: Mapping[str, torch.Tens
         as :func:`qk_attribution`.
     """
     n = cache["hook_embed"].shape[1]
-    t = qk_terms(model, cache, layer, head, query_pos, range(n))
     p = cache[f"blocks.{layer}.attn.hook_pattern"][0, head, query_pos % n].float().cpu()  # [key_pos]
-    rel = None if t.rel_pos is None else float(t.rel_pos @ p)
-    return _as_dict(t.terms @ p, t.query_sources, t.key_sources, rel)
+    keys = [j for j in range(n) if p[j] != 0]  # keys the mask hides add nothing
+    # the key side holds [sources, keys, d_model] floats: a block of keys at a time keeps it within KEY_BLOCK_BYTES
+    n_sources = 3 + layer * (model.cfg.n_heads + 2) * (2 if model.blocks[0].has_cross else 1)
+    block = max(1, KEY_BLOCK_BYTES // (4 * n_sources * model.cfg.d_model))
+    total, rel, names = None, None, None
+    for start in range(0, len(keys), block):
+        part = keys[start:start + block]
+        t = qk_terms(model, cache, layer, head, query_pos, part)
+        weighted = t.terms @ p[part]
+        total = weighted if total is None else total + weighted
+        if t.rel_pos is not None:
+            rel = (rel or 0.0) + float(t.rel_pos @ p[part])
+        names = (t.query_sources, t.key_sources)
+    return _as_dict(total, *names, rel)
