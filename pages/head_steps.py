@@ -143,7 +143,7 @@ show_table(vector_table({"this head's part z·W_O[h]": s.head_out, "attn_out (al
                          "resid_pre": s.resid_pre, "resid_pre + attn_out": s.resid_mid}, SHOW_DIMS).style.format(fmt), state)
 st.caption("Norms: " + ", ".join(f"{name} {value:.3f}" for name, value in s.norms.items()) + ".")
 
-st.header("6 · Why this score? Its sources")
+st.header("6 · Where the score comes from")
 st.markdown("Pick a key: the score of the query above to that key, split into one term per pair of sources.")
 key = pick_key(st, trace, layer, head, query)
 qk_section(state, trace, layer, head, query, key, "steps")

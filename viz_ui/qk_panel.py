@@ -94,7 +94,8 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
     st.markdown(f"**The head as a whole, for query {query} ({q_label}):** each term weighted by the attention the "
                 "query gives each key, summed over the keys it sees: which sources drive this head's pattern.")
     pairs = top_pairs(summary, 3)
-    st.markdown("Largest: " + "; ".join(f"{source_words(a, 'query')} × {source_words(b, 'key')} ({v:+.3f})"
+    st.markdown("Largest: " + "; ".join(f"{source_words(a, 'query')} at the query × {source_words(b, 'key')} at the "
+                                        f"key ({v:+.3f})"
                                         for a, b, v in pairs) + ".")
     show_figure(qk_heatmap(term_grid(summary), f"L{layer}H{head}, query {query} {fig_text(trace.labels[query])}: "
                            "weighted by its pattern"), state, f"qk_head_{page}_L{layer}_H{head}_q{query}")
