@@ -73,3 +73,18 @@ def test_step_by_step_page_has_the_section_and_a_masked_key_is_explained():
 def test_post_ln_model_gets_the_one_line_reason():
     at = open_page("pages/attention.py", query={"model": "dates-iso"})
     assert any("QK attribution is not shown for this model" in i.value and "post-LN" in i.value for i in at.info)
+
+
+def test_the_section_waits_for_its_button_when_the_gate_says_so(monkeypatch):
+    import streamlit as st
+    monkeypatch.setenv("VIZ_GATE_SECONDS", "0")  # every estimate is above it, as on a 1 B model
+    st.cache_data.clear()
+    at = open_page("pages/attention.py", text=TEXT, query={"layer": "2", "head": "1", "query": "9", "key": "3"})
+    assert not at.metric  # nothing split as the page opens
+    button = at.button(key="gate_qk_attribution")
+    assert button.label.startswith("Split this score by source — ")
+    button.click().run()
+    model, cache = model_cache()
+    score = cache["blocks.2.attn.hook_attn_scores"][0, 1, 9, 3].item()
+    assert abs(float({m.label: m.value for m in at.metric}["Sum of the terms"]) - score) <= 1e-3
+    st.cache_data.clear()
