@@ -62,7 +62,8 @@ def test_gpt2_terms_sum_and_the_embed_term_equals_transformers(tmp_path):
             e = ref.transformer.wte.weight[ids[0, pos]]
             normed = (e - e.mean()) / rms_scale(hidden[pos], ln.eps, True) * ln.weight
             return normed @ W[:, cols]
-        term = side(q, slice(head * dh, (head + 1) * dh)) @ side(k, slice(d + head * dh, d + (head + 1) * dh)) / dh ** 0.5
+        q_cols, k_cols = slice(head * dh, (head + 1) * dh), slice(d + head * dh, d + (head + 1) * dh)
+        term = side(q, q_cols) @ side(k, k_cols) / dh ** 0.5
     ours = attribution.qk_attribution(model, cache, layer, head, q, k)
     assert abs(ours[("embed", "embed")] - term.item()) <= 1e-5
     assert {"pos_embed", "L0H0", "L0H2", "L0.attn_bias", "L0.mlp", "bias"} <= {a for a, _ in ours}
@@ -195,7 +196,7 @@ def test_pattern_weighted_summary_sums_to_the_mean_score_the_query_sees(monkeypa
     model, tokenizer = load_model(None)
     ids = torch.tensor([tokenizer.encode("Once upon a time there was a little dog. The dog").ids])
     _, cache = model.run_with_cache(ids)
-    n, layer, head, q = ids.shape[1], 3, 5, ids.shape[1] - 1
+    layer, head, q = 3, 5, ids.shape[1] - 1
     summary = attribution.qk_pattern_attribution(model, cache, layer, head, q)
     pattern = cache[f"blocks.{layer}.attn.hook_pattern"][0, head, q]
     scores = cache[f"blocks.{layer}.attn.hook_attn_scores"][0, head, q]

@@ -86,7 +86,8 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
     st.markdown(dominant_sentence(terms, total))
     title = f"Score {query} {fig_text(trace.labels[query])} → {key} {fig_text(trace.labels[key])} by source"
     show_figure(qk_heatmap(grid, title), state, f"qk_{page}_L{layer}_H{head}_q{query}_k{key}")
-    st.caption(f"{len(terms)} terms in all; “other” sums the sources not named; the grid's cells sum to {float(grid.values.sum()):.4f}"
+    st.caption(f"{len(terms)} terms in all; “other” sums the sources not named; the grid's cells sum to "
+               f"{float(grid.values.sum()):.4f}"
                + (f", plus the relative position bias {grid.rel_pos:.4f}" if grid.rel_pos is not None else "")
                + ". Sources: embed = token embedding, pos_embed = position embedding, LlHh = a head's output, "
                "Ll.mlp = an MLP's output, Ll.attn_bias = b_O, bias = the norm's offset and b_Q (query) or b_K (key).")

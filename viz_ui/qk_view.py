@@ -102,7 +102,9 @@ def term_grid(terms: dict[tuple[str, str], float], top: int = TOP) -> TermGrid:
     full = np.array([[pairs[(a, b)] for b in k_names] for a in q_names])  # [Sq, Sk]
 
     def keep(weights: np.ndarray, names: list[str]) -> list[int]:
-        return sorted(np.argsort(-weights, kind="stable")[:top].tolist()) if len(names) > top else list(range(len(names)))
+        if len(names) <= top:
+            return list(range(len(names)))
+        return sorted(np.argsort(-weights, kind="stable")[:top].tolist())
     rows, cols = keep(np.abs(full).sum(1), q_names), keep(np.abs(full).sum(0), k_names)
     r_rest = [i for i in range(len(q_names)) if i not in rows]
     c_rest = [j for j in range(len(k_names)) if j not in cols]
@@ -144,7 +146,8 @@ def dominant_sentence(terms: dict[tuple[str, str], float], score: float) -> str:
     query × the token embedding at the key." (T5's relative position bias is named as such when it is largest.)"""
     (a, b), value = max(terms.items(), key=lambda kv: abs(kv[1]))
     if (a, b) == ("rel_pos", "rel_pos"):
-        return f"The largest term, {value:+.3f} of the score {score:.3f}, is the relative position bias of this distance."
+        return (f"The largest term, {value:+.3f} of the score {score:.3f}, is the relative position bias of this "
+                "distance.")
     return (f"The largest term, {value:+.3f} of the score {score:.3f}, is {source_words(a, 'query')} at the query × "
             f"{source_words(b, 'key')} at the key.")
 
@@ -182,14 +185,16 @@ def qk_code(path: str, text: str, prompt: Prompt, has_tokenizer: bool, cut: bool
              f"text = {text!r}", *_ids("tokens", "text", prompt, has_tokenizer, cut, "kw"),
              f"layer, head, query, key = {layer}, {head}, {query}, {key}",
              "_, cache = model.run_with_cache(tokens, **kw)",
-             "terms = attribution.qk_attribution(model, cache, layer, head, query, key)  # {(query source, key source): value}",
+             "# {(query source, key source): value}",
+             "terms = attribution.qk_attribution(model, cache, layer, head, query, key)",
              'score = cache[f"blocks.{layer}.attn.hook_attn_scores"][0, head, query, key].item()  # -inf where masked',
              'print(f"sum of the terms {sum(terms.values()):.4f}; the model\'s score {score:.4f}")',
              "note = attribution.qk_note(model)  # a soft cap: the terms split the score before it",
              "if note:", "    print(note)",
              "for (a, b), value in sorted(terms.items(), key=lambda kv: -abs(kv[1]))[:10]:",
              '    print(f"{a:>18} (query) x {b:<18} (key) {value:+.4f}")',
-             "summary = attribution.qk_pattern_attribution(model, cache, layer, head, query)  # weighted by the pattern",
+             "# the same terms weighted by the query's pattern over the keys",
+             "summary = attribution.qk_pattern_attribution(model, cache, layer, head, query)",
              'print("\\nWhat drives the pattern of this query (terms weighted by its attention over the keys):")',
              "for (a, b), value in sorted(summary.items(), key=lambda kv: -abs(kv[1]))[:10]:",
              '    print(f"{a:>18} (query) x {b:<18} (key) {value:+.4f}")']
