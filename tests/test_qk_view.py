@@ -11,7 +11,7 @@ import torch
 from conftest import plotly_array
 from test_app import figure_titled, open_page
 from viz_model import attribution, load_model
-from viz_ui.qk_view import dominant_sentence, term_grid
+from viz_ui.qk_view import dominant_sentence, grid_frame, term_grid
 
 TEXT = "Once upon a time, there was a little girl named Lily. She loved to play in the park with her dog."
 
@@ -24,6 +24,9 @@ def test_term_grid_keeps_the_largest_sources_and_sums_the_rest_as_other():
     np.testing.assert_allclose(grid.values, [[5.0, 0.0, 0.0], [0.0, -4.0, 0.0], [0.25, 0.0, -0.5]])
     assert grid.rel_pos == 2.0 and grid.total == 5.0 - 4.0 + 0.5 + 0.25 - 1.0 + 2.0
     assert term_grid(terms, top=8).rows == list("pqrs")  # nothing left over: no "other"
+    frame = grid_frame(grid)  # the figure's CSV
+    assert list(frame.columns) == ["query source", "x", "y", "other"] and frame["query source"].tolist()[-1] == "rel_pos"
+    assert frame.iloc[2, 1:].tolist() == [0.25, 0.0, -0.5] and frame.iloc[3, 1] == 2.0
     assert dominant_sentence({("L0H3", "embed"): 2.0, ("bias", "L1.mlp"): -1.0}, 1.0) == (
         "The largest term, +2.000 of the score 1.000, is L0H3's output at the query × the token embedding at the key.")
 

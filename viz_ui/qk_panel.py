@@ -15,7 +15,7 @@ from .figures import _plain as fig_text
 from .interventions import prompt_of
 from .layout import AppState, pick_index, set_shared, show_figure
 from .gate import costly
-from .qk_view import dominant_sentence, qk_code, qk_copies, qk_heatmap, qk_views, source_words, term_grid, top_pairs
+from .qk_view import dominant_sentence, grid_frame, qk_code, qk_copies, qk_heatmap, qk_views, source_words, term_grid, top_pairs
 from .state import estimate_seconds
 from .text import plain
 from .trace import Trace
@@ -85,7 +85,8 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
         c3.metric("of which the relative position bias", f"{grid.rel_pos:.4f}")
     st.markdown(dominant_sentence(terms, total))
     title = f"Score {query} {fig_text(trace.labels[query])} → {key} {fig_text(trace.labels[key])} by source"
-    show_figure(qk_heatmap(grid, title), state, f"qk_{page}_L{layer}_H{head}_q{query}_k{key}")
+    show_figure(qk_heatmap(grid, title), state, f"qk_{page}_L{layer}_H{head}_q{query}_k{key}",
+                data=lambda: grid_frame(grid))
     st.caption(f"{len(terms)} terms in all; “other” sums the sources not named; the grid's cells sum to "
                f"{float(grid.values.sum()):.4f}"
                + (f", plus the relative position bias {grid.rel_pos:.4f}" if grid.rel_pos is not None else "")
@@ -98,8 +99,10 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
     st.markdown("Largest: " + "; ".join(f"{source_words(a, 'query')} at the query × {source_words(b, 'key')} at the "
                                         f"key ({v:+.3f})"
                                         for a, b, v in pairs) + ".")
-    show_figure(qk_heatmap(term_grid(summary), f"L{layer}H{head}, query {query} {fig_text(trace.labels[query])}: "
-                           "weighted by its pattern"), state, f"qk_head_{page}_L{layer}_H{head}_q{query}")
+    summary_grid = term_grid(summary)
+    show_figure(qk_heatmap(summary_grid, f"L{layer}H{head}, query {query} {fig_text(trace.labels[query])}: "
+                           "weighted by its pattern"), state, f"qk_head_{page}_L{layer}_H{head}_q{query}",
+                data=lambda: grid_frame(summary_grid))
     if not state.display.lecture:
         with st.expander("Export as code", icon=":material/code:"):
             st.caption("This script reproduces the numbers above from the same checkpoint and text with the "

@@ -117,6 +117,17 @@ def term_grid(terms: dict[tuple[str, str], float], top: int = TOP) -> TermGrid:
                     [k_names[j] for j in cols] + ([OTHER] if c_rest else []), values, rel)
 
 
+def grid_frame(grid: TermGrid):
+    """The grid as a table for the figure's CSV: a ``query source`` column, then one column per key source (score
+    units), and a ``rel_pos`` row for T5's relative position bias (under the first key column)."""
+    import pandas as pd  # noqa: PLC0415  (the attention page does not import pandas unless a table is asked for)
+    frame = pd.DataFrame(grid.values, columns=grid.cols)
+    frame.insert(0, "query source", grid.rows)
+    if grid.rel_pos is not None:
+        frame.loc[len(frame)] = ["rel_pos", grid.rel_pos] + [float("nan")] * (len(grid.cols) - 1)
+    return frame
+
+
 def source_words(name: str, side: str) -> str:
     """Plain words for a source name at ``side`` ("query" or "key"): ``L0H3`` → "L0H3's output",
     ``embed`` → "the token embedding", ``bias`` → "the biases (the norm's offset and b_Q)"."""
