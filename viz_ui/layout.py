@@ -15,6 +15,7 @@ from viz_model import CheckpointError, VizTransformer
 from viz_model.dtypes import dtype_name
 from viz_model.tokenizer import IdTokenizer
 
+from .classroom.ui import class_bar, publish_view, question_area, sidebar_controls
 from .export import figure_csv, trace_npz
 from .figures import style_for_display
 from .live_chart import Frames, clicked_point, live_chart
@@ -144,6 +145,7 @@ def _display_controls() -> Display:
         export = shared_widget(st.radio, "Figure download (toolbar camera)", ["png", "svg"], key="export",
                                default="png", valid=("png", "svg").__contains__, horizontal=True,
                                format_func={"png": "PNG (3×)", "svg": "SVG"}.get)
+        sidebar_controls()  # class mode: start, join, the code and QR code, questions (viz_ui/classroom)
     return Display(lecture, scale if lecture else 1.0, theme, export, css_theme=theme == "dark" and native != "dark")
 
 
@@ -194,7 +196,9 @@ def view_link(page_url: str, params: dict[str, str]) -> str:
 
 
 def show_link(state: AppState) -> None:
-    """(Re)draw "Link to this view" from the current ``st.query_params`` (call after the page's widgets)."""
+    """(Re)draw "Link to this view" from the current ``st.query_params`` (call after the page's widgets); a class's
+    teacher publishes the view to the class when it changed."""
+    publish_view(first=not state.shown_link)
     if state.link_slot is not None:
         link = view_link(st.context.url or "", st.query_params.to_dict())
         if link == state.shown_link:
@@ -321,6 +325,7 @@ def setup_page(title: str, intro: str) -> AppState:
     name, text = _sidebar(models)
     display = _display_controls()
     _apply_display(display)
+    class_bar()  # a class's banner above the page, and a student's poll of the teacher's view
     st.sidebar.caption("Link to this view (model, text, page and selections):")
     if st.session_state.get("_unlinked_text"):
         st.sidebar.caption(f":material/link_off: The text is too long for a link (over {MAX_LINK_CHARS:,} characters "
@@ -359,6 +364,7 @@ def setup_page(title: str, intro: str) -> AppState:
                    "output tokens (the source is read by the encoder); page 5 shows the encoder and cross-attention.")
     state = AppState(name, models[name], model, tokenizer, text, trace, link_slot, display)
     show_link(state)
+    question_area(state)  # a class's current question, on every page
     return state
 
 
