@@ -77,7 +77,7 @@ DARK_CSS = (
     "[data-testid=stExpander] details,[data-testid=stCode] pre,[data-testid=stCode] code,"
     "[data-testid=stBaseButton-secondary],[data-testid=stBaseButton-tertiary],[data-testid=stPageLink-NavLink],"
     "[data-testid=stBaseLinkButton-secondary],[data-testid=stBaseButton-pills],[data-testid=stBaseButton-segmented_control],"
-    "[data-testid=stDownloadButton] button,[data-testid=stPopover] button,[data-testid=stNumberInputContainer] button,"
+    "[data-testid=stDownloadButton] button,[data-testid=stBaseButton-secondaryFormSubmit],[data-testid=stPopover] button,[data-testid=stNumberInputContainer] button,"
     "[data-testid=stFileUploaderDropzone],[data-testid=stFileUploaderDropzone] button,[data-testid=stButtonGroup] button)"
     f"{{background:{DARK_BG2} !important;color:{DARK_INK} !important;-webkit-text-fill-color:{DARK_INK};"
     f"border-color:{DARK_LINE} !important}}"
@@ -200,7 +200,8 @@ def show_link(state: AppState) -> None:
     teacher publishes the view to the class when it changed."""
     publish_view(first=not state.shown_link)
     if state.link_slot is not None:
-        link = view_link(st.context.url or "", st.query_params.to_dict())
+        # a class's teacher key (teach=…) stays in the address bar only: not in a link shown on a projected screen
+        link = view_link(st.context.url or "", {k: v for k, v in st.query_params.to_dict().items() if k != "teach"})
         if link == state.shown_link:
             return  # every element sent costs the browser a render: pages call this after each figure
         state.shown_link = link

@@ -19,17 +19,17 @@ POLL_SECONDS = 1.0
 
 def student_bar(cls: ClassSession) -> None:
     """The banner of a student's screen (call on every full run): following or exploring, and the poll."""
-    left, right = st.columns([5, 1], vertical_alignment="center")
+    bar = st.container(horizontal=True, vertical_alignment="center", gap="medium")
     if cls.following:
-        left.markdown(f":material/cast_for_education: **Following class {cls.code}**: this screen shows the "
-                      "teacher's view.")
-        right.button("Stop following", key="class_stop", on_click=_set_following, args=(False,),
-                     icon=":material/explore:", help="Explore on your own; Catch up rejoins the teacher.")
+        bar.markdown(f":material/cast_for_education: **Following class {cls.code}**: this screen shows the "
+                     "teacher's view.", width="content")
+        bar.button("Stop following", key="class_stop", on_click=_set_following, args=(False,),
+                   icon=":material/explore:", help="Explore on your own; Catch up rejoins the teacher.")
     else:
-        left.markdown(f":material/explore: **Exploring on your own** (class {cls.code}): Catch up shows the "
-                      "teacher's view again.")
-        right.button("Catch up", key="class_catch_up", type="primary", on_click=_set_following, args=(True,),
-                     icon=":material/cast_for_education:")
+        bar.markdown(f":material/explore: **Exploring on your own** (class {cls.code}): Catch up shows the "
+                     "teacher's view again.", width="content")
+        bar.button("Catch up", key="class_catch_up", type="primary", on_click=_set_following, args=(True,),
+                   icon=":material/cast_for_education:")
     if cls.offline:
         st.caption(":material/cloud_off: The class server did not answer the last check; retrying.")
     _poll()

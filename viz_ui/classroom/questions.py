@@ -150,14 +150,24 @@ def _answer_box(question: dict) -> None:
 
 
 @st.cache_data(max_entries=64, ttl=3600, show_spinner=False)
-def _model_probabilities(path: str, text: str, answers: tuple[str, ...]) -> list[tuple[float | None, int]]:
-    """answer_probabilities for the model at ``path`` after ``text`` (computed once per server for a class)."""
-    from ..state import get_trace, resolve
+def _model_side(path: str, text: str, answers: tuple[str, ...]) -> tuple[list[tuple[float | None, int]],
+                                                                       list[tuple[str, float]]]:
+    """The model at ``path`` after ``text``: :func:`answer_probabilities` of ``answers``, and its own three most
+    likely next tokens ``(label, probability)`` (computed once per server for a whole class)."""
+    import numpy as np
+
+    from ..state import get_trace, get_vocab_labels, resolve
     model, tokenizer = resolve(path)
     trace = get_trace(path, text)
-    if trace.is_encoder_decoder or not hasattr(tokenizer, "encode") or type(tokenizer).__name__ == "IdTokenizer":
-        raise ValueError("this model's answers cannot be tokenised as a continuation")
-    return answer_probabilities(model, tokenizer, [int(i) for i in trace.ids], text, list(answers))
+    if trace.is_encoder_decoder or type(tokenizer).__name__ == "IdTokenizer":
+        raise ValueError("this model's answers cannot be tokenised as a continuation of the text")
+    probs = answer_probabilities(model, tokenizer, [int(i) for i in trace.ids], text, list(answers))
+    logits = np.asarray(trace.arrays["hook_logits"][-1], dtype=np.float64)
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    labels = get_vocab_labels(path)
+    top = [(labels[i], float(p[i])) for i in np.argsort(-p)[:3]]
+    return probs, top
 
 
 def _reveal(cls: ClassSession, question: dict, state) -> None:
@@ -184,11 +194,12 @@ def _reveal(cls: ClassSession, question: dict, state) -> None:
         try:
             if path is None:
                 raise ValueError(f"the model {context.get('model')!r} is not on this server")
-            computed = _model_probabilities(path, context.get("text", ""), tuple(a for a, _ in answers))
+            computed, top = _model_side(path, context.get("text", ""), tuple(a for a, _ in answers))
             probs = [p for p, _ in computed]
             multi = sum(1 for _, n in computed if n > 1)
             note = (" A several-token answer's probability is the product of its tokens' probabilities (chain rule)."
                     if multi else "")
+            note += " The model's own top 3: " + ", ".join(f"“{plain(label, 60)}” {p:.1%}" for label, p in top) + "."
         except Exception as exc:  # noqa: BLE001: any failure of the model is one line, not a traceback
             st.caption(f"The model's probabilities are not shown: {plain(error_line(exc))}.")
     fig = reveal_figure(answers, total, probs, f"{total} answer{'s' * (total != 1)}", question.get("correct"))

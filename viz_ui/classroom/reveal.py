@@ -84,8 +84,7 @@ def reveal_figure(answers: list[tuple[str, int]], total: int, probs: list[float 
     rows = list(range(len(answers)))
     colour = ["#1a7f37" if a == correct else "#1f77b4" for a, _ in answers]
     cols = 1 if probs is None else 2
-    fig = make_subplots(rows=1, cols=cols, shared_yaxes=True, horizontal_spacing=0.08,
-                        subplot_titles=["the class: share of answers", "the model: P(answer next)"][:cols])
+    fig = make_subplots(rows=1, cols=cols, shared_yaxes=True, horizontal_spacing=0.08)
     fig.add_trace(go.Bar(x=share, y=rows, orientation="h", marker_color=colour, cliponaxis=False, name="class",
                          text=[f"{int(c)} · {s:.0%}" for c, s in zip(counts, share)], textposition="outside",
                          customdata=labels, hovertemplate="%{customdata}<br>%{text}<extra></extra>"), row=1, col=1)
@@ -95,9 +94,9 @@ def reveal_figure(answers: list[tuple[str, int]], total: int, probs: list[float 
                              name="model", text=["n/a" if np.isnan(v) else _percent(v) for v in p],
                              textposition="outside", customdata=labels,
                              hovertemplate="%{customdata}<br>p = %{x:.4g}<extra></extra>"), row=1, col=2)
-        fig.update_xaxes(range=[0, min(1.0, float(np.nanmax(p, initial=0)) * 1.3 + 0.05)], title="probability",
+        fig.update_xaxes(range=[0, min(1.0, float(np.nanmax(p, initial=0)) * 1.3 + 0.05)], title="the model: P(answer next)",
                          row=1, col=2)
-    fig.update_xaxes(range=[0, min(1.0, float(share.max(initial=0)) * 1.3 + 0.05)], title="share", row=1, col=1)
+    fig.update_xaxes(range=[0, min(1.0, float(share.max(initial=0)) * 1.3 + 0.05)], title="the class: share of answers", row=1, col=1)
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=rows, ticktext=labels, row=1, col=1)
     fig.update_layout(showlegend=False, bargap=0.3)
     fig = _layout(fig, title, height=max(300, 110 + 40 * len(answers)))

@@ -108,8 +108,9 @@ def _teacher_tick() -> None:
 
 @st.dialog("Join the class", width="large")
 def _join_screen(link: str, code: str) -> None:
-    st.markdown(f"## Code: {code}")
-    st.image(qr_png(link, scale=12), width=420)
+    left, right = st.columns([1, 1], vertical_alignment="center")
+    left.image(qr_png(link, scale=12), width=420)
+    right.markdown(f"Scan the code, or open the link and type the class code:\n\n# {code}")
     st.code(link, language=None, wrap_lines=True)
 
 
