@@ -54,15 +54,15 @@ def _poll() -> None:
     cls = current()
     if cls is None or cls.teacher:
         return
-    store = class_store()
     try:
+        store = class_store()
         version = store.version(cls.code)
         store.follow(cls.code, cls.student_id, cls.following)
         question = store.question(cls.code)
     except KeyError:
         leave(f"Class {cls.code} has ended.")
         st.rerun()
-    except (ClassStoreUnavailable, OSError):
+    except (ClassStoreUnavailable, OSError, ValueError):
         if not cls.offline:
             cls.offline = True
             st.rerun()  # the banner says so

@@ -94,13 +94,12 @@ def _join(param: str, token: str | None) -> ClassSession | None:
     if code is None:
         leave(f"“{plain(param, 40)}” is not a class code (6 letters and digits, e.g. K7QX2M).")
         return None
-    store = class_store()
     try:
-        published = store.view(code)  # KeyError for an unknown or expired code
+        published = class_store().view(code)  # KeyError for an unknown or expired code
     except KeyError:
         leave(f"There is no class {code}: the code is wrong, or the class has ended.")
         return None
-    except (ClassStoreUnavailable, OSError) as exc:
+    except (ClassStoreUnavailable, OSError, ValueError) as exc:  # ValueError: VIZ_CLASS_STORE is no Redis URL
         say(store_error(exc))
         return None
     cls = ClassSession(code, "teacher" if token else "student", token or None)
@@ -113,7 +112,7 @@ def start() -> None:
     """Button callback: start a class with this session as its teacher."""
     try:
         code, token = class_store().create()
-    except (ClassStoreUnavailable, OSError) as exc:
+    except (ClassStoreUnavailable, OSError, ValueError) as exc:
         say(store_error(exc))
         return
     st.session_state[KEY] = ClassSession(code, "teacher", token)
