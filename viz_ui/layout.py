@@ -74,7 +74,7 @@ DARK_CSS = (
     f"[data-testid=stCaptionContainer],[data-testid=stCaptionContainer] *{{color:{DARK_MUTED} !important}}"
     # form widgets, buttons of every kind, expanders, code: a dark surface with light text
     "[data-testid=stApp] :is(textarea,input,[data-baseweb=select]>div,[data-baseweb=input],[data-baseweb=textarea],"
-    "[data-testid=stExpander] details,[data-testid=stCode] pre,[data-testid=stCode] code,"
+    "[data-testid=stExpander] details,[data-testid=stExpander] summary,[data-testid=stCode] pre,[data-testid=stCode] code,"
     "[data-testid=stBaseButton-secondary],[data-testid=stBaseButton-tertiary],[data-testid=stPageLink-NavLink],"
     "[data-testid=stBaseLinkButton-secondary],[data-testid=stBaseButton-pills],[data-testid=stBaseButton-segmented_control],"
     "[data-testid=stDownloadButton] button,[data-testid=stBaseButton-secondaryFormSubmit],[data-testid=stPopover] button,[data-testid=stNumberInputContainer] button,"
