@@ -8,13 +8,26 @@ server, so it does no model work and sends no element.
 
 from __future__ import annotations
 
+import os
+
 import streamlit as st
 
 from . import ClassStoreUnavailable, class_store
 from .session import ClassSession, current, current_page, leave
 from .view import keys_to_reset, student_params
 
-POLL_SECONDS = 1.0
+
+def _poll_seconds(default: float = 1.0) -> float:
+    """``VIZ_CLASS_POLL_SECONDS`` (0.25–10, read at start-up): how often a student's screen asks the class for news;
+    a longer period costs the server less (each poll is a fragment rerun) and the students wait longer."""
+    try:
+        value = float(os.environ.get("VIZ_CLASS_POLL_SECONDS", default))
+    except ValueError:
+        return default
+    return value if 0.25 <= value <= 10 else default
+
+
+POLL_SECONDS = _poll_seconds()
 
 
 def student_bar(cls: ClassSession) -> None:
