@@ -94,14 +94,24 @@ def reveal_figure(answers: list[tuple[str, int]], total: int, probs: list[float 
                              name="model", text=["n/a" if np.isnan(v) else _percent(v) for v in p],
                              textposition="outside", customdata=labels,
                              hovertemplate="%{customdata}<br>p = %{x:.4g}<extra></extra>"), row=1, col=2)
-        fig.update_xaxes(range=[0, min(1.0, float(np.nanmax(p, initial=0)) * 1.3 + 0.05)], title="the model: P(answer next)",
-                         row=1, col=2)
-    fig.update_xaxes(range=[0, min(1.0, float(share.max(initial=0)) * 1.3 + 0.05)], title="the class: share of answers", row=1, col=1)
+        fig.update_xaxes(_share_axis(float(np.nanmax(p, initial=0))), title="the model: P(answer next)", row=1, col=2)
+    fig.update_xaxes(_share_axis(float(share.max(initial=0))), title="the class: share of answers", row=1, col=1)
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=rows, ticktext=labels, row=1, col=1)
     fig.update_layout(showlegend=False, bargap=0.3)
     fig = _layout(fig, title, height=max(300, 110 + 40 * len(answers)))
     fig.update_layout(margin=dict(r=60))
     return fig
+
+
+def _share_axis(largest: float) -> dict:
+    """An x axis from 0 with room right of the largest bar (``largest`` in [0, 1]) for its label, drawn outside
+    the bar; ticks as percentages, none past 100 %."""
+    upper = largest * 1.3 + 0.08
+    axis = dict(range=[0, upper], tickformat=".0%")
+    if upper > 0.25:
+        step = 0.25 if upper > 0.6 else 0.1
+        axis.update(tickmode="array", tickvals=[round(i * step, 2) for i in range(int(min(upper, 1.0) / step + 1e-9) + 1)])
+    return axis
 
 
 def _percent(p: float) -> str:
