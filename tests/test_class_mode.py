@@ -4,7 +4,6 @@ store; the view and reveal rules without Streamlit."""
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 import torch
@@ -132,7 +131,8 @@ def test_students_follow_the_teachers_text_page_and_head_and_may_stop_and_catch_
 
 def test_a_wrong_or_ended_class_is_one_line_and_the_app_goes_on():
     student = session({"class": "ZZZZZZ"})
-    assert [w.value for w in student.warning] == ["There is no class ZZZZZZ: the code is wrong, or the class has ended."]
+    assert [w.value for w in student.warning] == [
+        "There is no class ZZZZZZ: the code is wrong, or the class has ended."]
     assert "class" not in student.query_params and student.title
     bad = session({"class": "<img src=x>"})
     assert "is not a class code" in bad.warning[0].value and "\\<img src" in bad.warning[0].value  # plain text
