@@ -89,7 +89,6 @@ cleanup() {
     sleep 0.1
   done
   for pid in "${STARTED[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
   [ "$KEEP" -eq 1 ] || rm -rf "$RUN"
 }
 stop() { cleanup; exit 0; }
@@ -105,7 +104,7 @@ if [ -z "$REDIS_URL" ]; then
   mkdir -p "$RUN/redis"
   redis-server --bind 127.0.0.1 --port "${FREE[$REPLICAS]}" --dir "$RUN/redis" --appendonly yes --save "" \
     --daemonize no >"$RUN/redis.log" 2>&1 &
-  REDIS_PID=$!; STARTED+=("$REDIS_PID")
+  REDIS_PID=$!; STARTED+=("$REDIS_PID"); disown "$REDIS_PID"
   REDIS_URL="redis://127.0.0.1:${FREE[$REPLICAS]}/0"
 fi
 waiting "${PROBE[@]}" redis "$REDIS_URL" "$START_TIMEOUT" 2>"$RUN/wait.log" \
@@ -119,7 +118,7 @@ for i in $(seq 1 "$REPLICAS"); do
   STREAMLIT_SERVER_COOKIE_SECRET=$SECRET VIZ_CLASS_STORE=$REDIS_URL "$PY" -m streamlit run app.py \
     --server.address 127.0.0.1 --server.port "${FREE[$((i - 1))]}" --server.headless true \
     >"$RUN/replica$i.log" 2>&1 &
-  REPLICA_PIDS+=("$!"); STARTED+=("$!")
+  REPLICA_PIDS+=("$!"); STARTED+=("$!"); disown "$!"  # disowned: bash reports no "Killed" when one dies
 done
 if [ -n "$PIDS_FILE" ]; then
   printf '%s\n' "${REPLICA_PIDS[@]}" >"$PIDS_FILE.tmp" && mv "$PIDS_FILE.tmp" "$PIDS_FILE"
@@ -147,7 +146,7 @@ waiting "${PROBE[@]}" http "$START_TIMEOUT" "${REPLICA_PIDS[*]}" "${URLS[*]}" 2>
   || fail "a replica did not start ($(cat "$RUN/wait.log")); its log: $(tail -n 5 "$RUN"/replica*.log | tr '\n' ' ')"
 
 haproxy -db -f "$RUN/haproxy.cfg" >"$RUN/haproxy.log" 2>&1 &
-HAPROXY_PID=$!; STARTED+=("$HAPROXY_PID")
+HAPROXY_PID=$!; STARTED+=("$HAPROXY_PID"); disown "$HAPROXY_PID"
 waiting "${PROBE[@]}" http "$START_TIMEOUT" "$HAPROXY_PID" "http://127.0.0.1:$PORT/_stcore/health" 2>"$RUN/wait.log" \
   || fail "HAProxy did not start on 127.0.0.1:$PORT: $(tail -n 3 "$RUN/haproxy.log" | tr '\n' ' ')"
 echo "ready http://127.0.0.1:$PORT"

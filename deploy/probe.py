@@ -20,8 +20,11 @@ import urllib.request
 
 def busy(port: int) -> int:
     with socket.socket() as s:
+        # as HAProxy binds: connections of an earlier run still in TIME_WAIT do not make the port busy
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
+            s.listen()
         except OSError:
             return 1
     return 0
