@@ -5,6 +5,7 @@ clean stop."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -91,6 +92,30 @@ class Local:
 def replica(context) -> str:
     values = [c["value"] for c in context.cookies() if c["name"] == COOKIE]
     return values[0] if values else ""
+
+
+def test_the_compose_files_agree_with_each_other_and_haproxy_accepts_its_configuration():
+    import yaml
+    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    check = subprocess.run([haproxy, "-c", "-f", str(ROOT / "deploy" / "haproxy.cfg")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    cfg = (ROOT / "deploy" / "haproxy.cfg").read_text()
+    assert f"cookie {COOKIE} insert indirect nocache" in cfg and "timeout tunnel" in cfg and "option redispatch" in cfg
+    compose = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())
+    services = compose["services"]
+    assert services["app"]["deploy"]["replicas"] >= 2
+    assert (ROOT / "deploy" / services["app"]["build"]["context"] / services["app"]["build"]["dockerfile"]).is_file()
+    assert services["app"]["environment"]["VIZ_CLASS_STORE"] == "redis://redis:6379/0"
+    # HAProxy's servers are the app service's replicas on the port the image listens on
+    assert "server-template app 1-32 app:8501" in cfg and "EXPOSE 8501" in (ROOT / "deploy" / "Dockerfile").read_text()
+    assert any(v.startswith("./haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg") for v in services["haproxy"]["volumes"])
+    assert services["redis"]["command"][-2:] == ["--appendonly", "yes"]
+    volume = services["redis"]["volumes"][0].split(":")
+    assert volume[1] == "/data" and volume[0] in compose["volumes"]
+    # Every file the image copies is in the repository
+    for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines():
+        if line.startswith("COPY "):
+            assert (ROOT / line.split()[1]).exists(), line
 
 
 def test_bad_arguments_and_a_busy_port_give_one_line(tmp_path):
