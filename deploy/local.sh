@@ -45,6 +45,8 @@ if [ -n "$PIDS_FILE" ]; then
   [ -d "$(dirname "$PIDS_FILE")" ] || die "--pids: no folder $(dirname "$PIDS_FILE")"
 fi
 command -v "$PY" >/dev/null || die "no Python '$PY' (set PYTHON to the app's environment, e.g. PYTHON=.venv/bin/python)"
+# a relative path (.venv/bin/python) made absolute, not resolved: a virtual environment's python is a symlink
+case "$PY" in */*) PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")" ;; esac
 "$PY" -c "import streamlit, redis" 2>/dev/null \
   || die "$PY lacks streamlit or redis (install the app's requirements: pip install -r requirements.txt)"
 
