@@ -108,9 +108,11 @@ if [ -z "$REDIS_URL" ]; then
     --daemonize no >"$RUN/redis.log" 2>&1 &
   REDIS_PID=$!; STARTED+=("$REDIS_PID"); disown "$REDIS_PID"
   REDIS_URL="redis://127.0.0.1:${FREE[$REPLICAS]}/0"
+  waiting "${PROBE[@]}" redis "$REDIS_URL" 30 2>"$RUN/wait.log" \
+    || fail "$(cat "$RUN/wait.log") (log: $RUN/redis.log)"
+else
+  waiting "${PROBE[@]}" redis "$REDIS_URL" 5 2>"$RUN/wait.log" || fail "$(cat "$RUN/wait.log")"
 fi
-waiting "${PROBE[@]}" redis "$REDIS_URL" "$START_TIMEOUT" 2>"$RUN/wait.log" \
-  || fail "$(cat "$RUN/wait.log") (log: $RUN/redis.log)"
 echo "redis $REDIS_URL"
 
 # The replicas: one cookie secret (Streamlit signs its XSRF cookie with it: uploads keep working on another replica).
