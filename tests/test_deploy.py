@@ -1,10 +1,12 @@
 """deploy/local.sh: two Streamlit replicas behind HAProxy with Redis, on loopback, driven by a real browser
-(Debian's Chromium through Playwright): the sticky cookie, failover when the serving replica is killed, and a
-clean stop."""
+(Debian's Chromium through Playwright): the ready line and PIDs, the sticky cookie, a teacher and one student per
+replica following a class, the failover of a student whose replica is killed (still in the class), a clean stop;
+and the one-line errors of bad arguments. The compose files are checked for what can be checked without Docker."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -26,7 +28,8 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 COOKIE = "VIZ_REPLICA"
-TEXT = "Tom saw a big red ball."  # "·ball" is one token of the shipped model: a chip the default text lacks
+TEXT = "Tom saw a big red ball."
+TEXT_2 = "The cat sat on the mat."  # "·cat" is one token of the shipped model
 
 pytestmark = pytest.mark.skipif(not (Path("/usr/sbin/haproxy").exists() or Path("/usr/bin/haproxy").exists())
                                 or not Path("/usr/bin/redis-server").exists(),
@@ -138,54 +141,83 @@ def test_bad_arguments_and_a_busy_port_give_one_line(tmp_path):
     assert done.stderr.strip() == f"error: port {port} is busy on 127.0.0.1 (choose another with --port)"
 
 
-def test_two_replicas_behind_haproxy_fail_over_and_stop_cleanly(tmp_path):
+def open_classroom(page) -> None:
+    """Unfold the sidebar's Classroom expander (the class controls are in it)."""
+    page.locator("[data-testid=stSidebar] summary").filter(has_text="Classroom").click()
+    expect(page.get_by_role("button", name=re.compile("Start a class|End the class"))).to_be_visible()
+
+
+def test_a_class_over_two_replicas_survives_the_loss_of_one(tmp_path):
+    """One student per replica follows the teacher; the replica of a student (not the teacher's) is killed: that
+    student's page reconnects through HAProxy to the other replica, is still in the class and follows the next
+    change. Then SIGTERM stops everything local.sh started."""
     local = Local(tmp_path)
     try:
         url = local.wait_ready()
         assert url == f"http://127.0.0.1:{local.port}"
         redis_lines = [line for line in local.lines if line.startswith("redis ")]
         assert len(redis_lines) == 1 and local.lines.index(redis_lines[0]) < len(local.lines) - 1  # before "ready"
-        redis_port = int(redis_lines[0].split()[1].rsplit(":", 1)[1].split("/")[0])
+        redis_url = redis_lines[0].split()[1]
+        redis_port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
         pids = [int(p) for p in local.pids_file.read_text().split()]
-        me = psutil.Process(local.proc.pid)
-        children = me.children()
+        children = psutil.Process(local.proc.pid).children()
         assert len(pids) == 2 and set(pids) <= {c.pid for c in children}
         for pid in pids:  # each replica is `python -m streamlit run app.py` with the Redis URL as its class store
-            proc = psutil.Process(pid)
-            assert proc.cmdline()[:5] == [sys.executable, "-m", "streamlit", "run", "app.py"]
-            assert proc.environ()["VIZ_CLASS_STORE"] == redis_lines[0].split()[1]
+            assert psutil.Process(pid).cmdline()[:5] == [sys.executable, "-m", "streamlit", "run", "app.py"]
+            assert psutil.Process(pid).environ()["VIZ_CLASS_STORE"] == redis_url
         assert len({psutil.Process(p).environ()["STREAMLIT_SERVER_COOKIE_SECRET"] for p in pids}) == 1
 
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            context = browser.new_context(viewport={"width": 1280, "height": 800})
-            page = context.new_page()
-            sockets = []
-            page.on("websocket", lambda ws: sockets.append(ws))
-            page.goto(f"{url}/?text={quote(TEXT)}")
-            expect(page.get_by_role("heading", name="Inside a Transformer", level=1)).to_be_visible(timeout=90_000)
-            expect(page.locator(".toks")).to_contain_text("·ball", timeout=90_000)
-            first = replica(context)
-            assert first in ("r1", "r2"), context.cookies()
-            assert len(sockets) == 1
+            teacher_context = browser.new_context(viewport={"width": 1280, "height": 800})
+            teacher = teacher_context.new_page()
+            teacher.goto(url + "/")
+            expect(teacher.get_by_role("heading", name="Inside a Transformer", level=1)).to_be_visible(timeout=90_000)
+            expect(teacher.locator(".toks")).to_be_visible()
+            mine = replica(teacher_context)  # the sticky cookie HAProxy set
+            assert mine in ("r1", "r2"), teacher_context.cookies()
+            other = {"r1": "r2", "r2": "r1"}[mine]
+            open_classroom(teacher)
+            teacher.get_by_role("button", name="Start a class").click()
+            expect(teacher).to_have_url(re.compile(r"class=[A-Z2-9]{6}&teach="))
+            code = re.search(r"class=([A-Z2-9]{6})", teacher.url).group(1)
 
-            # The replica that serves this page dies: the browser reconnects through HAProxy to the other one.
-            os.kill(pids[int(first[1:]) - 1], signal.SIGKILL)
-            page.wait_for_event("websocket", timeout=30_000)
-            expect(page.get_by_label("Text", exact=True)).to_be_enabled(timeout=30_000)  # disabled while offline
-            assert replica(context) == {"r1": "r2", "r2": "r1"}[first]
-            # Streamlit's page keeps what it showed (it reruns on reconnecting only with a script or a timed fragment
-            # running); the next action runs on the new replica: another page opens and draws its tokens.
-            page.get_by_role("link", name="1 · Tokens").click()
-            expect(page.get_by_role("heading", name="Tokens", level=1)).to_be_visible(timeout=60_000)
-            expect(page.locator(".toks")).to_be_visible(timeout=60_000)
-            assert replica(context) == {"r1": "r2", "r2": "r1"}[first]
+            students = {}
+            for r in ("r1", "r2"):  # one student per replica: their cookie names it
+                context = browser.new_context(viewport={"width": 1024, "height": 768})
+                context.add_cookies([{"name": COOKIE, "value": r, "url": url}])
+                students[r] = context.new_page()
+                students[r].goto(f"{url}/?class={code}")
+            for r, s in students.items():
+                expect(s.get_by_text(f"Following class {code}")).to_be_visible(timeout=90_000)
+                assert replica(s.context) == r
+            expect(teacher.get_by_text("2 students following")).to_be_visible(timeout=30_000)
+
+            box = teacher.get_by_label("Text", exact=True)
+            box.fill(TEXT)
+            box.press("Control+Enter")
+            for s in students.values():
+                expect(s.get_by_label("Text", exact=True)).to_have_value(TEXT, timeout=30_000)
+
+            # The other replica dies: its student's page reconnects through HAProxy to the teacher's replica.
+            moved = students[other]
+            with moved.expect_websocket(timeout=30_000):
+                os.kill(pids[int(other[1:]) - 1], signal.SIGKILL)
+            expect(moved.get_by_label("Text", exact=True)).to_be_enabled(timeout=30_000)  # disabled while offline
+            assert replica(moved.context) == mine
+            expect(moved.get_by_text(f"Following class {code}")).to_be_visible()
+            # ... and still follows: the teacher's next change reaches both students.
+            box.fill(TEXT_2)
+            box.press("Control+Enter")
+            for s in students.values():
+                expect(s.get_by_label("Text", exact=True)).to_have_value(TEXT_2, timeout=30_000)
+                expect(s.locator(".toks")).to_contain_text("·cat", timeout=30_000)
             browser.close()
-        assert "exited; HAProxy sends its browsers to the others" in (tmp_path / "stderr").read_text()
+        assert f"replica {other} (pid {pids[int(other[1:]) - 1]}) exited" in (tmp_path / "stderr").read_text()
     finally:
         rc = local.stop()
     assert rc == 0, (tmp_path / "stderr").read_text()
     # Nothing it started is left: replicas, HAProxy, Redis.
-    gone, alive = psutil.wait_procs(children, timeout=5)
+    _, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, [(p.pid, p.cmdline()) for p in alive]
     assert not listening(local.port) and not listening(redis_port)
