@@ -135,7 +135,9 @@ for i in $(seq 1 "$REPLICAS"); do
 done
 awk -v bind="    bind 127.0.0.1:$PORT" -v servers="$SERVERS" '
   /^# resolvers: begin/ { skip = 1 }
-  /^    # servers: begin/ { skip = 1; print "    cookie VIZ_REPLICA insert indirect nocache httponly"; printf "%s", servers }
+  /^    # servers: begin/ {
+    skip = 1; print "    cookie VIZ_REPLICA insert indirect nocache httponly"; printf "%s", servers
+  }
   !skip && /^    bind / { print bind; next }
   !skip { print }
   /^# resolvers: end/ || /^    # servers: end/ { skip = 0 }

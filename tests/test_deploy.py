@@ -13,9 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
-from urllib.parse import quote
 
 import psutil
 import pytest
@@ -125,7 +123,8 @@ def test_bad_arguments_and_a_busy_port_give_one_line(tmp_path):
     for args, message in [(["--replicas", "0", "--port", "8700"], "--replicas must be a whole number"),
                           (["--replicas", "2"], "--replicas and --port are required"),
                           (["--replicas", "2", "--port", "80000"], "--port must be a port number"),
-                          (["--replicas", "2", "--port", "8700", "--redis-url", "http://x"], "--redis-url must look like"),
+                          (["--replicas", "2", "--port", "8700", "--redis-url", "http://x"],
+                           "--redis-url must look like"),
                           (["--replicas", "2", "--port", "8700", "--frobnicate"], "unknown argument '--frobnicate'")]:
         done = run_local(*args)
         assert done.returncode == 2, (args, done)
