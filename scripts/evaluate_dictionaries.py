@@ -63,7 +63,8 @@ def evaluate(model, tok, data: Path, out: Path, hooks: list[str], eval_tokens: i
 
 
 def write_card(out: Path, rows: list[dict], n_tokens: int) -> None:
-    from train_dictionaries import BATCH, D_SAE, K, LR, STEPS, TRAIN_TOKENS, WINDOW
+    from train_dictionaries import BATCH, D_SAE, DEAD_TOKENS, K, LR, STEPS, STEPS_BY_LAYER, TRAIN_TOKENS, WINDOW
+    more = "; ".join(f"layer {layer}: {n} steps" for layer, n in sorted(STEPS_BY_LAYER.items()))
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     table = "\n".join(f"| `{r['hook']}` | {r['architecture']} (k={r['k']}) | {r['d_sae']:,} | {r['fvu']:.3f} | "
                       f"{r['mean_l0']:.1f} | {r['dead_fraction']:.1%} |" for r in rows)
@@ -92,9 +93,9 @@ Goals (issue 24): FVU <= 0.25, mean L0 <= 32, dead <= 10 %.
 `python scripts/train_dictionaries.py` (its docstring is the recipe; seed 0). Training text: the first
 {TRAIN_TOKENS:,} tokens of `tinystories-train-head.txt` (the model's own training stories) in windows of {WINDOW};
 {D_SAE:,} features, TopK with k = {K} (Gao et al. 2024, "Scaling and evaluating sparse autoencoders"),
-{STEPS} Adam steps of {BATCH:,} activations (about {STEPS * BATCH / 1e6:.1f} M, learning rate {LR}, linear decay over
-the last 20 %), unit-norm decoder rows, inputs scaled to unit mean squared norm during training (folded back into the
-saved weights), the AuxK loss (1/32) on dead features (none active over the last 100,000 training activations).
+{STEPS} Adam steps of {BATCH:,} activations{f" ({more})" if more else ""} (learning rate {LR}, linear decay over the
+last 20 %), unit-norm decoder rows, inputs scaled to unit mean squared norm during training (folded back into the
+saved weights), the AuxK loss (1/32) on dead features (none active over the last {DEAD_TOKENS:,} training activations).
 
 ## Top-context index and corpus
 
