@@ -97,15 +97,25 @@ class TextFeatures:
 def get_text_features(model_path: str, ids: tuple[int, ...], folders: tuple[str, ...]) -> TextFeatures:
     """The features of the token ids ``ids`` under each dictionary of ``folders``: one forward pass of the model
     recording every hook the dictionaries read and predict, then each dictionary's ``encode`` and ``decode``
-    (``viz_model.features.feature_acts`` and ``reconstruction``, batched over the set)."""
+    (``viz_model.features.feature_acts`` and ``reconstruction``, batched over the set).
+
+    Raises:
+        ValueError: a dictionary reads a hook the model lacks, or widths that are not the model's.
+    """
     model, _ = resolve(model_path)
     dicts = [dictionary(f) for f in folders]
     names = sorted({d.hook_name for d in dicts} | {d.out_hook for d in dicts})
+    missing = [n for n in names if n not in model.hook_dict]
+    if missing:
+        raise ValueError(f"the model has no hook named {missing[0]}")
     with torch.no_grad():
         _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=names)
         acts, fvus, l0s = [], [], []
         for d in dicts:
             x, y = cache[d.hook_name][0].float(), cache[d.out_hook][0].float()
+            if x.shape[-1] != d.d_in or y.shape[-1] != d.d_out:
+                raise ValueError(f"the dictionary on {d.hook_name} reads width {d.d_in} and writes {d.d_out}; "
+                                 f"the model's hooks have {x.shape[-1]} and {y.shape[-1]}")
             f = d.encode(x).float()
             recon = d.decode(f).float()
             den = (y - y.mean(0)).pow(2).sum()
