@@ -14,6 +14,7 @@ import torch
 
 from viz_model import Config, VizTransformer
 from viz_model.tokenizer import train_bpe
+from redis_server import RedisServer
 
 # Pages compute everything as they open, whatever this machine's speed (viz_ui.gate): a test of a gated view sets
 # its own threshold (tests/test_gated.py); speed goals go in bench/, never in timed tests.
@@ -108,3 +109,12 @@ def report_component_event(at, key: str, event: str, value):
                                  "events")
     report.json_trigger_value = json.dumps([{"event": event, "value": value}])
     return at._run(widgets)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """A real ``redis-server`` (Debian's package) for this test session; see ``tests/redis_server.py``."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
