@@ -43,7 +43,7 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.proto.WidgetStates_pb2 import WidgetState
 from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, WebSocketException
 
 FINISHED = {ForwardMsg.FINISHED_SUCCESSFULLY: "ok", ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY: "fragment ok",
             ForwardMsg.FINISHED_WITH_COMPILE_ERROR: "compile error", ForwardMsg.FINISHED_EARLY_FOR_RERUN: "rerun"}
@@ -61,6 +61,7 @@ class Shown:
     run_id: str
     fragment_id: str
     widget_id: str = ""
+    hash: str = ""  # the server's hash of the element's message: equal elements have equal hashes
 
     @property
     def text(self) -> str:
@@ -111,6 +112,10 @@ class StClient:
     def texts(self, *kinds: str) -> list[str]:
         """The texts on screen in delta-path order, of the given kinds (prefixes; all when none)."""
         return [s.text for _, s in sorted(self.shown.items()) if not kinds or s.kind.startswith(kinds)]
+
+    def figures(self) -> list[str]:
+        """The hashes of the figures on screen, sorted: two screens showing the same figures have equal lists."""
+        return sorted(s.hash for s in self.shown.values() if s.kind == "plotly")
 
     def widget_id(self, label: str) -> str | None:
         """The id of the widget on screen whose label is ``label`` (None when absent)."""
@@ -222,8 +227,8 @@ class StClient:
                     async for data in ws:
                         self.bytes_received += len(data)
                         self._handle(ForwardMsg.FromString(data))
-            except (OSError, ConnectionClosed, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
-                if not self._closing:
+            except (OSError, WebSocketException, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+                if not self._closing:  # refused, reset, a proxy's 503 …: the browser tries again too
                     self.errors.append(f"connection {self.connections}: {type(exc).__name__}: {exc}")
             finally:
                 self._ws = None
@@ -303,7 +308,7 @@ class StClient:
                 self.widget_values.pop(wid, None)  # the server set it: it knows the value
         else:
             kind, text = etype or "", ""
-        self.shown[path] = Shown(kind, text, self._run_id, delta.fragment_id, wid)
+        self.shown[path] = Shown(kind, text, self._run_id, delta.fragment_id, wid, msg.hash)
 
     # ---- auto-reruns (st.fragment(run_every=...)) -----------------------------------------------------------
     def _start_auto(self, fragment_id: str, interval: float) -> None:
