@@ -144,6 +144,15 @@ async def measure(label: str, teacher: StClient, students: list[StClient], follo
     await act(teacher, what, value)
     await follow.wait(students, timeout)
     ms = [1000 * t for t in follow.done.values()]
+    late = [s for s in students if s.name in follow.waiting]
+    if late:
+        s = late[0]
+        print(f"problem: {len(late)} students did not follow {what} → {value!r} in {timeout:.0f} s; teacher: page "
+              f"{teacher.page!r} {params(teacher)} {len(teacher.figures())} figures, {teacher.connections} connections;"
+              f" e.g. {s.name}: page {s.page!r} {params(s)} {len(s.figures())} figures, same figures: "
+              f"{s.figures() == teacher.figures()}, {s.connections} connections, last run "
+              f"{time.perf_counter() - s.runs[-1].t if s.runs else float('nan'):.1f} s ago, errors {s.errors[-1:]}",
+              flush=True)
     rows.append({"phase": label, "change": f"{what} → {value[:24] or 'start page'}", "students": len(students),
                  "followed": len(ms), "median ms": statistics.median(ms) if ms else float("nan"),
                  "p95 ms": pct(ms, 0.95), "max ms": max(ms, default=float("nan")),
@@ -156,7 +165,7 @@ def replica_of(client: StClient) -> str:
 
 
 async def run(args) -> None:
-    with Deployment(args.root, args.replicas, args.port, args.redis_port) as dep:
+    with Deployment(args.root, args.replicas, args.port, args.redis_port, logs=args.logs) as dep:
         print(f"deployment: {dep.url} (replicas {dep.replica_pids}, HAProxy {dep.haproxy_pid}), {dep.redis_url}; "
               f"load average {os.getloadavg()[0]:.2f}", flush=True)
         os.environ["VIZ_CLASS_STORE"] = dep.redis_url
@@ -230,6 +239,7 @@ async def run(args) -> None:
         rows_fault.append({"fault": f"Redis restarted (down {down:.1f} s)", "students on it": len(students),
                            "back in the class": rows[-1]["followed"]})
         memory_end = {n: proc_status(p) for n, p in dep.processes().items()}
+        events = dep.haproxy_events()
         usage = resource.getrusage(resource.RUSAGE_SELF)
         for s in students + [teacher]:
             await s.close()
@@ -256,8 +266,12 @@ async def run(args) -> None:
     print(f"\nerrors: {len(errors)} on screen, {len(conn)} connection errors besides the killed replica's students; "
           f"benchmark process: {usage.ru_utime + usage.ru_stime:.1f} s CPU, peak {usage.ru_maxrss / 1024:.0f} MB; "
           f"load average {os.getloadavg()[0]:.2f}")
-    for e in (errors + conn)[:10]:
+    for e in (errors + conn)[:5]:
         print("  ", e)
+    print(f"HAProxy health checks: {sum(' is DOWN' in e for e in events)} times a replica was taken out of the pool "
+          f"(one is the killed replica), {sum(' is UP' in e for e in events)} times put back")
+    for e in events[:8]:
+        print("  ", e[:200])
 
 
 def main() -> None:
@@ -270,6 +284,8 @@ def main() -> None:
     p.add_argument("--pause", type=float, default=3, help="seconds between changes")
     p.add_argument("--quiet", type=float, default=20, help="seconds of the quiet spell")
     p.add_argument("--redis-down", type=float, default=2, help="seconds Redis stays down")
+    p.add_argument("--logs", type=lambda s: __import__("pathlib").Path(s), default=None,
+                   help="keep the deployment's logs (Redis, replicas, HAProxy) in this folder")
     p.add_argument("--root", type=lambda s: __import__("pathlib").Path(s), default=ROOT,
                    help="the checkout whose deploy/local.sh and app run (default: this one)")
     asyncio.run(run(p.parse_args()))

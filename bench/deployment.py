@@ -56,13 +56,15 @@ class Deployment:
     ``replicas`` replicas and HAProxy on ``port``. A context manager: everything is stopped at the end.
     Attributes once started: ``url`` (HAProxy's), ``redis_url``, ``replica_pids``, ``haproxy_pid``, ``logs``."""
 
-    def __init__(self, root: Path, replicas: int, port: int, redis_port: int, start_timeout: float = 300):
+    def __init__(self, root: Path, replicas: int, port: int, redis_port: int, start_timeout: float = 300,
+                 logs: Path | None = None):
         self.root, self.replicas, self.port, self.redis_port = root, replicas, port, redis_port
         self.redis_url = f"redis://127.0.0.1:{redis_port}/0"
         self.url = f"http://127.0.0.1:{port}"
         self.start_timeout = start_timeout
         self._tmp = tempfile.TemporaryDirectory(prefix="class-live-")
-        self.logs = Path(self._tmp.name)
+        self.logs = Path(logs or self._tmp.name)
+        self.logs.mkdir(parents=True, exist_ok=True)
         self.redis_proc: subprocess.Popen | None = None
         self.local: subprocess.Popen | None = None
         self.replica_pids: list[int] = []
@@ -146,6 +148,12 @@ class Deployment:
         pid = self.replica_pids[index]
         os.kill(pid, signal.SIGKILL)
         return pid
+
+    def haproxy_events(self) -> list[str]:
+        """HAProxy's log lines saying that a replica went down or came back up (its health checks)."""
+        log = self.logs / "local" / "haproxy.log"
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        return [line for line in lines if " is DOWN" in line or " is UP" in line]
 
     def processes(self) -> dict[str, int]:
         """Name → PID of every server process: ``r1`` … (replicas), ``redis``, ``haproxy``."""
