@@ -9,7 +9,7 @@ websocket ``/_stcore/stream``, subprotocol ``streamlit``), as read from the fron
   ``cookie SRV insert``, is kept and sent with the websocket's handshake), then a full-app ``rerun_script`` with
   the URL's page name and query string;
 - follows the session: ``page_info_changed`` replaces the query string (the frontend's ``history.pushState``),
-  ``new_session`` gives the current page (its ``page_script_hash``) and the app's pages;
+  ``navigation`` gives the current page (its ``page_script_hash``) and the app's pages;
 - honours ``auto_rerun``: like the frontend's ``setInterval``, it sends ``rerun_script(fragment_id,
   is_auto_rerun=True)`` every ``interval`` seconds until a full run, a ``stop_auto_rerun`` or a page change ends it
   (this is how ``st.fragment(run_every=...)`` works: the *frontend* drives the fragment's reruns);
@@ -248,12 +248,9 @@ class StClient:
                 self.session_id = ns.initialize.session_id
             if not self._fragments:
                 self._stop_auto()  # a full run: its fragments register their auto-reruns again
-            self.page_hash = ns.page_script_hash
-            for page in ns.app_pages:
-                self.pages[page.page_script_hash] = page.url_pathname
-        elif kind == "navigation":
-            for page in msg.navigation.app_pages:
-                self.pages[page.page_script_hash] = page.url_pathname
+        elif kind == "navigation":  # the page that runs (new_session's page_script_hash is the main script's)
+            self.page_hash = msg.navigation.page_script_hash
+            self.pages = {page.page_script_hash: page.url_pathname for page in msg.navigation.app_pages}
         elif kind == "page_info_changed":
             self.query = msg.page_info_changed.query_string
         elif kind == "delta":
