@@ -139,25 +139,41 @@ def screen_errors(students: list[StClient]) -> int:
 
 
 async def measure(label: str, teacher: StClient, students: list[StClient], follow: Follow, rows: list, what: str,
-                  value: str, timeout: float) -> list[float]:
+                  value: str, timeout: float, pids: list[int]) -> list[float]:
+    """One change of the teacher's, timed until every student follows (a row of ``rows``): with the server's CPU
+    time (every process in ``pids``) per full run of a student's page in that time."""
+    cpu0 = sum(cpu_seconds(p) for p in pids)
     follow.start(teacher, students)
     await act(teacher, what, value)
     await follow.wait(students, timeout)
     ms = [1000 * t for t in follow.done.values()]
+    cpu = sum(cpu_seconds(p) for p in pids) - cpu0
+    since = [r for s in students for r in runs_since(s, follow.t0)]
+    page_runs, polls = sum(not r.fragment for r in since), sum(r.fragment for r in since)
     late = [s for s in students if s.name in follow.waiting]
     if late:
         s = late[0]
         print(f"problem: {len(late)} students did not follow {what} → {value!r} in {timeout:.0f} s; teacher: page "
               f"{teacher.page!r} {params(teacher)} {len(teacher.figures())} figures, {teacher.connections} connections;"
               f" e.g. {s.name}: page {s.page!r} {params(s)} {len(s.figures())} figures, same figures: "
-              f"{s.figures() == teacher.figures()}, {s.connections} connections, last run "
+              f"{s.figures() == teacher.figures()}, {s.connections} connections, polling {s.auto_reruns}, last run "
               f"{time.perf_counter() - s.runs[-1].t if s.runs else float('nan'):.1f} s ago, errors {s.errors[-1:]}",
               flush=True)
     rows.append({"phase": label, "change": f"{what} → {value[:24] or 'start page'}", "students": len(students),
                  "followed": len(ms), "median ms": statistics.median(ms) if ms else float("nan"),
                  "p95 ms": pct(ms, 0.95), "max ms": max(ms, default=float("nan")),
-                 "errors on screen": screen_errors(students)})
+                 "errors on screen": screen_errors(students), "server CPU s": cpu, "page runs": page_runs,
+                 "polls": polls})
     return ms
+
+
+def runs_since(client: StClient, t0: float) -> list[Run]:
+    out = []
+    for r in reversed(client.runs):
+        if r.t < t0:
+            break
+        out.append(r)
+    return out
 
 
 def replica_of(client: StClient) -> str:
@@ -175,6 +191,7 @@ async def run(args) -> None:
         teacher = StClient(dep.url, "", urlencode({"class": code, "teach": token}), name="teacher")
         tasks = [asyncio.create_task(teacher.run())]
         await until(lambda: teacher.runs, 300)
+        memory0 = {n: proc_status(p) for n, p in dep.processes().items()}
         students = [StClient(dep.url, "", urlencode({"class": code}), name=f"s{i}", on_finished=follow.on_finished)
                     for i in range(args.students)]
         t_open = time.perf_counter()
@@ -189,7 +206,8 @@ async def run(args) -> None:
               f"replicas: {dict(sorted(Counter(map(replica_of, students)).items()))}", flush=True)
         rows, all_ms = [], []
         for what, value in CHANGES:
-            all_ms += await measure("3 replicas", teacher, students, follow, rows, what, value, args.timeout)
+            all_ms += await measure("3 replicas", teacher, students, follow, rows, what, value, args.timeout,
+                                  list(dep.processes().values()))
             await asyncio.sleep(args.pause)
 
         # a quiet spell: what following costs the server when nothing changes
@@ -201,11 +219,18 @@ async def run(args) -> None:
         wall = time.perf_counter() - t0
         polls = sum(len(s.runs) for s in students) - polls0
         cpu = {n: cpu_seconds(p) - cpu0[n] for n, p in procs.items()}
+        interval = statistics.median([v for s in students for v in s.auto_reruns.values()] or [float("nan")])
         poll_rows = [{"process": n, "CPU s": c, "share of a core": c / wall,
                       "ms CPU per poll": 1000 * c / max(1, polls)} for n, c in cpu.items()]
         poll_rows.append({"process": "all", "CPU s": sum(cpu.values()), "share of a core": sum(cpu.values()) / wall,
                           "ms CPU per poll": 1000 * sum(cpu.values()) / max(1, polls)})
-        memory = [{"process": n, **proc_status(p)} for n, p in procs.items()]
+        spread = Counter(map(replica_of, students))
+        memory = [{"process": n, "MB before the students": memory0[n]["rss_mb"], "MB now": proc_status(p)["rss_mb"],
+                   "peak MB": proc_status(p)["peak_mb"], "students on it": spread.get(n, 0)}
+                  for n, p in procs.items()]
+        for m in memory:
+            m["MB per student"] = ((m["MB now"] - m["MB before the students"]) / m["students on it"]
+                                   if m["students on it"] else float("nan"))
 
         # a replica dies mid-class
         victim = next(i for i in reversed(range(args.replicas)) if replica_of(teacher) != f"r{i + 1}")
@@ -226,7 +251,8 @@ async def run(args) -> None:
         await asyncio.sleep(args.pause)
         all_after = []
         for what, value in [("text", TEXTS[0]), ("head", "1")]:
-            all_after += await measure("after the kill", teacher, students, follow, rows, what, value, args.timeout)
+            all_after += await measure("after the kill", teacher, students, follow, rows, what, value, args.timeout,
+                                    list(dep.processes().values()))
             await asyncio.sleep(args.pause)
 
         # Redis restarts
@@ -234,7 +260,7 @@ async def run(args) -> None:
         await asyncio.sleep(args.pause)
         for what, value in [("page", "attention"), ("text", TEXTS[1])]:
             all_after += await measure("after Redis restart", teacher, students, follow, rows, what, value,
-                                       args.timeout)
+                                       args.timeout, list(dep.processes().values()))
             await asyncio.sleep(args.pause)
         rows_fault.append({"fault": f"Redis restarted (down {down:.1f} s)", "students on it": len(students),
                            "back in the class": rows[-1]["followed"]})
@@ -259,8 +285,10 @@ async def run(args) -> None:
     show("Faults", rows_fault, "Back in the class: shows the teacher's view again (same page, parameters, figures).")
     show(f"Server CPU while {n} students follow and nothing changes ({args.quiet:.0f} s)", poll_rows,
          "A poll: one auto-rerun of the follow fragment (counted at the clients); CPU from /proc (user + system).")
-    show("Memory (MB)", [{**m, "rss_mb at the end": memory_end[m["process"]]["rss_mb"]} for m in memory],
-         "rss_mb: resident after the changes on 3 replicas; peak_mb: the peak since start (VmHWM).")
+    show("Memory (MB, resident)", [{**m, "MB at the end": memory_end[m["process"]]["rss_mb"]} for m in memory],
+         "Before the students: with the teacher's session only; now: after the changes on 3 replicas (the quiet "
+         "spell); peak: VmHWM since start; at the end: after the kill and the Redis restart (2 replicas left).")
+    hall(rows, poll_rows, memory, polls_per_s=polls / wall / n, interval=interval)
     errors = [e for s in students + [teacher] for e in s.errors if "connection" not in e]
     conn = [e for s in students if s not in on_victim for e in s.errors]
     print(f"\nerrors: {len(errors)} on screen, {len(conn)} connection errors besides the killed replica's students; "
@@ -272,6 +300,37 @@ async def run(args) -> None:
           f"(one is the killed replica), {sum(' is UP' in e for e in events)} times put back")
     for e in events[:8]:
         print("  ", e[:200])
+
+
+def hall(rows: list[dict], poll_rows: list[dict], memory: list[dict], polls_per_s: float, interval: float,
+         students: int = 300, target_s: float = 2.0) -> None:
+    """What a hall of ``students`` needs, worked out from this run's figures (printed as a table)."""
+    poll_ms = poll_rows[-1]["ms CPU per poll"]
+    mine = [r for r in rows if r["phase"] == "3 replicas"]  # the polls' share taken out of the changes' CPU
+    page_ms = (1000 * sum(r["server CPU s"] for r in mine) - poll_ms * sum(r["polls"] for r in mine)) / max(
+        1, sum(r["page runs"] for r in mine))
+    idle = students * polls_per_s * poll_ms / 1000  # cores busy while nobody changes anything
+    change = students * page_ms / 1000  # core-seconds of one change (every student's page runs once)
+    window = max(0.1, target_s - interval)  # a student notices the change within one poll interval
+    cores = idle + change / window
+    per_student = statistics.median([m["MB per student"] for m in memory if m["students on it"]] or [float("nan")])
+    base = statistics.median(m["MB before the students"] for m in memory if m["process"].startswith("r"))
+    replicas = max(1, int(-(-cores // 1)))  # one replica's Python runs on about one core (the GIL)
+    rows_hall = [
+        {"quantity": "polls per student per s", "value": polls_per_s, "from": f"run_every interval {interval:g} s"},
+        {"quantity": "server CPU ms per poll", "value": poll_ms, "from": "the quiet spell"},
+        {"quantity": "server CPU ms per student page run", "value": page_ms, "from": "the changes' CPU less their polls', per page run"},
+        {"quantity": f"cores busy polling, {students} students", "value": idle, "from": "polls × ms per poll"},
+        {"quantity": f"core-seconds per change, {students} students", "value": change, "from": "students × page run"},
+        {"quantity": f"cores for p95 ≤ {target_s:g} s", "value": cores,
+         "from": f"polling + a change's core-seconds within {window:g} s ({target_s:g} s less one poll interval)"},
+        {"quantity": "replicas (one core each)", "value": replicas, "from": "a Streamlit process: ~1 core (GIL)"},
+        {"quantity": "MB per replica before students", "value": base, "from": "memory table"},
+        {"quantity": "MB per student session", "value": per_student, "from": "memory table"},
+        {"quantity": f"memory, {students} students", "value": replicas * base + students * per_student,
+         "from": "replicas × base + students × per student (+ Redis, HAProxy: tens of MB)"}]
+    show(f"A hall of {students}, worked out from these figures", rows_hall,
+         "Measured with the benchmark's clients on the same cores (their CPU time is below): an upper bound.")
 
 
 def main() -> None:

@@ -122,6 +122,11 @@ class StClient:
         return next((s.widget_id for s in self.shown.values() if s.widget_id and s.text == label), None)
 
     @property
+    def auto_reruns(self) -> dict[str, float]:
+        """The fragments rerun at an interval now: fragment id → interval in seconds."""
+        return {fid: interval for fid, (interval, _) in self._auto.items()}
+
+    @property
     def page(self) -> str:
         """The current page's url path (``""`` for the main page)."""
         return self.pages.get(self.page_hash, self.path)
