@@ -9,8 +9,9 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 from viz_ui.explain import score_formula, score_sentence
 from viz_ui.export import pattern_table, pooled_pattern_table
 from viz_ui.figures import attention_grid, attention_heatmap
-from viz_ui.layout import (pick_layer_head, position_window, require_trace, set_shared, setup_page, show_figure,
-                           side_by_side)
+from viz_ui.layout import (pick_layer_head, pick_position, position_window, require_trace, set_shared, setup_page,
+                           show_figure, side_by_side)
+from viz_ui.qk_panel import cell_click, pick_key, qk_section
 from viz_ui.state import get_overview
 from viz_ui.steps import future_share, unmasked_view
 
@@ -60,7 +61,10 @@ else:
     st.markdown(score_sentence(cfg)
                 + (" Blank cells above the diagonal are masked with −∞: a token may not look at tokens after it, and "
                    "softmax turns −∞ into 0." if cfg.causal else " This encoder masks nothing: every cell is a score."))
-a, b = position_window(st, trace)
+c4, c5 = st.columns(2)
+query = pick_position(c4, trace, "Query token (the one that asks)")
+key = pick_key(c5, trace, layer, head, query)
+a, b = position_window(st, trace, centre=query)
 labels = trace.labels[a:b]
 if (a, b) != (0, n) and kind.startswith("weights"):
     inside = float(matrix[a:b, a:b].sum() / max(1e-9, matrix[a:b].sum()))
@@ -68,7 +72,10 @@ if (a, b) != (0, n) and kind.startswith("weights"):
                f"{1 - inside:.0%} goes to keys outside positions {a}–{b - 1}" + (" (often position 0)" if a > 0 else "")
                + ", so the map can look pale. Move the window, or see whole rows on page 3a.")
 show_figure(attention_heatmap(matrix[a:b, a:b], labels, title, "weights" if kind.startswith("weights") else "scores",
-                              offset=a), state, f"attention_L{layer}_H{head}")
+                              offset=a, clickable=True), state, f"attention_L{layer}_H{head}", select_key="attn_head",
+            on_select=cell_click("attn_head"))
+st.caption("Click a cell (or pick the query and key above) to see below why the head gives it this score.")
+qk_section(state, trace, layer, head, query, key, "attention")
 
 if cfg.causal:
     st.subheader("Masked vs unmasked")

@@ -10,6 +10,7 @@ from viz_ui.explain import mask_sentence
 from viz_ui.figures import matrix_heatmap, topk_bar
 from viz_ui.layout import (pick_layer_head, pick_position, position_window, require_trace, setup_page, show_figure,
                            show_table)
+from viz_ui.qk_panel import pick_key, qk_section
 from viz_ui.rotary_view import longrope_words
 from viz_ui.steps import head_steps, largest_weights, value_contributions
 from viz_ui.tables import score_table, vector_table
@@ -141,3 +142,8 @@ st.markdown(f"The {cfg.n_heads} heads' z vectors are concatenated into {cfg.n_he
 show_table(vector_table({"this head's part z·W_O[h]": s.head_out, "attn_out (all heads + b_O)": s.attn_out,
                          "resid_pre": s.resid_pre, "resid_pre + attn_out": s.resid_mid}, SHOW_DIMS).style.format(fmt), state)
 st.caption("Norms: " + ", ".join(f"{name} {value:.3f}" for name, value in s.norms.items()) + ".")
+
+st.header("6 · Where the score comes from")
+st.markdown("Pick a key: the score of the query above to that key, split into one term per pair of sources.")
+key = pick_key(st, trace, layer, head, query)
+qk_section(state, trace, layer, head, query, key, "steps")

@@ -478,3 +478,23 @@ def test_timeline_steps_are_drawn_in_the_browser_from_frames(server, browser):
     expect(page.locator(".viz-live-chart .gtitle").filter(has_text=f"Layer 0, head 1 at step {steps[paused]:,}")
            ).to_have_count(1, timeout=60_000)
     page.close()
+
+
+def test_clicking_a_cell_of_the_head_splits_its_score(server, browser):
+    """QK attribution (issue 24): a click on a cell of the big head's heatmap makes it the query and key of the
+    "Why this score?" section and of the link."""
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(server + "/attention?layer=2&head=1&query=9&key=3")
+    settled(page)
+    expect(page.get_by_role("heading", name=re.compile(r"Why this score\? Layer 2, head 1: 9 "))).to_be_visible(timeout=60_000)
+    fig = page.locator(".js-plotly-plot").nth(1)  # the all-heads grid, then the head
+    fig.scroll_into_view_if_needed()
+    # screen position of the clickable point over cell (query 5, key 2): the last trace holds one point per cell
+    x, y = page.evaluate("""(el) => { const tr = el._fullData[el._fullData.length - 1], xa = el._fullLayout.xaxis,
+        ya = el._fullLayout.yaxis, r = el.getBoundingClientRect();
+        return [r.left + xa._offset + xa.l2p(2), r.top + ya._offset + ya.l2p(5)]; }""", fig.element_handle())
+    page.mouse.click(x, y)
+    expect(page).to_have_url(re.compile(r"query=5.*key=2|key=2.*query=5"), timeout=60_000)
+    expect(page.get_by_role("heading", name=re.compile(r"Why this score\? Layer 2, head 1: 5 .* → 2 "))).to_be_visible(
+        timeout=60_000)
+    page.close()

@@ -91,13 +91,14 @@ def typed_array(values: np.ndarray) -> dict:
 
 def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: str = "weights",
                       offset: int = 0, patch: dict | None = None,
-                      display: tuple[float, str] | None = None) -> go.Figure:
+                      display: tuple[float, str] | None = None, clickable: bool = False) -> go.Figure:
     """One head's ``[query_pos, key_pos]`` matrix with token labels on both axes (row/column i is position
     ``offset + i``: a square window of a long text).
 
     ``kind="weights"``: softmax weights on a fixed 0..1 scale. ``kind="scores"``: scaled pre-softmax
     scores; masked entries (-inf) are left blank and hover as "masked (−∞)". ``patch`` and ``display``: see
-    :func:`one_pass_figure`.
+    :func:`one_pass_figure`. ``clickable``: a second trace, an invisible scatter with one point per cell (``x`` = key
+    position, ``y`` = query position, the heatmap's hover text), so that a click selects a cell.
     """
     n = len(labels)
     q_lab = np.array(labels, dtype=object)[:, None].repeat(n, 1)
@@ -116,12 +117,21 @@ def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: s
                      hovertemplate=hover + "%{customdata[2]}<extra></extra>")
     positions = np.arange(offset, offset + n)
     trace.update(type="heatmap", x=positions, y=positions, hoverongaps=False)
+    data = [trace]
+    if clickable:  # heatmap cells cannot be selected: a transparent square marker over each cell can
+        custom = np.asarray(trace["customdata"]).reshape(n * n, -1)
+        data.append(dict(type="scatter", mode="markers", x=np.tile(positions, n), y=np.repeat(positions, n),
+                         customdata=custom, showlegend=False,
+                         hovertemplate="query %{y}<br>key %{x}<br>%{customdata[2]}<extra></extra>",  # y, x: tick texts
+                         marker=dict(symbol="square", size=max(6, min(40, 560 // max(1, n))), color="rgba(0,0,0,0)")))
+        if kind == "weights":  # the weight for the scatter's hover
+            data[1]["customdata"] = np.concatenate([custom, np.char.mod("%.4f", matrix.reshape(-1, 1))], axis=1)
     ticks = position_ticks(labels, offset=offset)
     base = dict(yaxis=dict(autorange="reversed", title="query position", **ticks),
                 xaxis=dict(title="key position", tickangle=-60, scaleanchor="y", constrain="domain", **ticks),
                 title=dict(text=title, x=0), font=FONT, height=max(480, min(950, 200 + 24 * n)),
                 margin=dict(l=10, r=10, t=60, b=10))
-    return one_pass_figure([trace], base, patch, display)
+    return one_pass_figure(data, base, patch, display)
 
 
 def grid_block(n_layers: int, n_heads: int, n_q: int, n_k: int, max_tile: int = 48, max_cells: int = 250_000) -> int:

@@ -15,6 +15,7 @@ from viz_model import CheckpointError, VizTransformer
 from viz_model.dtypes import dtype_name
 from viz_model.tokenizer import IdTokenizer
 
+from .classroom.ui import class_bar, publish_view, question_area, sidebar_controls
 from .export import figure_csv, trace_npz
 from .figures import style_for_display
 from .live_chart import Frames, clicked_point, live_chart
@@ -73,10 +74,10 @@ DARK_CSS = (
     f"[data-testid=stCaptionContainer],[data-testid=stCaptionContainer] *{{color:{DARK_MUTED} !important}}"
     # form widgets, buttons of every kind, expanders, code: a dark surface with light text
     "[data-testid=stApp] :is(textarea,input,[data-baseweb=select]>div,[data-baseweb=input],[data-baseweb=textarea],"
-    "[data-testid=stExpander] details,[data-testid=stCode] pre,[data-testid=stCode] code,"
+    "[data-testid=stExpander] details,[data-testid=stExpander] summary,[data-testid=stCode] pre,[data-testid=stCode] code,"
     "[data-testid=stBaseButton-secondary],[data-testid=stBaseButton-tertiary],[data-testid=stPageLink-NavLink],"
     "[data-testid=stBaseLinkButton-secondary],[data-testid=stBaseButton-pills],[data-testid=stBaseButton-segmented_control],"
-    "[data-testid=stDownloadButton] button,[data-testid=stPopover] button,[data-testid=stNumberInputContainer] button,"
+    "[data-testid=stDownloadButton] button,[data-testid=stBaseButton-secondaryFormSubmit],[data-testid=stPopover] button,[data-testid=stNumberInputContainer] button,"
     "[data-testid=stFileUploaderDropzone],[data-testid=stFileUploaderDropzone] button,[data-testid=stButtonGroup] button)"
     f"{{background:{DARK_BG2} !important;color:{DARK_INK} !important;-webkit-text-fill-color:{DARK_INK};"
     f"border-color:{DARK_LINE} !important}}"
@@ -144,6 +145,7 @@ def _display_controls() -> Display:
         export = shared_widget(st.radio, "Figure download (toolbar camera)", ["png", "svg"], key="export",
                                default="png", valid=("png", "svg").__contains__, horizontal=True,
                                format_func={"png": "PNG (3×)", "svg": "SVG"}.get)
+        sidebar_controls()  # class mode: start, join, the code and QR code, questions (viz_ui/classroom)
     return Display(lecture, scale if lecture else 1.0, theme, export, css_theme=theme == "dark" and native != "dark")
 
 
@@ -194,9 +196,12 @@ def view_link(page_url: str, params: dict[str, str]) -> str:
 
 
 def show_link(state: AppState) -> None:
-    """(Re)draw "Link to this view" from the current ``st.query_params`` (call after the page's widgets)."""
+    """(Re)draw "Link to this view" from the current ``st.query_params`` (call after the page's widgets); a class's
+    teacher publishes the view to the class when it changed."""
+    publish_view(first=not state.shown_link)
     if state.link_slot is not None:
-        link = view_link(st.context.url or "", st.query_params.to_dict())
+        # a class's teacher key (teach=…) stays in the address bar only: not in a link shown on a projected screen
+        link = view_link(st.context.url or "", {k: v for k, v in st.query_params.to_dict().items() if k != "teach"})
         if link == state.shown_link:
             return  # every element sent costs the browser a render: pages call this after each figure
         state.shown_link = link
@@ -321,6 +326,7 @@ def setup_page(title: str, intro: str) -> AppState:
     name, text = _sidebar(models)
     display = _display_controls()
     _apply_display(display)
+    class_bar()  # a class's banner above the page, and a student's poll of the teacher's view
     st.sidebar.caption("Link to this view (model, text, page and selections):")
     if st.session_state.get("_unlinked_text"):
         st.sidebar.caption(f":material/link_off: The text is too long for a link (over {MAX_LINK_CHARS:,} characters "
@@ -359,6 +365,7 @@ def setup_page(title: str, intro: str) -> AppState:
                    "output tokens (the source is read by the encoder); page 5 shows the encoder and cross-attention.")
     state = AppState(name, models[name], model, tokenizer, text, trace, link_slot, display)
     show_link(state)
+    question_area(state)  # a class's current question, on every page
     return state
 
 

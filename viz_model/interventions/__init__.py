@@ -1,6 +1,8 @@
 """Causal interventions beside the hooks, with TransformerLens' names and semantics: head ablation
-(:mod:`.ablation`), activation patching (:mod:`.patching`, as ``transformer_lens.patching``) and direct logit
-attribution (:mod:`.attribution`). All are built on ``model.run_with_hooks`` and ``model.run_with_cache``.
+(:mod:`.ablation`), activation patching (:mod:`.patching`, as ``transformer_lens.patching``), direct logit
+attribution (:mod:`.attribution`) and QK attribution (:mod:`.qk`, reached as ``attribution.qk_attribution``), both
+built on the residual stream's sources (:mod:`.residual`). All are built on ``model.run_with_hooks`` and
+``model.run_with_cache``.
 
 ``from viz_model import patching, attribution, ablation`` gives the three modules.
 """

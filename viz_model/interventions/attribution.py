@@ -16,22 +16,14 @@ import torch
 
 from ..model import VizTransformer
 from ..placement import weight
+from .qk import (QKTerms, check_qk_supported, qk_attribution, qk_hooks, qk_note, qk_pattern_attribution,  # noqa: F401
+                 qk_terms)  # viz_model.attribution.qk_*: QK attribution lives in .qk, reached from here as the issue names it
+from .residual import residual_sources, source_hooks
 
 
 def attribution_hooks(model: VizTransformer) -> list[str]:
     """The hook names :func:`direct_logit_attribution` reads: pass them as ``names_filter`` to ``run_with_cache``."""
-    names = ["hook_embed"]
-    if model.cfg.positional in ("learned", "sinusoidal"):
-        names.append("hook_pos_embed")
-    if model.cfg.n_token_types:
-        names.append("hook_token_type_embed")
-    for layer, block in enumerate(model.blocks):
-        names += [f"blocks.{layer}.attn.hook_z", f"blocks.{layer}.hook_mlp_out"]
-        if block.has_cross:
-            names.append(f"blocks.{layer}.cross_attn.hook_z")
-    if model.ln_final is not None:
-        names.append("ln_final.hook_scale")
-    return names
+    return source_hooks(model) + (["ln_final.hook_scale"] if model.ln_final is not None else [])
 
 
 def check_supported(model: VizTransformer) -> None:
@@ -87,27 +79,10 @@ def direct_logit_attribution(model: VizTransformer, cache: Mapping[str, torch.Te
         scale = cache["ln_final.hook_scale"][0, pos].float()  # [1], frozen at its value in this run
         direction = direction * weight(ln, "w").float().to(direction.device) / scale.to(direction.device)
 
-    def term(vector: torch.Tensor) -> float:  # what one residual-stream vector [d_model] adds to the logit
-        vector = vector.float().to(direction.device)
-        if centre:
-            vector = vector - vector.mean()
-        return float(vector @ direction)
-
-    out: dict[str, float] = {"embed": term(cache["hook_embed"][0, pos])}
-    if "hook_pos_embed" in attribution_hooks(model):
-        out["pos_embed"] = term(cache["hook_pos_embed"][0, pos])
-    if cfg.n_token_types:
-        out["token_type_embed"] = term(cache["hook_token_type_embed"][0, pos])
-    for layer, block in enumerate(model.blocks):
-        parts = [("H", block.attn, "attn")] + ([("X", block.cross_attn, "cross_attn")] if block.has_cross else [])
-        for letter, attn, name in parts:
-            z = cache[f"blocks.{layer}.{name}.hook_z"][0, pos].float()  # [n_heads, d_head]
-            W_O = weight(attn, "W_O").float()  # real values also where a device map offloads the block
-            for head in range(cfg.n_heads):
-                out[f"L{layer}{letter}{head}"] = term(z[head].to(W_O.device) @ W_O[head])
-            if attn.b_O is not None:
-                out[f"L{layer}.{name}_bias"] = term(weight(attn, "b_O"))
-        out[f"L{layer}.mlp"] = term(cache[f"blocks.{layer}.hook_mlp_out"][0, pos])
+    names, vectors = residual_sources(model, cache, [pos % n_pos], device=direction.device)  # [S, 1, d_model]
+    if centre:
+        vectors = vectors - vectors.mean(-1, keepdim=True)
+    out = dict(zip(names, (vectors[:, 0] @ direction).tolist()))
     bias = 0.0
     if ln is not None and centre:
         unembed = model.W_unembed[:, token_id].float()

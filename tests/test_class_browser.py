@@ -1,0 +1,91 @@
+"""Class mode in a real browser: a teacher and three students (Debian's Chromium through Playwright) on one
+``streamlit run``: the students follow a change of text, head and page, answer a question, and see the reveal."""
+
+import re
+import time
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from test_browser import ARGS, CHROMIUM, start_server, stop
+
+TEXT = "The cat sat on the mat and the dog sat on the"
+
+
+@pytest.fixture(scope="module")
+def class_server(tmp_path_factory):
+    proc, url = start_server({}, tmp_path_factory.mktemp("class_server") / "streamlit.log")
+    try:
+        yield url
+    finally:
+        stop(proc)
+
+
+def open_classroom(page) -> None:
+    """Unfold the sidebar's Classroom expander (the class controls are in it)."""
+    summary = page.locator("[data-testid=stSidebar] summary").filter(has_text="Classroom")
+    summary.click()
+    expect(page.get_by_role("button", name=re.compile("Start a class|End the class"))).to_be_visible()
+
+
+def test_three_students_follow_the_teacher_and_answer(class_server):
+    started = time.monotonic()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            teacher = browser.new_page(viewport={"width": 1280, "height": 900})
+            teacher.goto(class_server + "/")
+            expect(teacher.get_by_role("heading", name="Inside a Transformer", level=1)).to_be_visible(timeout=60_000)
+            open_classroom(teacher)
+            teacher.get_by_role("button", name="Start a class").click()
+            expect(teacher).to_have_url(re.compile(r"class=[A-Z2-9]{6}&teach="))
+            code = re.search(r"class=([A-Z2-9]{6})", teacher.url).group(1)
+            link = teacher.locator("[data-testid=stSidebar] [data-testid=stCode]").first
+            expect(link).to_contain_text(f"/?class={code}")
+            assert "teach" not in link.inner_text()  # the students' link never holds the teacher's key
+
+            students = []
+            for _ in range(3):
+                s = browser.new_context(viewport={"width": 1024, "height": 800}).new_page()
+                s.goto(f"{class_server}/?class={code}")
+                students.append(s)
+            for s in students:
+                expect(s.get_by_text(f"Following class {code}")).to_be_visible(timeout=60_000)
+            expect(teacher.get_by_text("3 students following")).to_be_visible(timeout=20_000)
+
+            # the teacher types a text: every student's text box shows it
+            box = teacher.get_by_label("Text", exact=True)
+            box.fill(TEXT)
+            box.press("Control+Enter")
+            for s in students:
+                expect(s.get_by_label("Text", exact=True)).to_have_value(TEXT)
+
+            # the teacher opens the attention page and picks a head: the students are there, on that head
+            teacher.get_by_role("link", name="3 · Attention").click()
+            expect(teacher.get_by_role("heading", name="Attention", exact=True)).to_be_visible(timeout=60_000)
+            teacher.get_by_label("Head", exact=True).click()
+            teacher.get_by_role("option", name="5", exact=True).click()
+            expect(teacher).to_have_url(re.compile(r"head=5"))
+            for s in students:
+                expect(s.get_by_role("heading", name="Attention", exact=True)).to_be_visible()
+                expect(s).to_have_url(re.compile(rf"/attention\?.*head=5.*class={code}|/attention\?.*class={code}.*head=5"))
+                expect(s.locator(".js-plotly-plot .gtitle").filter(has_text="head 5").first).to_be_attached()
+            assert "teach=" not in "".join(s.url for s in students)
+
+            # predict, then reveal: a next-token question answered by the three
+            open_classroom(teacher)  # a page change folds the expander again
+            teacher.get_by_role("button", name="Ask", exact=False).click()
+            for s, answer in zip(students, ["mat", "mat", "rug"]):
+                field = s.get_by_label("Your answer: the next token")
+                field.fill(answer)
+                s.get_by_role("button", name="Send").click()
+                expect(s.get_by_text(f"Sent: “{answer}”")).to_be_visible()
+            expect(teacher.get_by_text("3 answers so far")).to_be_visible()
+            teacher.get_by_role("button", name="Reveal").click()
+            for screen in (teacher, *students):
+                bars = screen.locator(".js-plotly-plot .bartext")
+                expect(bars.filter(has_text="2 · 67%")).to_have_count(1)
+                expect(bars.filter(has_text="1 · 33%")).to_have_count(1)
+        finally:
+            browser.close()
+    print(f"class browser test: {time.monotonic() - started:.1f} s")

@@ -1,0 +1,114 @@
+"""A student follows the teacher: a banner with Stop following / Catch up, and a tiny poll.
+
+The poll is a fragment rerun every :data:`POLL_SECONDS` by the browser: it draws nothing and asks the store three
+cheap questions (the view's version, a heartbeat, the current question). Only when the teacher's view changed (and
+the student follows), or a question was asked or revealed, does it rerun the page. 100–300 students poll one
+server, so it does no model work and sends no element.
+"""
+
+from __future__ import annotations
+
+import os
+
+import streamlit as st
+
+from . import ClassStoreUnavailable, class_store
+from .session import ClassSession, current, current_page, leave
+from .view import keys_to_reset, student_params
+
+
+def _poll_seconds(default: float = 1.0) -> float:
+    """``VIZ_CLASS_POLL_SECONDS`` (0.25–10, read at start-up): how often a student's screen asks the class for news;
+    a longer period costs the server less (each poll is a fragment rerun) and the students wait longer."""
+    try:
+        value = float(os.environ.get("VIZ_CLASS_POLL_SECONDS", default))
+    except ValueError:
+        return default
+    return value if 0.25 <= value <= 10 else default
+
+
+POLL_SECONDS = _poll_seconds()
+
+
+def student_bar(cls: ClassSession) -> None:
+    """The banner of a student's screen (call on every full run): following or exploring, and the poll."""
+    bar = st.container(horizontal=True, vertical_alignment="center", gap="medium")
+    if cls.following:
+        bar.markdown(f":material/cast_for_education: **Following class {cls.code}**: this screen shows the "
+                     "teacher's view.", width="content")
+        bar.button("Stop following", key="class_stop", on_click=_set_following, args=(False,),
+                   icon=":material/explore:", help="Explore on your own; Catch up rejoins the teacher.")
+    else:
+        bar.markdown(f":material/explore: **Exploring on your own** (class {cls.code}): Catch up shows the "
+                     "teacher's view again.", width="content")
+        bar.button("Catch up", key="class_catch_up", type="primary", on_click=_set_following, args=(True,),
+                   icon=":material/cast_for_education:")
+    if cls.offline:
+        st.caption(":material/cloud_off: The class server did not answer the last check; retrying.")
+    _poll()
+
+
+def _set_following(following: bool) -> None:
+    cls = current()
+    if cls is None:
+        return
+    cls.following = following
+    if following:
+        cls.version = -1  # apply the teacher's latest view in this run's poll, whatever its version
+    try:
+        class_store().follow(cls.code, cls.student_id, following)
+    except (KeyError, ClassStoreUnavailable, OSError):
+        pass  # the next poll says it
+
+
+@st.fragment(run_every=POLL_SECONDS)
+def _poll() -> None:
+    """One poll (runs inline in each full run, then every POLL_SECONDS on its own)."""
+    cls = current()
+    if cls is None or cls.teacher:
+        return
+    try:
+        store = class_store()
+        version = store.version(cls.code)
+        store.follow(cls.code, cls.student_id, cls.following)
+        question = store.question(cls.code)
+    except KeyError:
+        leave(f"Class {cls.code} has ended.")
+        st.rerun()
+    except (ClassStoreUnavailable, OSError, ValueError):
+        if not cls.offline:
+            cls.offline = True
+            st.rerun()  # the banner says so
+        return
+    if cls.offline:
+        cls.offline = False
+        st.rerun()
+    if cls.following and version != cls.version and version > 0:
+        apply_view(cls, store.view(cls.code), version)
+    seen = (question["id"], bool(question.get("revealed"))) if question else None
+    if seen != cls.question:
+        cls.question = seen  # the page's question area draws it (and sets it again)
+        st.rerun()
+
+
+def apply_view(cls: ClassSession, view: object, version: int) -> None:
+    """Show the teacher's ``view`` as opening its link would: forget the shared values it and the previous view
+    name, give the session the view's parameters as its link, then switch to the view's page or rerun this one.
+    A view that is not a dict of strings is ignored (the version is still marked seen)."""
+    from ..layout import PAGES
+    cls.version = version
+    if not isinstance(view, dict) or not isinstance(view.get("params"), dict):
+        return
+    params = {str(k): str(v) for k, v in view["params"].items() if isinstance(v, (str, int, float))}
+    own = st.query_params.to_dict()
+    state = st.session_state
+    for key in keys_to_reset(cls.applied, params, own, state.get("_link", {})):
+        state.pop("_" + key, None)
+    state["_link"] = params  # the link a later page reads values from (layout._shared)
+    cls.applied = params
+    link = student_params(params, own, cls.code)
+    page = view.get("page")
+    if page in {p for p, _, _ in PAGES} and page != current_page():
+        st.switch_page(page, query_params=link)
+    st.query_params.from_dict(link)
+    st.rerun()

@@ -1,0 +1,33 @@
+"""Where class mode enters the page (called from viz_ui.layout): the Classroom expander's controls, the bar above
+the page, the question area, and publishing the teacher's view."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from .follow import student_bar
+from .questions import question_area
+from .session import MESSAGE, current, sync
+from .teacher import class_controls, publish_view, teacher_bar
+
+__all__ = ["class_bar", "publish_view", "question_area", "sidebar_controls"]
+
+
+def sidebar_controls() -> None:
+    """Join the class the link names (or keep this session's), then draw the Classroom expander's class part."""
+    class_controls(sync())
+
+
+def class_bar() -> None:
+    """Above the page: a pending message (wrong code, class ended, ...), then the teacher's line or the student's
+    banner and poll."""
+    message = st.session_state.pop(MESSAGE, None)
+    if message:
+        st.warning(message, icon=":material/school:")  # already plain text (viz_ui.text.plain where it quotes input)
+    cls = current()
+    if cls is None:
+        return
+    if cls.teacher:
+        teacher_bar(cls)
+    else:
+        student_bar(cls)
