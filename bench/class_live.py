@@ -20,6 +20,9 @@ connection lost other than by the kill. Memory: resident and peak of each replic
 
     .venv/bin/python bench/class_live.py [--students 100] [--replicas 3] [--port 8810] [--redis-port 6810]
 
+The replicas inherit the environment: ``VIZ_CLASS_POLL_SECONDS=2 .venv/bin/python bench/class_live.py`` measures a
+class polling every 2 s. ``--root`` runs another checkout's deploy/local.sh and app.
+
 The clients share the 2 cores with the server: the benchmark's own CPU time is printed with the figures.
 """
 
@@ -215,7 +218,7 @@ async def run(args) -> None:
         print(f"{len(open_ms)} of {len(students)} students opened the class in {time.perf_counter() - t_open:.1f} s; "
               f"replicas: {dict(sorted(Counter(map(replica_of, students)).items()))}", flush=True)
         rows, all_ms = [], []
-        for what, value in CHANGES:
+        for what, value in CHANGES[:args.changes]:
             all_ms += await measure("3 replicas", teacher, students, follow, rows, what, value, args.timeout,
                                   list(dep.processes().values()))
             await asyncio.sleep(args.pause)
@@ -349,6 +352,7 @@ def main() -> None:
     p.add_argument("--replicas", type=int, default=3)
     p.add_argument("--port", type=int, default=8810, help="HAProxy's port")
     p.add_argument("--redis-port", type=int, default=6810)
+    p.add_argument("--changes", type=int, default=len(CHANGES), help=f"how many of the {len(CHANGES)} changes to make")
     p.add_argument("--timeout", type=float, default=60, help="seconds to wait for every student to follow")
     p.add_argument("--pause", type=float, default=3, help="seconds between changes")
     p.add_argument("--quiet", type=float, default=20, help="seconds of the quiet spell")
