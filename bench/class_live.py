@@ -43,7 +43,7 @@ from st_client import Run, StClient
 
 NOT_SHARED = {"class", "teach", "lecture", "scale", "theme", "export", "embed", "embed_options"}
 TEXTS = ["The cat sat on the mat because it was warm.", "When Mary and John went to the store, John gave a drink to",
-         "One, two, three, four, five, six, seven, eight"]
+         "One, two, three, four, five, six, seven, eight", "After one server died, the class went on as before."]
 # what the teacher does, in order: (what, value)
 CHANGES = [("page", "attention"), ("text", TEXTS[0]), ("head", "2"), ("page", "tokens"), ("text", TEXTS[1]),
            ("page", "attention"), ("head", "5"), ("text", TEXTS[2]), ("page", "")]
@@ -263,7 +263,7 @@ async def run(args) -> None:
                        "replicas now": dict(sorted(Counter(map(replica_of, students)).items()))}]
         await asyncio.sleep(args.pause)
         all_after = []
-        for what, value in [("text", TEXTS[0]), ("page", "attention")]:
+        for what, value in [("text", TEXTS[3]), ("page", "attention")]:
             all_after += await measure("after the kill", teacher, students, follow, rows, what, value, args.timeout,
                                     list(dep.processes().values()))
             await asyncio.sleep(args.pause)
@@ -271,7 +271,7 @@ async def run(args) -> None:
         # Redis restarts
         down = await asyncio.to_thread(dep.restart_redis, args.redis_down)
         await asyncio.sleep(args.pause)
-        for what, value in [("head", "1"), ("text", TEXTS[1])]:
+        for what, value in [("head", "1"), ("text", TEXTS[0])]:
             all_after += await measure("after Redis restart", teacher, students, follow, rows, what, value,
                                        args.timeout, list(dep.processes().values()))
             await asyncio.sleep(args.pause)
