@@ -164,7 +164,8 @@ async def measure(label: str, teacher: StClient, students: list[StClient], follo
               f"{teacher.page!r} {params(teacher)} {len(teacher.figures())} figures, {teacher.connections} connections;"
               f" e.g. {s.name}: page {s.page!r} {params(s)} {len(s.figures())} figures, same figures: "
               f"{s.figures() == teacher.figures()}, {s.connections} connections, polling {s.auto_reruns}, last run "
-              f"{time.perf_counter() - s.runs[-1].t if s.runs else float('nan'):.1f} s ago, errors {s.errors[-1:]}",
+              f"{time.perf_counter() - s.runs[-1].t if s.runs else float('nan'):.1f} s ago, errors {s.errors[-1:]}; "
+              f"figures only the teacher shows: {differing(teacher, s)}, only the student: {differing(s, teacher)}",
               flush=True)
     rows.append({"phase": label, "change": f"{what} → {value[:24] or 'start page'}", "students": len(students),
                  "followed": len(ms), "median ms": statistics.median(ms) if ms else float("nan"),
@@ -181,6 +182,12 @@ def runs_since(client: StClient, t0: float) -> list[Run]:
             break
         out.append(r)
     return out
+
+
+def differing(a: StClient, b: StClient) -> list[str]:
+    """Titles (cut to 60 characters) of the figures ``a`` shows and ``b`` does not."""
+    theirs = set(b.figures())
+    return [x.text[:60] for x in a.shown.values() if x.kind == "plotly" and x.hash not in theirs]
 
 
 def replica_of(client: StClient) -> str:
