@@ -368,7 +368,10 @@ def main() -> None:
                    help="keep the deployment's logs (Redis, replicas, HAProxy) in this folder")
     p.add_argument("--root", type=lambda s: __import__("pathlib").Path(s), default=ROOT,
                    help="the checkout whose deploy/local.sh and app run (default: this one)")
-    asyncio.run(run(p.parse_args()))
+    args = p.parse_args()
+    if not (args.root / "deploy" / "local.sh").exists():
+        raise SystemExit(f"no deploy/local.sh in {args.root} (give the checkout that has it with --root)")
+    asyncio.run(run(args))
 
 
 if __name__ == "__main__":
