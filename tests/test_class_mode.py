@@ -4,7 +4,6 @@ store; the view and reveal rules without Streamlit."""
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 import torch
@@ -132,7 +131,8 @@ def test_students_follow_the_teachers_text_page_and_head_and_may_stop_and_catch_
 
 def test_a_wrong_or_ended_class_is_one_line_and_the_app_goes_on():
     student = session({"class": "ZZZZZZ"})
-    assert [w.value for w in student.warning] == ["There is no class ZZZZZZ: the code is wrong, or the class has ended."]
+    assert [w.value for w in student.warning] == [
+        "There is no class ZZZZZZ: the code is wrong, or the class has ended."]
     assert "class" not in student.query_params and student.title
     bad = session({"class": "<img src=x>"})
     assert "is not a class code" in bad.warning[0].value and "\\<img src" in bad.warning[0].value  # plain text
@@ -194,3 +194,13 @@ def test_a_multiple_choice_question_lists_every_choice_and_marks_the_correct_one
     assert fig["layout"]["yaxis"]["ticktext"] == ["L0H1", "L1H3", "L2H0"] and len(fig["data"]) == 1
     assert fig["data"][0]["text"] == ["0 · 0%", "1 · 100%", "0 · 0%"]
     assert "Correct: “L1H3”" in " ".join(c.value for c in student.caption)
+
+
+@pytest.mark.parametrize("setting, seconds", [(None, 1.0), ("2.5", 2.5), ("0.1", 1.0), ("often", 1.0)])
+def test_the_poll_period_is_read_from_the_environment_within_bounds(monkeypatch, setting, seconds):
+    from viz_ui.classroom.follow import _poll_seconds
+    if setting is None:
+        monkeypatch.delenv("VIZ_CLASS_POLL_SECONDS", raising=False)
+    else:
+        monkeypatch.setenv("VIZ_CLASS_POLL_SECONDS", setting)
+    assert _poll_seconds() == seconds

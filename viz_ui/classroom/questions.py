@@ -12,7 +12,7 @@ import streamlit as st
 from ..text import error_line, plain
 from . import ClassStoreUnavailable, class_store
 from .reveal import MAX_BARS, answer_probabilities, normalise_answer, reveal_figure, top_answers
-from .session import ClassSession, current, say, store_error
+from .session import ClassSession, current, store_error
 
 LIVE_SECONDS = 2.0  # how often the teacher's "N answered" is refreshed
 MAX_CONTEXT = 12_000  # characters of text a next-token question carries (the store takes ≤ 16 KB a question)
@@ -89,8 +89,8 @@ def question_area(state) -> None:
                     on_click=lambda qid=question["id"]: setattr(cls, "hidden", qid))
         context = question.get("context") or {}
         if question.get("kind") == NEXT_TOKEN and context.get("text"):
-            tail = context["text"][-TAIL:]
-            st.caption(f"After the text’s last token: “{'…' if len(context['text']) > TAIL else ''}{plain(tail, None)}”")
+            cut = "…" if len(context["text"]) > TAIL else ""
+            st.caption(f"After the text’s last token: “{cut}{plain(context['text'][-TAIL:], None)}”")
         if question.get("revealed"):
             _reveal(cls, question, state)
         elif cls.teacher:
@@ -199,7 +199,8 @@ def _reveal(cls: ClassSession, question: dict, state) -> None:
             multi = sum(1 for _, n in computed if n > 1)
             note = (" A several-token answer's probability is the product of its tokens' probabilities (chain rule)."
                     if multi else "")
-            note += " The model's own top 3: " + ", ".join(f"“{plain(label, 60)}” {p:.1%}" for label, p in top) + "."
+            note += " The model's own top 3: " + ", ".join(f"“{plain(label, 60)}” {p:.1%}" for label, p in top)
+            note += "."
         except Exception as exc:  # noqa: BLE001: any failure of the model is one line, not a traceback
             st.caption(f"The model's probabilities are not shown: {plain(error_line(exc))}.")
     fig = reveal_figure(answers, total, probs, f"{total} answer{'s' * (total != 1)}", question.get("correct"))

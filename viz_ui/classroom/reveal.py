@@ -110,7 +110,8 @@ def _share_axis(largest: float) -> dict:
     axis = dict(range=[0, upper], tickformat=".0%")
     if upper > 0.25:
         step = 0.25 if upper > 0.6 else 0.1
-        axis.update(tickmode="array", tickvals=[round(i * step, 2) for i in range(int(min(upper, 1.0) / step + 1e-9) + 1)])
+        n_ticks = int(min(upper, 1.0) / step + 1e-9) + 1
+        axis.update(tickmode="array", tickvals=[round(i * step, 2) for i in range(n_ticks)])
     return axis
 
 
