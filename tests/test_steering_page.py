@@ -48,6 +48,8 @@ def open_steering(query: dict | None = None, folder=None) -> AppTest:
     if folder is not None:
         at.session_state["_feature_sets"] = {str(MODEL): {"test set": (str(folder),)}}
     at.switch_page(PAGE).run()
+    if folder is not None:  # the test's set, not the shipped one listed first
+        at.selectbox(key="feature_set").set_value("test set").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -64,12 +66,12 @@ def bars(at: AppTest, start: str) -> dict:
     return spec
 
 
-def test_contrastive_steering_without_dictionaries(shipped):
+def test_contrastive_steering(shipped):
     model, tokenizer = shipped
-    at = open_steering({"alpha": "0.0"})
+    at = open_steering({"alpha": "0.0", "steer": "contrastive"})
     intact, steered = continuation(at)
     assert intact == steered  # alpha = 0 is the intact model
-    at = open_steering({"alpha": "10.0"})
+    at = open_steering({"alpha": "10.0", "steer": "contrastive"})
     intact, steered = continuation(at)
     assert intact != steered
     # the bars' steered probabilities are those of a direct steer() with the page's contrastive direction
