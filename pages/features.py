@@ -17,8 +17,8 @@ from viz_ui.features_state import dictionary, dictionary_sets, get_index, get_te
 from viz_ui.features_view import (contexts_html, feature_name, head_writes_figure, histogram_figure, strongest_map,
                                   text_features_heatmap, top_text_features)
 from viz_ui.figures import value_bar
-from viz_ui.layout import (pick_index, require_trace, set_shared, setup_page, shared_number, show_figure,
-                           show_table, side_by_side)
+from viz_ui.layout import (pick_index, require_trace, set_shared, setup_page, shared_number, show_code,
+                           show_figure, show_table, side_by_side)
 from viz_ui.state import get_vocab_labels
 from viz_ui.text import plain
 
@@ -146,11 +146,7 @@ try:
 except ValueError as exc:
     st.caption(f"Heads writing to this feature: not shown ({plain(str(exc))}).")
 
-if not state.display.lecture:
-    with st.expander("Export as code", icon=":material/code:"):
-        source = features_code(state.model_path, state.text, folder, feature, n, pos)
-        st.code(source, language="python")
-        st.download_button("Download the script (.py)", source, file_name="features.py", mime="text/x-python",
-                           icon=":material/download:")
+show_code(state, "features", lambda: features_code(state.model_path, state.text, folder, feature, n, pos),
+          "checkpoint, text and dictionary")
 
 manage_dictionaries(state)

@@ -25,7 +25,7 @@ from viz_ui.interventions_view import (component_bars, delta_bars, head_map, hea
                                        top_bars)
 from viz_ui.patching_agreement import show_agreement
 from viz_ui.layout import (MAX_CHARS, pick_index, require_trace, set_shared, setup_page, shared_widget,
-                           shared_widget_key, show_figure,
+                           shared_widget_key, show_code, show_figure,
                            show_link, show_table, side_by_side)
 from viz_ui.seq2seq_view import output_text
 from viz_ui.state import get_trace, get_vocab_labels
@@ -87,14 +87,7 @@ unit = "token here" if masked_lm else "next token"
 
 def export(view: str, source: str) -> None:
     """The view's numbers as Python with the project's API (hidden in lecture mode, like every download)."""
-    if lecture:
-        return
-    with st.expander("Export as code", icon=":material/code:"):
-        st.caption("This script reproduces the numbers above from the same checkpoint and text with the project's "
-                   "public API, and prints them.")
-        st.code(source, language="python")
-        st.download_button("Download the script (.py)", source, file_name=f"{view}.py", mime="text/x-python",
-                           key=f"code_{view}", icon=":material/download:")
+    show_code(state, view, source)
 
 
 def pick_token(options: list[int], default: int, label: str, help: str | None = None) -> int:

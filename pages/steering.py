@@ -17,7 +17,7 @@ from viz_ui.intervention_state import get_prompt
 from viz_ui.interventions import biggest_changes
 from viz_ui.interventions_view import delta_bars
 from viz_ui.layout import (MAX_CHARS, pick_index, set_shared, setup_page, require_trace, shared_value, shared_widget,
-                           show_figure, show_link, show_table, side_by_side)
+                           show_code, show_figure, show_link, show_table, side_by_side)
 from viz_ui.state import get_trace, get_vocab_labels
 from viz_ui.steering_state import (N_NEW, Direction, ablate_gated, feature_direction, get_contrastive, steer_gated)
 from viz_ui.steering_view import (compare_bars, compare_table, continuation_frame, kl_figure, strongest_features,
@@ -66,14 +66,7 @@ else:
 
 def export(view: str, source: str) -> None:
     """The view's numbers as Python with the project's API (hidden in lecture mode, like every download)."""
-    if lecture:
-        return
-    with st.expander("Export as code", icon=":material/code:"):
-        st.caption("This script reproduces the numbers above from the same checkpoint, text and dictionary with the "
-                   "project's public API, and prints them.")
-        st.code(source, language="python")
-        st.download_button("Download the script (.py)", source, file_name=f"{view}.py", mime="text/x-python",
-                           key=f"code_{view}", icon=":material/download:")
+    show_code(state, view, source, "checkpoint, text and dictionary")
 
 
 def pick_dictionary() -> tuple[tuple[str, ...], int, list[str], object] | None:

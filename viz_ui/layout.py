@@ -458,6 +458,21 @@ def show_table(data, state: AppState, height: int | None = None, **kwargs) -> No
         st.dataframe(data, height=height or "auto", **kwargs)
 
 
+def show_code(state: AppState, view: str, source, what: str = "checkpoint and text") -> None:
+    """"Export as code": the Python ``source`` that reproduces a view's numbers with the project's public API, shown
+    and downloadable as ``{view}.py`` (hidden in lecture mode, like every download). ``source``: the script, or a
+    function returning it (called only when shown). ``what``: what the script starts from, for the caption."""
+    if state.display.lecture:
+        return
+    with st.expander("Export as code", icon=":material/code:"):
+        st.caption(f"This script reproduces the numbers above from the same {what} with the project's public API, "
+                   "and prints them.")
+        source = source() if callable(source) else source
+        st.code(source, language="python")
+        st.download_button("Download the script (.py)", source, file_name=f"{view}.py", mime="text/x-python",
+                           key=f"code_{view}", icon=":material/download:")
+
+
 def side_by_side(state: AppState, spec) -> list:
     """Columns for figures shown next to each other (``spec``: a count, or relative widths as ``st.columns``
     takes them), or as many stacked containers in lecture mode, where side-by-side figures would be narrower

@@ -13,7 +13,7 @@ from viz_model.tokenizer import IdTokenizer
 
 from .figures import _plain as fig_text
 from .interventions import prompt_of
-from .layout import AppState, pick_index, set_shared, show_figure
+from .layout import AppState, pick_index, set_shared, show_code, show_figure
 from .gate import costly
 from .qk_view import dominant_sentence, grid_frame, qk_code, qk_copies, qk_heatmap, qk_views, source_words, term_grid, top_pairs
 from .state import estimate_seconds
@@ -103,13 +103,7 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
     show_figure(qk_heatmap(summary_grid, f"L{layer}H{head}, query {query} {fig_text(trace.labels[query])}: "
                            "weighted by its pattern"), state, f"qk_head_{page}_L{layer}_H{head}_q{query}",
                 data=lambda: grid_frame(summary_grid))
-    if not state.display.lecture:
-        with st.expander("Export as code", icon=":material/code:"):
-            st.caption("This script reproduces the numbers above from the same checkpoint and text with the "
-                       "project's public API, and prints them.")
-            source = qk_code(state.model_path, state.text, prompt_of(trace),
-                             not isinstance(state.tokenizer, IdTokenizer), trace.truncated, layer, head, query, key)
-            st.code(source, language="python")
-            st.download_button("Download the script (.py)", source, file_name="qk_attribution.py",
-                               mime="text/x-python", key=f"code_qk_{page}", icon=":material/download:")
+    show_code(state, f"qk_attribution_{page}",
+              lambda: qk_code(state.model_path, state.text, prompt_of(trace), not isinstance(state.tokenizer, IdTokenizer),
+                              trace.truncated, layer, head, query, key))
 
