@@ -15,7 +15,7 @@ import torch
 from playwright.sync_api import expect, sync_playwright
 
 from conftest import ROOT
-from ui_audit import contrast
+from ui_audit import contrast, open_select
 
 from viz_model import load_model
 from viz_ui.layout import EXAMPLES, PAGES
@@ -300,9 +300,7 @@ def test_an_upload_stays_in_its_session_and_bad_files_keep_the_previous_model(br
         b.goto(url + "/inspector?model=tiny-gpt2.zip%20(upload)")  # even a link naming the upload
         expect(b.get_by_text("Load your own model")).to_be_visible(timeout=60_000)
         expect(b.get_by_label("Model", exact=True)).to_have_value("tinystories-6l", timeout=60_000)
-        b.get_by_label("Model", exact=True).click()
-        options = b.get_by_role("option")
-        expect(options.first).to_be_visible()
+        options = open_select(b, "Model")
         assert not [o for o in options.all_inner_texts() if "upload" in o]
         assert any("tinystories" in o for o in options.all_inner_texts())
     finally:

@@ -8,6 +8,7 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from test_browser import ARGS, CHROMIUM, start_server, stop
+from ui_audit import choose_option
 
 TEXT = "The cat sat on the mat and the dog sat on the"
 
@@ -64,8 +65,7 @@ def test_three_students_follow_the_teacher_and_answer(class_server):
             # the teacher opens the attention page and picks a head: the students are there, on that head
             teacher.get_by_role("link", name="3 · Attention").click()
             expect(teacher.get_by_role("heading", name="Attention", exact=True)).to_be_visible(timeout=60_000)
-            teacher.get_by_label("Head", exact=True).click()
-            teacher.get_by_role("option", name="5", exact=True).click()
+            choose_option(teacher, "Head", "5")  # the teacher's follower count reruns every second: retried clicks
             expect(teacher).to_have_url(re.compile(r"head=5"))
             for s in students:
                 expect(s.get_by_role("heading", name="Attention", exact=True)).to_be_visible(timeout=60_000)
@@ -75,10 +75,20 @@ def test_three_students_follow_the_teacher_and_answer(class_server):
             assert "teach=" not in "".join(s.url for s in students)
 
             # predict, then reveal: a next-token question answered by the three
-            open_classroom(teacher)  # a page change folds the expander again
-            teacher.get_by_role("button", name="Ask", exact=False).click()
+            asked = teacher.get_by_text(re.compile(r"answers? so far"))
+            for _ in range(3):  # a rerun of the teacher's live fragments may swallow a click: retried until asked
+                if not teacher.get_by_role("button", name="Ask", exact=False).is_visible():
+                    open_classroom(teacher)  # a page change folds the expander again
+                teacher.get_by_role("button", name="Ask", exact=False).click()
+                try:
+                    asked.first.wait_for(state="visible", timeout=15_000)
+                    break
+                except Exception:
+                    continue
+            expect(asked.first).to_be_visible()
             for s, answer in zip(students, ["mat", "mat", "rug"]):
                 field = s.get_by_label("Your answer: the next token")
+                expect(field).to_be_visible(timeout=60_000)
                 field.fill(answer)
                 s.get_by_role("button", name="Send").click()
                 expect(s.get_by_text(f"Sent: “{answer}”")).to_be_visible()

@@ -109,3 +109,38 @@ def low_contrast(page, minimum: float = 4.5, whole_page: bool = True) -> list[di
 def layout(page) -> dict:
     """Window and element widths, the sidebar's box, its open control, downloads, mode bars, toolbars."""
     return page.evaluate(LAYOUT_JS)
+
+
+def open_select(page, label: str, timeout: float = 60.0):
+    """Open the select box labelled ``label`` and return its options (a Playwright locator). A script run that ends
+    while the list is open (a fragment's rerun, the page's own run finishing) redraws the box and closes the list,
+    so the click is repeated until the options are visible, at most ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    options = page.get_by_role("option")
+    while True:
+        if not options.first.is_visible():
+            page.get_by_label(label, exact=True).click()
+        try:
+            options.first.wait_for(state="visible", timeout=3_000)
+            return options
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+
+
+def choose_option(page, label: str, option: str, timeout: float = 60.0) -> None:
+    """Choose ``option`` (its exact text) in the select box labelled ``label``, retrying as :func:`open_select`
+    does when a rerun closes the list between opening it and the click."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        open_select(page, label, max(1.0, deadline - time.monotonic()))
+        try:
+            page.get_by_role("option", name=option, exact=True).click(timeout=3_000)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
