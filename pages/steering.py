@@ -132,19 +132,17 @@ def steer_part() -> None:
         if not text_a.strip() or not text_b.strip():
             st.info("Type two texts: the direction is the mean activation over A's positions minus B's.")
             return
-        try:
-            vector = get_contrastive(path, text_a, text_b, hook)
-        except ValueError as exc:
-            st.error(f"The texts cannot be run: {plain(error_line(exc))}.")
-            return
-        direction = Direction(hook, vector, 1.0, "the direction itself (1 adds mean(A) − mean(B))")
+        # two forward passes (the texts' traces and the direction): run only inside the gated steered run
+        direction = Direction(hook, lambda: get_contrastive(path, text_a, text_b, hook), 1.0,
+                              "the direction itself (1 adds mean(A) − mean(B))")
         key = ("contrastive", text_a, text_b, hook)
-        ta, tb = get_trace(path, text_a), get_trace(path, text_b)
-        source = {"kind": "contrastive", "text_a": text_a, "text_b": text_b, "hook": hook,
-                  "prompt_a": get_prompt(path, text_a), "prompt_b": get_prompt(path, text_b),
-                  "cut_a": ta.truncated, "cut_b": tb.truncated}
-        what = (f"mean over A's {ta.n_tokens} positions minus mean over B's {tb.n_tokens} at {hook} (norm "
-                f"{float((vector ** 2).sum() ** 0.5):.3g})")
+
+        def source() -> dict:  # for the exported script, once the run has read both texts
+            ta, tb = get_trace(path, text_a), get_trace(path, text_b)
+            return {"kind": "contrastive", "text_a": text_a, "text_b": text_b, "hook": hook,
+                    "prompt_a": get_prompt(path, text_a), "prompt_b": get_prompt(path, text_b),
+                    "cut_a": ta.truncated, "cut_b": tb.truncated}
+        what = f"mean activation over A's positions minus mean over B's at {hook}"
     c1, c2 = st.columns([3, 2])
     alpha = shared_widget(c1.slider, "α (in the unit below)", -ALPHA_MAX, ALPHA_MAX, key="alpha", default=4.0,
                           valid=lambda v: -ALPHA_MAX <= v <= ALPHA_MAX, cast=float, step=0.25)
@@ -161,10 +159,11 @@ def steer_part() -> None:
     except (ValueError, KeyError) as exc:
         st.error(f"The steered run failed: {plain(error_line(exc))}.")
         return
-    source_code = code.steering_code(path, text, get_prompt(path, text), has_tokenizer, trace.truncated, source,
-                                     float(alpha), direction.unit, at == "last", pos, cfg.causal, N_NEW)
     if result is None:  # a slow model: waits for its button
         return
+    source_code = code.steering_code(path, text, get_prompt(path, text), has_tokenizer, trace.truncated,
+                                     source() if callable(source) else source, float(alpha), direction.unit,
+                                     at == "last", pos, cfg.causal, N_NEW)
     left, right = side_by_side(state, [1, 1])
     with left:
         output_bars(result.intact, result.steered, "steered", f"steering_output_{alpha}",

@@ -6,6 +6,8 @@ the greedy continuations, :mod:`viz_model.interventions.steering`) and the featu
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,13 +28,18 @@ N_NEW = 20  # greedy tokens of each continuation
 
 @dataclass(frozen=True)
 class Direction:
-    """What is added at ``hook``: ``vector`` ``[d]`` float32, and the unit ``alpha`` is counted in: ``unit`` (the
-    slider's 1 adds ``unit * vector``) with its name ``unit_words``."""
+    """What is added at ``hook``: ``vector`` ``[d]`` float32 (or a function computing it, called only inside the
+    gated run: a contrastive direction costs two forward passes), and the unit ``alpha`` is counted in: ``unit``
+    (the slider's 1 adds ``unit * vector``) with its name ``unit_words``."""
 
     hook: str
-    vector: np.ndarray
+    vector: np.ndarray | Callable[[], np.ndarray]
     unit: float
     unit_words: str
+
+    def array(self) -> np.ndarray:
+        """The vector, computed now when it was given as a function."""
+        return self.vector() if callable(self.vector) else self.vector
 
 
 def feature_direction(model_path: str, ids: tuple[int, ...], folders: tuple[str, ...], index: int,
@@ -88,7 +95,7 @@ def steer_gated(model_path: str, text: str, direction: Direction, key: tuple, al
     causal = model.cfg.causal
 
     def compute(progress) -> SteerResult:
-        vector = torch.from_numpy(direction.vector)
+        vector = torch.from_numpy(direction.array())
         amount = alpha * direction.unit
         positions = [len(ids) - 1] if last_only else None
         tokens = torch.tensor([ids])
@@ -98,7 +105,7 @@ def steer_gated(model_path: str, text: str, direction: Direction, key: tuple, al
         gen = steered_continuations(model, ids, direction.hook, vector, amount, N_NEW, positions) if causal else ([], [])
         return SteerResult(pos, intact, steered, list(gen[0]), list(gen[1]))
 
-    copies = 2 + (2 * N_NEW * GENERATE_STEP if causal else 0)
+    copies = 2 + (2 * N_NEW * GENERATE_STEP if causal else 0) + (2 if callable(direction.vector) else 0)
     return costly("steering", (model_path, text, key, direction.hook, alpha, last_only, pos),
                   estimate_seconds(model_path, text, copies), compute, "Run the steered model", where)
 
