@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import first_line
-from ..training.live import limit_threads
+from ..training.live import BackgroundJob, limit_threads
 from ..training.live_limits import TrainingRefused, check_text, setting
 from .index import build_index, save_corpus, save_index
 from .io import save_dictionary
@@ -146,7 +146,7 @@ class _Stop(threading.Event):
         return super().is_set() or time.monotonic() > self.deadline
 
 
-class DictionaryJob:
+class DictionaryJob(BackgroundJob):
     """One background training of dictionaries (see the module docstring); the signature fits
     :meth:`viz_model.training.live.Registry.start` (``make=DictionaryJob``).
 
@@ -203,18 +203,6 @@ class DictionaryJob:
         self._stop.deadline = self._t0 + self.max_seconds
         self._thread.start()
         return self
-
-    def cancel(self) -> None:
-        """Ask the job to stop after the current step (what is trained so far is written)."""
-        self._stop.set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the job has ended; return whether it has."""
-        return self._ended.wait(timeout)
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive() and not self._ended.is_set()
 
     # -- reading ---------------------------------------------------------------------------------------------
     def progress(self) -> DictProgress:

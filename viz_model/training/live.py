@@ -144,7 +144,29 @@ class Progress:
         return self.status in ("preparing", "training")
 
 
-class TrainJob:
+class BackgroundJob:
+    """What every job run in a daemon thread shares (:class:`TrainJob`, ``viz_model.features.job.DictionaryJob``):
+    the subclass starts ``_thread``, sets ``_ended`` when the work is over whatever happened, and checks ``_stop``
+    between steps (cooperative cancellation)."""
+
+    _stop: threading.Event
+    _ended: threading.Event
+    _thread: threading.Thread
+
+    def cancel(self) -> None:
+        """Ask the job to stop before its next step (what it has done so far is kept)."""
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the job has ended; return whether it has."""
+        return self._ended.wait(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive() and not self._ended.is_set()
+
+
+class TrainJob(BackgroundJob):
     """One background training (see the module docstring). Create it through :meth:`Registry.start` on a server,
     or directly and call :meth:`start`.
 
@@ -181,18 +203,6 @@ class TrainJob:
         self._t0 = time.monotonic()
         self._thread.start()
         return self
-
-    def cancel(self) -> None:
-        """Ask the job to stop before its next step (the model keeps the steps done)."""
-        self._stop.set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the job has ended; return whether it has."""
-        return self._ended.wait(timeout)
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive() and not self._ended.is_set()
 
     # -- reading ---------------------------------------------------------------------------------------------
     def progress(self) -> Progress:
