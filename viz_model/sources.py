@@ -9,6 +9,7 @@ file kinds a model folder holds) and unpacked with a byte cap that counts what i
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -215,7 +216,19 @@ def load_model(source: str | Path | None = None, progress: Progress = _quiet, dt
     dtype, device = _dtype_device(dtype, device)
     # named by whoever runs this: limited by the memory free, not the upload cap
     with memory_limit_of("free"), placing(_placement(device_map, max_memory, offload_folder)):
-        return _load_named(source, progress, dtype, device)
+        loaded = _load_named(source, progress, dtype, device)
+    release_free_memory()
+    return loaded
+
+
+def release_free_memory() -> None:
+    """Give the memory glibc's allocator keeps after a load's temporaries (dtype conversions, the unfused Q/K/V, the
+    probe run) back to the system (``malloc_trim(0)``): without it a float32 file loaded as bfloat16 stays about
+    20 % above the weights' size. Does nothing where the C library has no ``malloc_trim`` (not glibc)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _load_named(source: str | Path | None, progress: Progress, dtype, device):
@@ -251,7 +264,9 @@ def load_upload(name: str, data: bytes, progress: Progress = _quiet, max_mb: int
     label = label if len(label) <= 120 else label[:100] + "..." + label[-17:]
     dtype, device = _dtype_device(dtype, device)
     with placing(_placement(device_map, max_memory, offload_folder)):
-        return _guard(label, lambda: _load_upload(label, data, progress, max_mb, dtype, device))
+        loaded = _guard(label, lambda: _load_upload(label, data, progress, max_mb, dtype, device))
+    release_free_memory()
+    return loaded
 
 
 def _load_upload(label: str, data: bytes, progress: Progress, max_mb: int, dtype, device):
