@@ -306,7 +306,7 @@ PLAN = {  # part -> the implementations run, one fresh process each, one after t
 def run_child(part: str, impl: str, folder: Path, repeats: int) -> dict:
     import subprocess
     # OMP_WAIT_POLICY=PASSIVE as the app sets it: spinning OpenMP threads slow everything on shared cores
-    # no memory setting: a model named by whoever runs the app is limited by the memory free (viz_model.limits)
+    # no memory setting: a model named by whoever runs the app is limited by the memory free (viz_model.loading.limits)
     env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, __file__, "child", "--part", "ablate" if part == "sweeps" else part, "--impl", impl,
            "--model", str(folder), "--repeats", str(repeats)]

@@ -48,7 +48,7 @@ TRACE_CATEGORIES = ["toplevel", "devtools.timeline", "disabled-by-default-devtoo
 def text_of(n_tokens: int) -> tuple[str, int]:
     """A text whose shown form on the page (the text twice, joined by a line break) has about ``n_tokens`` tokens
     under the timeline's tokenizer, cut from the tests' held-out story; and that count."""
-    from viz_model.training.timeline import load_timeline
+    from viz_model.loading.timeline import load_timeline
     tok = load_timeline(TIMELINE).tokenizer
     ids = tok.encode((ROOT / "tests" / "data" / "heldout.txt").read_text(encoding="utf-8")).ids
     text = tok.decode(ids[: (n_tokens - 1) // 2]).strip()

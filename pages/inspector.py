@@ -11,7 +11,7 @@ from viz_ui.preload import preload_plotly
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
 from viz_model import CheckpointError, load_upload
-from viz_model.sources import MAX_UPLOAD_MB, MODEL_SUFFIXES
+from viz_model.loading.sources import MAX_UPLOAD_MB, MODEL_SUFFIXES
 from viz_model.tokenizer import IdTokenizer
 from viz_ui.cost import attention_cost, cost_lengths, quadratic_fit
 from viz_ui.figures import cost_curve, layer_table_heatmap, value_bar

@@ -9,8 +9,8 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 from pathlib import PurePosixPath
 
 from viz_model import CheckpointError
-from viz_model.sources import MAX_UPLOAD_MB
-from viz_model.training.timeline import PHASE_RISE, load_timeline_upload, phase_change
+from viz_model.loading.sources import MAX_UPLOAD_MB
+from viz_model.loading.timeline import PHASE_RISE, load_timeline_upload, phase_change
 from viz_ui.layout import (pick_index, selected_points, set_shared, setup_page, shared_value, shared_widget, show_figure,
                           side_by_side)
 from viz_ui.live_chart import Frames, live_chart_source

@@ -8,7 +8,7 @@ from safetensors.torch import save_file
 
 from conftest import small_model
 from viz_model import CheckpointError, load_model, save_checkpoint
-from viz_model.checkpoint import read_metadata
+from viz_model.loading.checkpoint import read_metadata
 
 
 def test_save_then_load_gives_identical_logits_and_tokenizer(tmp_path, tokenizer):

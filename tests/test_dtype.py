@@ -13,8 +13,8 @@ from hf_models import build, gpt2_config, llama_config, reference, save, transfo
 from test_app import PAGES
 from test_app_dense import open_page
 from viz_model import CheckpointError, load_model
-from viz_model.checkpoint import save_checkpoint
-from viz_model.weights import norm_parameters
+from viz_model.loading.checkpoint import save_checkpoint
+from viz_model.loading.weights import norm_parameters
 from viz_ui.trace import run_trace
 
 BF16_EPS = 2.0 ** -7  # bfloat16's spacing just above 1 (8 bits of mantissa)

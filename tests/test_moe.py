@@ -18,10 +18,10 @@ from conftest import ROOT, plotly_array, small_config, small_model
 from hf_models import build, save, transformers
 from test_families import assert_parity, ids_for
 from viz_model import CheckpointError, VizTransformer, load_model, load_upload
-from viz_model.families import from_hf
-from viz_model.limits import count_params, estimate_bytes
+from viz_model.loading.families import from_hf
+from viz_model.loading.limits import count_params, estimate_bytes
 from viz_model.moe import disable_experts, force_expert, load_balancing_loss, run_with_routing
-from viz_model.weights import build_model
+from viz_model.loading.weights import build_model
 
 SHAPES = dict(max_position_embeddings=64, num_hidden_layers=2)
 SPECS = {  # awkward shapes: odd vocabularies, d_head 10 / 6 / 8, grouped-query attention, k = 2, 3, 4
@@ -348,7 +348,7 @@ def test_moe_page_on_a_dense_model_says_so_and_names_the_moe_models():
 
 
 def test_moe_page_shows_the_models_routing_and_the_intervention_effect():
-    from viz_model.checkpoint import load_checkpoint
+    from viz_model.loading.checkpoint import load_checkpoint
     from test_app import figure_titled
 
     model, tok = load_checkpoint(MOE_MODEL)

@@ -15,7 +15,7 @@ from conftest import ROOT, component_data, plotly_array, report_component_event,
 from viz_model import CheckpointError, load_model, save_checkpoint
 from viz_model.sampling import generate
 from viz_ui.text import plain
-from viz_model.training.timeline import (load_timeline, load_timeline_upload, log_spaced_steps, phase_change,
+from viz_model.loading.timeline import (load_timeline, load_timeline_upload, log_spaced_steps, phase_change,
                                          read_timeline, write_timeline)
 
 SHIPPED = ROOT / "assets" / "timelines" / "induction-2l"

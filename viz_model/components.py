@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import Config
-from .hooks import HookPoint
-from .rotary import apply_rotary, rotary_angles, rotary_scale, scaled_freqs
+from viz_model.config import Config
+from viz_model.hooks import HookPoint
+from viz_model.rotary import apply_rotary, rotary_angles, rotary_scale, scaled_freqs
 
 
 class Embed(nn.Module):
@@ -561,7 +561,7 @@ def make_mlp(cfg: Config) -> nn.Module:
     """The feed-forward sub-layer the config asks for: an :class:`MLP`, or with ``cfg.n_experts > 0`` a mixture of
     experts (:class:`viz_model.moe.MoE`, whose experts are MLPs)."""
     if cfg.n_experts:
-        from .moe import MoE  # noqa: PLC0415  (moe.py builds on MLP: imported here, not at the top, to avoid a cycle)
+        from viz_model.moe import MoE  # noqa: PLC0415  (moe.py builds on MLP: imported here, not at the top, to avoid a cycle)
         return MoE(cfg)
     return MLP(cfg)
 

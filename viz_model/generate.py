@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .sampling import generate
-from .seq2seq import translate
-from .sources import load_model
-from .weights import CheckpointError
+from viz_model.sampling import generate
+from viz_model.seq2seq import translate
+from viz_model.loading.sources import load_model
+from viz_model.loading.weights import CheckpointError
 
 
 def run(model, tokenizer, text: str, temperature: float = 0.0, seed: int = 0, n_new: int = 40) -> str:

@@ -2,14 +2,14 @@
 TransformerLens' head detectors and Olsson et al., 2022, "In-context Learning and Induction Heads").
 
 One implementation for the app's head summaries (:mod:`viz_ui.heads`) and the training timelines
-(:mod:`viz_model.training.timeline`).
+(:mod:`viz_model.loading.timeline`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .model import VizTransformer
+from viz_model.model import VizTransformer
 
 REPEATED_SCORES = ("previous-token", "duplicate-token", "induction")
 

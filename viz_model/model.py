@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from .components import ACTIVATIONS, Block, Embed, LayerKV, LayerNorm, PosEmbed, RelativePositionBias, make_norm, soft_cap
-from .config import Config
-from .hooks import HookedModule, HookPoint
-from .placement import execution_device, weight
+from viz_model.components import ACTIVATIONS, Block, Embed, LayerKV, LayerNorm, PosEmbed, RelativePositionBias, make_norm, soft_cap
+from viz_model.config import Config
+from viz_model.hooks import HookedModule, HookPoint
+from viz_model.placement import execution_device, weight
 
 
 class KVCache:

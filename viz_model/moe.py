@@ -16,9 +16,9 @@ import dataclasses
 import torch
 from torch import nn
 
-from .components import MLP
-from .config import Config
-from .hooks import HookPoint
+from viz_model.components import MLP
+from viz_model.config import Config
+from viz_model.hooks import HookPoint
 
 
 class MoE(nn.Module):

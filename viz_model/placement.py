@@ -61,7 +61,7 @@ _CURRENT: contextvars.ContextVar[Placement | None] = contextvars.ContextVar("viz
 @contextlib.contextmanager
 def placing(placement: Placement | None) -> Iterator[None]:
     """Within this block the model being loaded is placed by ``placement`` (read by
-    :func:`viz_model.weights.check_config` for the memory check and by :func:`viz_model.weights.build_model`)."""
+    :func:`viz_model.loading.weights.check_config` for the memory check and by :func:`viz_model.loading.weights.build_model`)."""
     token = _CURRENT.set(placement)
     try:
         yield

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .hooks import ActivationCache, NamesFilter
-from .model import VizTransformer
-from .rotary import cache_needs_recompute
+from viz_model.hooks import ActivationCache, NamesFilter
+from viz_model.model import VizTransformer
+from viz_model.rotary import cache_needs_recompute
 
 MAX_TEMPERATURE = 100.0
 

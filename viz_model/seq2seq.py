@@ -7,8 +7,8 @@ from collections import defaultdict
 import torch
 from tokenizers import Tokenizer
 
-from .model import VizTransformer
-from .sampling import Step, generate
+from viz_model.model import VizTransformer
+from viz_model.sampling import Step, generate
 
 
 def translate(model: VizTransformer, tokenizer: Tokenizer, text: str, temperature: float = 0.0, seed: int = 0,

@@ -13,7 +13,7 @@ import torch
 from viz_model import VizTransformer
 from viz_model.placement import weight
 
-from .trace import Trace
+from viz_ui.trace import Trace
 
 
 def residual_norms(trace: Trace, n_layers: int) -> tuple[np.ndarray, list[str]]:

@@ -18,12 +18,12 @@ import streamlit as st
 from viz_model.features.io import DictionaryError
 from viz_model.features.job import DictionaryJob, DictSettings, check_size
 from viz_model.features.upload import new_set_folder, unpack_dictionaries
-from viz_model.sources import MAX_UPLOAD_MB
+from viz_model.loading.sources import MAX_UPLOAD_MB
 from viz_model.training.live import REGISTRY, SHIPPED_TEXT, ServerBusy, TrainingRefused, setting
 from viz_model.tokenizer import IdTokenizer
 
-from .features_state import add_session_set, dictionary_sets
-from .text import error_line, plain
+from viz_ui.features_state import add_session_set, dictionary_sets
+from viz_ui.text import error_line, plain
 
 SOURCES = {"shipped": "the shipped stories (TinyStories, 120 KB)", "paste": "a text you paste",
            "upload": "a .txt file you upload"}

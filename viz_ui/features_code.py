@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .intervention_code import UPLOAD_NOTE
+from viz_ui.intervention_code import UPLOAD_NOTE
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,7 +20,7 @@ from viz_model.features.dictionary import SparseDictionary
 from viz_model.features.index import FeatureIndex, load_index
 from viz_model.features.io import load_dictionary, shipped_dictionaries
 
-from .state import resolve
+from viz_ui.state import resolve
 
 SESSION_SETS = "_feature_sets"  # session_state key: {model_path: {label: (folder, ...)}}
 

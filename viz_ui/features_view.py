@@ -15,7 +15,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from .figures import DIVERGING, FONT, position_ticks
+from viz_ui.figures import DIVERGING, FONT, position_ticks
 
 ACT_SCALE = "Oranges"  # feature activations are >= 0
 SHADE = (244, 162, 89)  # the peak's colour in contexts: dark text on it is above 7:1

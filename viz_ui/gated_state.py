@@ -10,13 +10,13 @@ import numpy as np
 
 from viz_model.placement import weight
 
-from . import costs
-from .block import logit_lens
-from .gate import costly
-from .heads import repeated_head_scores
-from .inspect import weight_stats
-from .numeric import PCA, fit_pca
-from .state import estimate_seconds, flop_rate, get_trace, resolve
+from viz_ui import costs
+from viz_ui.block import logit_lens
+from viz_ui.gate import costly
+from viz_ui.heads import repeated_head_scores
+from viz_ui.inspect import weight_stats
+from viz_ui.numeric import PCA, fit_pca
+from viz_ui.state import estimate_seconds, flop_rate, get_trace, resolve
 
 
 def repeated_scores_gated(path: str, text: str, where: Any = None) -> dict[str, np.ndarray] | None:
@@ -106,7 +106,7 @@ def sampled_output_gated(path: str, text: str, temperature: float, seed: int, wh
     """
     from viz_model.seq2seq import translate
 
-    from .trace import tokenizer_errors
+    from viz_ui.trace import tokenizer_errors
 
     model, tokenizer = resolve(path)
 

@@ -11,8 +11,8 @@ from tokenizers import Tokenizer
 
 from viz_model import Step, VizTransformer, iter_generate, next_token_probs
 
-from .numeric import entropy_bits
-from .trace import tokenizer_errors
+from viz_ui.numeric import entropy_bits
+from viz_ui.trace import tokenizer_errors
 
 
 def is_pattern(name: str) -> bool:

@@ -9,8 +9,8 @@ import torch
 from viz_model import VizTransformer
 from viz_model.head_scores import diagonal_score, repeated_scores
 
-from .figures import grid_block, pool_blocks
-from .trace import Trace
+from viz_ui.figures import grid_block, pool_blocks
+from viz_ui.trace import Trace
 
 SCORE_NAMES = ("previous-token", "first-token", "duplicate-token", "induction")
 

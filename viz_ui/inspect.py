@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from viz_model import VizTransformer
-from viz_model.dtypes import dtype_name
+from viz_model.loading.dtypes import dtype_name
 from viz_model.placement import describe, module_weights
 
-from .explain import dense_layers_note
+from viz_ui.explain import dense_layers_note
 
 FAMILY_NAMES = {"viz": "native (this project)", "gpt2": "GPT-2", "nanogpt": "nanoGPT", "bert": "BERT",
                 "llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "olmo2": "OLMo 2",

@@ -9,7 +9,7 @@ output of the clean source (written out as ids), with the source as ``src_tokens
 
 from __future__ import annotations
 
-from .interventions import N_GENERATE, Prompt
+from viz_ui.interventions import N_GENERATE, Prompt
 
 UPLOAD_NOTE = "the file you uploaded (an upload lives in the browser session only)"
 

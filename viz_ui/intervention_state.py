@@ -11,12 +11,12 @@ import numpy as np
 import streamlit as st
 import torch
 
-from . import costs
-from .gate import cached_result, combine, costly
-from .interventions import (N_GENERATE, AblationView, Prompt, ablation_means, ablation_view, attribution_view,
+from viz_ui import costs
+from viz_ui.gate import cached_result, combine, costly
+from viz_ui.interventions import (N_GENERATE, AblationView, Prompt, ablation_means, ablation_view, attribution_view,
                             corrupted_prompt, default_corruption, fitting_corruptions, head_effects, metric_for,
                             parse_heads, patch_lens, patching_sweep, patching_values, prompt_of)
-from .state import estimate_seconds, get_trace, resolve
+from viz_ui.state import estimate_seconds, get_trace, resolve
 
 SITES = ("resid_pre", "attn_out", "mlp_out", "head")
 

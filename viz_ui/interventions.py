@@ -21,7 +21,7 @@ import torch
 from viz_model import VizTransformer, ablation, attribution, generate, patching
 from viz_model.interventions.batching import copies_per_pass
 
-from .trace import Trace, encode_text, token_limit
+from viz_ui.trace import Trace, encode_text, token_limit
 
 Head = tuple[int, int]
 SITES = {"resid_pre": "residual stream entering the layer (resid_pre)", "attn_out": "attention output (attn_out)",

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .figures import DIVERGING, _layout, _plain, position_ticks
+from viz_ui.figures import DIVERGING, _layout, _plain, position_ticks
 
 RISE, FALL = "#1f77b4", "#d62728"  # Δ > 0 and Δ < 0 (the bar colours of viz_ui.figures.value_bar)
 INTACT, ABLATED = "#9aa5b1", "#b3261e"

@@ -12,16 +12,16 @@ import torch
 from tokenizers import Tokenizer
 
 from viz_model import CheckpointError, VizTransformer
-from viz_model.dtypes import dtype_name
+from viz_model.loading.dtypes import dtype_name
 from viz_model.tokenizer import IdTokenizer
 
-from .classroom.ui import class_bar, publish_view, question_area, sidebar_controls
-from .export import figure_csv, trace_npz
-from .figures import style_for_display
-from .live_chart import Frames, clicked_point, live_chart
-from .state import available_models, get_salient_head, get_trace, resolve
-from .text import plain
-from .trace import Trace
+from viz_ui.classroom.ui import class_bar, publish_view, question_area, sidebar_controls
+from viz_ui.export import figure_csv, trace_npz
+from viz_ui.figures import style_for_display
+from viz_ui.live_chart import Frames, clicked_point, live_chart
+from viz_ui.state import available_models, get_salient_head, get_trace, resolve
+from viz_ui.text import plain
+from viz_ui.trace import Trace
 
 APP_NAME = "Inside a Transformer"
 ROOT = Path(__file__).resolve().parent.parent

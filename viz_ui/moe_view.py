@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from .figures import WEIGHT_SCALE, _layout, _plain, position_ticks
+from viz_ui.figures import WEIGHT_SCALE, _layout, _plain, position_ticks
 
 # Okabe & Ito's colour-blind-safe palette (its black made grey, visible on the dark theme too), then Paul Tol's
 # "muted": distinct colours for up to 16 experts

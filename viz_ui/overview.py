@@ -13,7 +13,7 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from .figures import DIVERGING, WEIGHT_SCALE, _layout, pool_blocks
+from viz_ui.figures import DIVERGING, WEIGHT_SCALE, _layout, pool_blocks
 
 TILE = 16  # cells across one thumbnail (a head's map, a layer's MLP)
 

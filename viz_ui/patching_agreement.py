@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from .interventions import attribution_available, normalised
-from .interventions_view import agreement_scatter
-from .layout import show_figure
-from .numeric import pearson
+from viz_ui.interventions import attribution_available, normalised
+from viz_ui.interventions_view import agreement_scatter
+from viz_ui.layout import show_figure
+from viz_ui.numeric import pearson
 
 
 def show_agreement(state, maps: dict[str, np.ndarray], other: dict[str, np.ndarray] | None, clean_value: float,

@@ -11,14 +11,14 @@ import streamlit as st
 from viz_model import attribution
 from viz_model.tokenizer import IdTokenizer
 
-from .figures import _plain as fig_text
-from .interventions import prompt_of
-from .layout import AppState, pick_index, set_shared, show_code, show_figure
-from .gate import costly
-from .qk_view import dominant_sentence, grid_frame, qk_code, qk_copies, qk_heatmap, qk_views, source_words, term_grid, top_pairs
-from .state import estimate_seconds
-from .text import plain
-from .trace import Trace
+from viz_ui.figures import _plain as fig_text
+from viz_ui.interventions import prompt_of
+from viz_ui.layout import AppState, pick_index, set_shared, show_code, show_figure
+from viz_ui.gate import costly
+from viz_ui.qk_view import dominant_sentence, grid_frame, qk_code, qk_copies, qk_heatmap, qk_views, source_words, term_grid, top_pairs
+from viz_ui.state import estimate_seconds
+from viz_ui.text import plain
+from viz_ui.trace import Trace
 
 
 def pick_key(container, trace: Trace, layer: int, head: int, query: int) -> int:

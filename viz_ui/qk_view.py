@@ -15,10 +15,10 @@ import torch
 from viz_model import VizTransformer, attribution
 from viz_model.interventions.cost import forward_flops
 
-from .figures import DIVERGING, FONT, one_pass_figure
-from .intervention_code import _ids, _load
-from .interventions import Prompt
-from .trace import Trace
+from viz_ui.figures import DIVERGING, FONT, one_pass_figure
+from viz_ui.intervention_code import _ids, _load
+from viz_ui.interventions import Prompt
+from viz_ui.trace import Trace
 
 OTHER = "other"
 TOP = 8  # query and key sources shown by name in the grid; the rest go to "other"

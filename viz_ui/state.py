@@ -20,12 +20,12 @@ import streamlit as st
 from tokenizers import Tokenizer
 
 from viz_model import DEFAULT_MODEL, CheckpointError, VizTransformer, load_model
-from viz_model.checkpoint import ASSETS, read_metadata
+from viz_model.loading.checkpoint import ASSETS, read_metadata
 from viz_model.placement import weight
 from viz_model.tokenizer import IdTokenizer
 
-from .gate import copy_seconds, flops_per_second
-from .trace import Trace, run_trace, token_label
+from viz_ui.gate import copy_seconds, flops_per_second
+from viz_ui.trace import Trace, run_trace, token_label
 
 
 UPLOAD_PREFIX = "upload:"
@@ -276,7 +276,7 @@ def model_card(path: str) -> str | None:
 @st.cache_data(max_entries=32, show_spinner=False)
 def get_salient_head(path: str, text: str) -> tuple[int, int]:
     """The head the attention views open on for this model and text (:func:`viz_ui.overview.salient_head`)."""
-    from .overview import salient_head
+    from viz_ui.overview import salient_head
 
     return salient_head(get_overview(path, text)[0])
 
@@ -288,7 +288,7 @@ def get_salient_head(path: str, text: str) -> tuple[int, int]:
 def get_overview(path: str, text: str) -> tuple[np.ndarray, int]:
     """:func:`viz_ui.heads.overview_patterns` of the trace of ``text``: every layer's attention max-pooled for the
     all-heads views, ``([n_layers, n_heads, q_blocks, k_blocks], block)``, read-only."""
-    from .heads import overview_patterns
+    from viz_ui.heads import overview_patterns
 
     model, _ = resolve(path)
     pooled, block = overview_patterns(get_trace(path, text).arrays, model.cfg.n_layers)
@@ -299,7 +299,7 @@ def get_overview(path: str, text: str) -> tuple[np.ndarray, int]:
 @st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
 def get_text_scores(path: str, text: str) -> dict[str, np.ndarray]:
     """:func:`viz_ui.heads.text_scores` (previous-token and first-token scores) of the trace of ``text``."""
-    from .heads import text_scores
+    from viz_ui.heads import text_scores
 
     model, _ = resolve(path)
     return text_scores(get_trace(path, text), model.cfg.n_layers, model.cfg.n_heads)
@@ -310,7 +310,7 @@ def get_mlp_thumbnails(path: str, text: str, side: int) -> tuple[list[np.ndarray
     """Every layer's ``mlp.hook_post`` ``[pos, d_mlp]`` pooled to ``side × side`` thumbnails
     (:func:`viz_ui.overview.pool_signed`), one layer at a time, and each layer's width (its hidden units), for the
     landing page's model map."""
-    from .overview import pool_signed
+    from viz_ui.overview import pool_signed
 
     model, _ = resolve(path)
     arrays = get_trace(path, text).arrays
@@ -331,7 +331,7 @@ def _moe_files(models: dict[str, str]) -> list[str]:
                 config = json.loads(read_metadata(key).get("config", "{}"))
                 moe = isinstance(config, dict) and bool(config.get("n_experts", 0))
             else:  # a Hugging Face folder given on the command line
-                from viz_model.families import MOE
+                from viz_model.loading.families import MOE
                 config = json.loads((Path(key) / "config.json").read_text(encoding="utf-8"))
                 moe = isinstance(config, dict) and config.get("model_type") in MOE
         except (CheckpointError, OSError, ValueError):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .intervention_code import _ids, _load
-from .interventions import Prompt
+from viz_ui.intervention_code import _ids, _load
+from viz_ui.interventions import Prompt
 
 ROOT = Path(__file__).resolve().parent.parent
 SESSION_NOTE = "a dictionary trained or uploaded in the app: download its set (.zip) and give its folder"

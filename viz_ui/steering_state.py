@@ -17,11 +17,11 @@ import torch
 
 from viz_model.interventions.steering import ablate_features, contrastive_direction, steer, steered_continuations
 
-from .costs import GENERATE_STEP
-from .features_state import dictionary, get_index, get_text_features
-from .gate import costly
-from .intervention_state import get_prompt
-from .state import estimate_seconds, resolve
+from viz_ui.costs import GENERATE_STEP
+from viz_ui.features_state import dictionary, get_index, get_text_features
+from viz_ui.gate import costly
+from viz_ui.intervention_state import get_prompt
+from viz_ui.state import estimate_seconds, resolve
 
 N_NEW = 20  # greedy tokens of each continuation
 

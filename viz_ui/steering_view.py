@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .figures import _layout, _plain
-from .interventions import prob_diff_table, softmax
-from .interventions_view import ABLATED, INTACT, RISE
+from viz_ui.figures import _layout, _plain
+from viz_ui.interventions import prob_diff_table, softmax
+from viz_ui.interventions_view import ABLATED, INTACT, RISE
 
 STEERED = "#8e5cc8"  # the steered run's bars (purple: 4.7:1 on white, 4.1:1 on the dark theme's #0e1117)
 

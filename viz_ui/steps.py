@@ -15,7 +15,7 @@ from viz_model import VizTransformer
 from viz_model.components import attn_divisor
 from viz_model.placement import weight
 
-from .trace import Trace
+from viz_ui.trace import Trace
 
 
 @dataclass

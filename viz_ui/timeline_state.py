@@ -19,12 +19,12 @@ import torch
 from viz_model import CheckpointError, VizTransformer
 from viz_model.sampling import generate
 from viz_model.tokenizer import IdTokenizer
-from viz_model.training.timeline import TIMELINE_FILE, LoadedTimeline, load_timeline, phase_change, snapshot_scores
+from viz_model.loading.timeline import TIMELINE_FILE, LoadedTimeline, load_timeline, phase_change, snapshot_scores
 
-from .figures import attention_grid, attention_heatmap, grid_tiles
-from .timeline_view import (curves_height, frame_window, grid_frame, grid_margins, head_frame, head_margins, loss_curves,
+from viz_ui.figures import attention_grid, attention_heatmap, grid_tiles
+from viz_ui.timeline_view import (curves_height, frame_window, grid_frame, grid_margins, head_frame, head_margins, loss_curves,
                             loss_step, score_curves)
-from .trace import encode_text, token_label, tokenizer_errors
+from viz_ui.trace import encode_text, token_label, tokenizer_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "assets" / "timelines"
@@ -103,7 +103,7 @@ def timeline_tokenizer(key: str):
 @st.cache_data(max_entries=8, show_spinner="Measuring every head at every step…")
 def get_timeline_scores(key: str) -> dict[str, np.ndarray]:
     """Previous-token, duplicate-token and induction scores of every snapshot, measured on the snapshots themselves
-    (:func:`viz_model.training.timeline.snapshot_scores`): kind → ``[n_snapshots, n_layers, n_heads]``."""
+    (:func:`viz_model.loading.timeline.snapshot_scores`): kind → ``[n_snapshots, n_layers, n_heads]``."""
     return {k: v.numpy() for k, v in snapshot_scores(resolve_timeline(key).models).items()}
 
 
@@ -175,7 +175,7 @@ FRAME_BUDGET = 600_000  # numbers (float32) in the grid's and the head's frames 
 
 
 def timeline_phase(key: str) -> tuple[int, int] | None:
-    """The phase change of the timeline's best induction score (:func:`viz_model.training.timeline.phase_change`)."""
+    """The phase change of the timeline's best induction score (:func:`viz_model.loading.timeline.phase_change`)."""
     steps, induction = resolve_timeline(key).timeline.steps, get_timeline_scores(key)["induction"]
     return phase_change(steps, induction.reshape(len(steps), -1).max(1).tolist())
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from .figures import FONT, grid_tile_texts, grid_tiles, merge_layout, one_pass_figure, position_ticks, typed_array
+from viz_ui.figures import FONT, grid_tile_texts, grid_tiles, merge_layout, one_pass_figure, position_ticks, typed_array
 
 ZERO_AT = 0.5  # where step 0 is drawn on the log axis
 MARK = "#b3261e"  # the current step (the app's primary colour: 6.4:1 on white)

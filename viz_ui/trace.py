@@ -16,8 +16,8 @@ from viz_model.components import attention_bytes, attn_budget_bytes, masked_scor
 from viz_model.model import score_kind
 from viz_model.tokenizer import token_bytes, tokenizer_kind  # noqa: F401  (re-exported for pages)
 
-from .text import error_line, recoverable
-from .trace_bounded import Held, Layers, LogitRows, host_array, layer_bytes, layer_names, recomputed
+from viz_ui.text import error_line, recoverable
+from viz_ui.trace_bounded import Held, Layers, LogitRows, host_array, layer_bytes, layer_names, recomputed
 
 LONG_INPUT = 256  # tokens beyond which a trace stores float16 (see run_trace)
 DEFAULT_TRACE_MB = 1024  # see trace_budget_bytes
@@ -313,7 +313,7 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str, bounded: b
 def mask_positions(tokenizer, ids) -> list[int]:
     """Positions of the tokenizer's ``[MASK]`` (or ``<mask>``) token in ``ids`` (as :func:`viz_ui.generation.mask_positions`,
     which imports this module)."""
-    from .generation import mask_positions as positions
+    from viz_ui.generation import mask_positions as positions
     try:
         return positions(tokenizer, ids)
     except Exception:  # an uploaded tokenizer without token_to_id: no mask positions

@@ -8,11 +8,11 @@ import plotly.graph_objects as go
 from tokenizers import Tokenizer
 
 from viz_model import VizTransformer
-from viz_model.limits import count_params
+from viz_model.loading.limits import count_params
 from viz_model.training.live import Progress, TrainSettings, setting, train_bytes
 
-from .figures import _layout
-from .trace import run_trace
+from viz_ui.figures import _layout
+from viz_ui.trace import run_trace
 
 STATUS_WORDS = {"preparing": "Training the tokenizer…", "training": "Training", "done": "Done",
                 "cancelled": "Cancelled", "timed out": "Stopped at the time limit", "failed": "Failed"}

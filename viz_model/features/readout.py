@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model import VizTransformer
-from .dictionary import SparseDictionary
+from viz_model.model import VizTransformer
+from viz_model.features.dictionary import SparseDictionary
 
 RESID = re.compile(r"^blocks\.(\d+)\.hook_resid_(pre|mid|post)$")
 LN2 = re.compile(r"^blocks\.(\d+)\.ln2\.hook_normalized$")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .dictionary import SparseDictionary, transcoder_out_hook
+from viz_model.features.dictionary import SparseDictionary, transcoder_out_hook
 
 Progress = Callable[[float, str], None]
 

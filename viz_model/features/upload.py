@@ -5,7 +5,7 @@ input, and the private folders that trained and uploaded sets live in while the 
 Checks, in order, each refusal one :class:`viz_model.features.io.DictionaryError` line, nothing large allocated
 before the cheap checks pass:
 
-1. the archive's size (``VIZ_MAX_UPLOAD_MB``), then :func:`viz_model.sources._safe_unzip`'s checks, the same as a
+1. the archive's size (``VIZ_MAX_UPLOAD_MB``), then :func:`viz_model.loading.sources._safe_unzip`'s checks, the same as a
    model folder's: at most 256 entries, no absolute path, no ``..``, no link, only ``.json`` / ``.safetensors`` /
    text files, the declared and the really written sizes under the cap, no member that inflates more than 200x
    (20x above 8 MB);
@@ -26,10 +26,10 @@ from pathlib import Path
 
 import torch
 
-from ..sources import MAX_UPLOAD_MB, _own_root, _safe_unzip, clean_stale_uploads
-from ..weights import CheckpointError
-from .index import CORPUS_FILE, INDEX_FILE, load_index
-from .io import CFG_FILE, DictionaryError, load_dictionary, read_cfg
+from viz_model.loading.sources import MAX_UPLOAD_MB, _own_root, _safe_unzip, clean_stale_uploads
+from viz_model.loading.weights import CheckpointError
+from viz_model.features.index import CORPUS_FILE, INDEX_FILE, load_index
+from viz_model.features.io import CFG_FILE, DictionaryError, load_dictionary, read_cfg
 
 MAX_DICTIONARIES = 64  # dictionaries in one upload (one per layer of a large model, with room)
 
@@ -37,7 +37,7 @@ MAX_DICTIONARIES = 64  # dictionaries in one upload (one per layer of a large mo
 def dictionary_root() -> Path:
     """The folder that holds every trained or uploaded dictionary set of this user's servers:
     ``<tempfile.gettempdir()>/viz-dictionaries-<uid>`` (mode 0700). Not inside
-    :func:`viz_model.sources.upload_root`, whose folders are removed after an hour: a set lives as long as the
+    :func:`viz_model.loading.sources.upload_root`, whose folders are removed after an hour: a set lives as long as the
     server process that made it (the next process removes the folders of processes that no longer run)."""
     return Path(tempfile.gettempdir()) / f"viz-dictionaries-{os.getuid()}"
 

@@ -7,6 +7,6 @@ are built on ``model.run_with_hooks`` and ``model.run_with_cache``.
 ``from viz_model import patching, attribution, ablation`` gives the first three modules.
 """
 
-from . import ablation, attribution, patching, steering
+from viz_model.interventions import ablation, attribution, patching, steering
 
 __all__ = ["ablation", "attribution", "patching", "steering"]

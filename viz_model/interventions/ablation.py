@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from ..model import VizTransformer
-from .batching import Progress, encode_once, hooks_by_layer, prefix_run, reads_logits_at, run_cells
+from viz_model.model import VizTransformer
+from viz_model.interventions.batching import Progress, encode_once, hooks_by_layer, prefix_run, reads_logits_at, run_cells
 
 Head = tuple[int, int]  # (layer, head)
 KINDS = ("zero", "mean")

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 
 import torch
 
-from ..model import VizTransformer
-from ..placement import weight
-from .qk import (QKTerms, check_qk_supported, qk_attribution, qk_hooks, qk_note, qk_pattern_attribution,  # noqa: F401
+from viz_model.model import VizTransformer
+from viz_model.placement import weight
+from viz_model.interventions.qk import (QKTerms, check_qk_supported, qk_attribution, qk_hooks, qk_note, qk_pattern_attribution,  # noqa: F401
                  qk_terms)  # viz_model.attribution.qk_*: QK attribution lives in .qk, reached from here as the issue names it
-from .residual import residual_sources, source_hooks
+from viz_model.interventions.residual import residual_sources, source_hooks
 
 
 def attribution_hooks(model: VizTransformer) -> list[str]:

@@ -8,9 +8,9 @@ import time
 
 import torch
 
-from ..components import attn_budget_bytes
-from ..model import VizTransformer
-from .cost import forward_flops, sweep_cost  # noqa: F401  (the sweeps' cost, re-exported beside them)
+from viz_model.components import attn_budget_bytes
+from viz_model.model import VizTransformer
+from viz_model.interventions.cost import forward_flops, sweep_cost  # noqa: F401  (the sweeps' cost, re-exported beside them)
 
 
 def copies_per_pass(model: VizTransformer, n_pos: int) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..model import VizTransformer
+from viz_model.model import VizTransformer
 
 KINDS = ("resid_pre", "attn_out", "mlp_out", "head", "ablation")
 METHODS = ("exact", "attribution")

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from ..model import VizTransformer
-from ..placement import weight
-from .batching import Progress, encode_once, hooks_by_layer, prefix_run, reads_logits_at, run_cells
+from viz_model.model import VizTransformer
+from viz_model.placement import weight
+from viz_model.interventions.batching import Progress, encode_once, hooks_by_layer, prefix_run, reads_logits_at, run_cells
 
 Metric = Callable[[torch.Tensor], torch.Tensor]
 

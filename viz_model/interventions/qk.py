@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..components import attn_divisor
-from ..model import VizTransformer
-from ..placement import weight
-from ..rotary import apply_rotary, rotary_angles, rotary_scale, scaled_freqs
-from .residual import _through_norm, residual_sources, source_hooks
+from viz_model.components import attn_divisor
+from viz_model.model import VizTransformer
+from viz_model.placement import weight
+from viz_model.rotary import apply_rotary, rotary_angles, rotary_scale, scaled_freqs
+from viz_model.interventions.residual import _through_norm, residual_sources, source_hooks
 
 KEY_BLOCK_BYTES = 64 * 2**20  # qk_pattern_attribution: the key side's source vectors of one block of keys, at most
 SOFTCAP_NOTE = ("this model soft-caps its attention scores (c·tanh(score / c), c = {cap:g}), which is not a sum: the "

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from ..model import VizTransformer
-from ..placement import weight
+from viz_model.model import VizTransformer
+from viz_model.placement import weight
 
 
 def source_hooks(model: VizTransformer, layer: int | None = None) -> list[str]:

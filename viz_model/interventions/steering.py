@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
-from ..model import VizTransformer
-from ..sampling import generate
+from viz_model.model import VizTransformer
+from viz_model.sampling import generate
 
 
 def _tokens(tokens: torch.Tensor) -> torch.Tensor:

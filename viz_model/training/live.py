@@ -37,16 +37,16 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from ..checkpoint import first_line, save_checkpoint
-from ..config import Config
-from ..model import VizTransformer
-from ..sources import private_dir
-from ..tokenizer import iter_chunks, train_bpe
-from .loop import lm_batches, train_steps
-from .live_limits import (DEFAULTS, MAX_SNAPSHOTS, MIN_CHARS, RANGES, ServerBusy, TrainingRefused,  # noqa: F401
+from viz_model.loading.checkpoint import first_line, save_checkpoint
+from viz_model.config import Config
+from viz_model.model import VizTransformer
+from viz_model.loading.sources import private_dir
+from viz_model.tokenizer import iter_chunks, train_bpe
+from viz_model.training.loop import lm_batches, train_steps
+from viz_model.training.live_limits import (DEFAULTS, MAX_SNAPSHOTS, MIN_CHARS, RANGES, ServerBusy, TrainingRefused,  # noqa: F401
                           TrainSettings, check_size, check_text, setting, train_bytes)
-from .timeline import LoadedTimeline, load_timeline, write_timeline
-from .train import encode
+from viz_model.loading.timeline import LoadedTimeline, load_timeline, write_timeline
+from viz_model.training.train import encode
 
 log = logging.getLogger(__name__)
 
@@ -260,13 +260,13 @@ class TrainJob(BackgroundJob):
                 "valid_loss": [s.valid_loss for s in snaps]}
 
     def write_timeline(self, folder: str | Path) -> Path:
-        """Write the snapshots as a training timeline (:mod:`viz_model.training.timeline`) into ``folder``: one
+        """Write the snapshots as a training timeline (:mod:`viz_model.loading.timeline`) into ``folder``: one
         native checkpoint per snapshot (``step_NNNNNN.safetensors``, float16 as kept) and ``timeline.json`` with
         the steps, losses and the recipe; return the path of ``timeline.json``.
 
         Raises:
             RuntimeError: when the job has no snapshot yet.
-            CheckpointError: from :func:`viz_model.training.timeline.write_timeline`.
+            CheckpointError: from :func:`viz_model.loading.timeline.write_timeline`.
         """
         folder, snaps = Path(folder), self.snapshots
         if not snaps:
@@ -283,7 +283,7 @@ class TrainJob(BackgroundJob):
                                      "first 2,048 tokens of the held-out last 10 % of the text")
 
     def loaded_timeline(self) -> LoadedTimeline:
-        """The snapshots as a :class:`viz_model.training.timeline.LoadedTimeline` (what the timeline page shows),
+        """The snapshots as a :class:`viz_model.loading.timeline.LoadedTimeline` (what the timeline page shows),
         written to a private temporary folder and read back with the checks of any timeline; the folder is
         removed before this returns.
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..model import VizTransformer
-from ..moe import load_balancing_loss
-from .schedule import adamw, cosine_lr, update
+from viz_model.model import VizTransformer
+from viz_model.moe import load_balancing_loss
+from viz_model.training.schedule import adamw, cosine_lr, update
 
 
 @dataclass

@@ -31,15 +31,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..checkpoint import save_checkpoint
-from ..config import Config
-from ..head_scores import repeated_scores
-from ..model import VizTransformer
-from ..sources import load_model
-from ..tokenizer import iter_chunks, train_bpe
-from .loop import train_steps
-from .timeline import log_spaced_steps, phase_change, read_timeline, snapshot_scores, write_timeline
-from .train import encode, evaluate
+from viz_model.loading.checkpoint import save_checkpoint
+from viz_model.config import Config
+from viz_model.head_scores import repeated_scores
+from viz_model.model import VizTransformer
+from viz_model.loading.sources import load_model
+from viz_model.tokenizer import iter_chunks, train_bpe
+from viz_model.training.loop import train_steps
+from viz_model.loading.timeline import log_spaced_steps, phase_change, read_timeline, snapshot_scores, write_timeline
+from viz_model.training.train import encode, evaluate
 
 LOSS_BATCHES = 4  # fixed batches of the training mix on which each snapshot's train loss is measured
 
@@ -283,7 +283,7 @@ jobs), AdamW (weight decay 0.1 on matrices) with warm-up and cosine decay, the p
 
 
 def count(cfg: Config) -> int:
-    from ..limits import count_params
+    from viz_model.loading.limits import count_params
 
     return count_params(cfg)
 

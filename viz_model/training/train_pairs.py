@@ -20,13 +20,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ..checkpoint import save_checkpoint
-from ..config import Config
-from .dates import sample_pairs
-from ..model import VizTransformer
-from ..seq2seq import exact_match
-from .schedule import adamw, cosine_lr, update
-from ..tokenizer import train_bpe
+from viz_model.loading.checkpoint import save_checkpoint
+from viz_model.config import Config
+from viz_model.training.dates import sample_pairs
+from viz_model.model import VizTransformer
+from viz_model.seq2seq import exact_match
+from viz_model.training.schedule import adamw, cosine_lr, update
+from viz_model.tokenizer import train_bpe
 
 START, END, PAD = "<s>", "</s>", "<pad>"
 

@@ -12,9 +12,9 @@ import os
 
 import streamlit as st
 
-from . import ClassStoreUnavailable, class_store
-from .session import ClassSession, current, current_page, leave
-from .view import keys_to_reset, student_params
+from viz_ui.classroom import ClassStoreUnavailable, class_store
+from viz_ui.classroom.session import ClassSession, current, current_page, leave
+from viz_ui.classroom.view import keys_to_reset, student_params
 
 
 def _poll_seconds(default: float = 1.0) -> float:
@@ -95,7 +95,7 @@ def apply_view(cls: ClassSession, view: object, version: int) -> None:
     """Show the teacher's ``view`` as opening its link would: forget the shared values it and the previous view
     name, give the session the view's parameters as its link, then switch to the view's page or rerun this one.
     A view that is not a dict of strings is ignored (the version is still marked seen)."""
-    from ..layout import PAGES
+    from viz_ui.layout import PAGES
     cls.version = version
     if not isinstance(view, dict) or not isinstance(view.get("params"), dict):
         return

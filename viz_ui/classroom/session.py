@@ -14,9 +14,9 @@ from pathlib import Path
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from ..text import error_line, plain
-from . import ClassStoreUnavailable, class_store
-from .view import valid_code
+from viz_ui.text import error_line, plain
+from viz_ui.classroom import ClassStoreUnavailable, class_store
+from viz_ui.classroom.view import valid_code
 
 KEY = "_class"  # session_state key of the ClassSession
 MESSAGE = "_class_message"  # a one-line message for the next run's class bar (wrong code, class ended, ...)

@@ -8,11 +8,11 @@ from urllib.parse import urlencode
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from ..text import plain
-from . import ClassStoreUnavailable, class_store
-from .qr import qr_png
-from .session import ClassSession, current, current_page, leave, say, start, store_error
-from .view import SESSION_KEYS, make_view, valid_code
+from viz_ui.text import plain
+from viz_ui.classroom import ClassStoreUnavailable, class_store
+from viz_ui.classroom.qr import qr_png
+from viz_ui.classroom.session import ClassSession, current, current_page, leave, say, start, store_error
+from viz_ui.classroom.view import SESSION_KEYS, make_view, valid_code
 
 TICK_SECONDS = 1.0  # how often the teacher's screen publishes a pending view and counts its followers
 
@@ -48,7 +48,7 @@ def class_controls(cls: ClassSession | None) -> None:
               on_click=lambda: st.session_state.update(_class_project=True))
     st.caption("This screen's own link holds the teacher's key (teach=…): keep it to yourself; it lets this "
                "browser go on teaching after a reconnect.")
-    from .questions import ask_form
+    from viz_ui.classroom.questions import ask_form
     ask_form(cls)
     st.button("End the class", key="class_end", on_click=_end, icon=":material/stop_circle:")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .follow import student_bar
-from .questions import question_area
-from .session import MESSAGE, current, sync
-from .teacher import class_controls, publish_view, teacher_bar
+from viz_ui.classroom.follow import student_bar
+from viz_ui.classroom.questions import question_area
+from viz_ui.classroom.session import MESSAGE, current, sync
+from viz_ui.classroom.teacher import class_controls, publish_view, teacher_bar
 
 __all__ = ["class_bar", "publish_view", "question_area", "sidebar_controls"]
 

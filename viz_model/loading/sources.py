@@ -25,13 +25,13 @@ import torch
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
-from .dtypes import DtypeError, auto_dtype, parse_dtype, resolve_device, safetensors_sizes, tensors_dtype
-from .limits import memory_limit, memory_limit_of, model_element_size
-from .checkpoint import DEFAULT_MODEL, FORMAT, first_line, load_checkpoint, read_metadata, read_tokenizer, reraise_interrupts
-from .families import from_hf, from_nanogpt, hf_config, nanogpt_config
-from .model import VizTransformer
-from .placement import Placement, PlacementError, parse_placement, placing
-from .weights import CheckpointError, build_model
+from viz_model.loading.dtypes import DtypeError, auto_dtype, parse_dtype, resolve_device, safetensors_sizes, tensors_dtype
+from viz_model.loading.limits import memory_limit, memory_limit_of, model_element_size
+from viz_model.loading.checkpoint import DEFAULT_MODEL, FORMAT, first_line, load_checkpoint, read_metadata, read_tokenizer, reraise_interrupts
+from viz_model.loading.families import from_hf, from_nanogpt, hf_config, nanogpt_config
+from viz_model.model import VizTransformer
+from viz_model.placement import Placement, PlacementError, parse_placement, placing
+from viz_model.loading.weights import CheckpointError, build_model
 
 Progress = Callable[[float, str], None]
 MAX_UPLOAD_MB = int(os.environ.get("VIZ_MAX_UPLOAD_MB", "1024"))  # cap on an upload and on an unpacked zip
@@ -189,7 +189,7 @@ def load_model(source: str | Path | None = None, progress: Progress = _quiet, dt
     ``progress(fraction, message)`` is called as the load advances. ``dtype``: ``"float32"`` (default),
     ``"auto"`` (the checkpoint's own dtype: a bfloat16 file stays bfloat16, as ``transformers``' ``dtype="auto"``),
     ``"bfloat16"``, ``"float16"`` or a torch dtype; ``device``: ``"cpu"`` (default), ``"cuda"``, or ``"auto"``
-    (CUDA when present; see :mod:`viz_model.dtypes`). Safetensors weights are memory-mapped and moved into the
+    (CUDA when present; see :mod:`viz_model.loading.dtypes`). Safetensors weights are memory-mapped and moved into the
     model without a second copy: a bfloat16 checkpoint loaded with ``dtype="auto"`` costs about its own size.
 
     Models larger than memory (accelerate's big-model inference, :mod:`viz_model.placement`): ``device_map="auto"``
@@ -203,7 +203,7 @@ def load_model(source: str | Path | None = None, progress: Progress = _quiet, dt
         model, tokenizer = load_model("path/to/gpt2-folder")
         logits, cache = model.run_with_cache(torch.tensor([tokenizer.encode("Hello").ids]))
 
-    Memory: the model's estimated need (:func:`viz_model.limits.estimate_bytes`) must fit in the memory this machine
+    Memory: the model's estimated need (:func:`viz_model.loading.limits.estimate_bytes`) must fit in the memory this machine
     has free, less a margin (``VIZ_MEMORY_MARGIN_MB``, 1,024 MB): whoever calls ``load_model`` chose the model.
     Uploads (:func:`load_upload`) are limited by the server's cap ``VIZ_MAX_MODEL_MB`` instead.
 

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config, _show
-from ..weights import CheckpointError, check_config
-from . import bart, bert, gpt2, llama
-from . import distilbert, gemma, gemma2, gpt_neox, olmo2, opt, phi3, qwen3, roberta, t5  # dense families of issue 16
-from . import mixtral, olmoe, qwen2_moe  # mixture-of-experts families of issue 16
+from viz_model.config import Config, _show
+from viz_model.loading.weights import CheckpointError, check_config
+from viz_model.loading.families import bart, bert, gpt2, llama
+from viz_model.loading.families import distilbert, gemma, gemma2, gpt_neox, olmo2, opt, phi3, qwen3, roberta, t5  # dense families of issue 16
+from viz_model.loading.families import mixtral, olmoe, qwen2_moe  # mixture-of-experts families of issue 16
 
 HF_FAMILIES = {"gpt2": gpt2.from_hf, "bert": bert.from_hf, "llama": llama.from_hf, "mistral": llama.from_hf,
                "qwen2": llama.from_hf, "bart": bart.from_hf}

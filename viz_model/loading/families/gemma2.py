@@ -1,5 +1,5 @@
 """Gemma 2 and Gemma 3 text models (Hugging Face ``model_type: gemma2``, ``gemma3_text``): Gemma
-(:mod:`viz_model.families.gemma`: scaled embeddings, ``1 + weight`` RMSNorms, GeGLU) plus
+(:mod:`viz_model.loading.families.gemma`: scaled embeddings, ``1 + weight`` RMSNorms, GeGLU) plus
 
 - sandwich norms: each sub-layer's input and output are normed (``norm_placement = "sandwich"``; ``ln1``,
   ``ln1_post``, ``ln2``, ``ln2_post`` = input, post-attention, pre- and post-feed-forward layernorms);
@@ -18,12 +18,12 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config
-from ..weights import CheckpointError, check_config
-from .common import Weights, opt_bool, opt_dict, opt_float, opt_int, require_int, sliding_layers
-from .gemma import gemma_fields, plus_one
-from .llama import config_from_hf as llama_config, convert
-from .rope import rope_fields
+from viz_model.config import Config
+from viz_model.loading.weights import CheckpointError, check_config
+from viz_model.loading.families.common import Weights, opt_bool, opt_dict, opt_float, opt_int, require_int, sliding_layers
+from viz_model.loading.families.gemma import gemma_fields, plus_one
+from viz_model.loading.families.llama import config_from_hf as llama_config, convert
+from viz_model.loading.families.rope import rope_fields
 
 SANDWICH = {"ln1": "input_layernorm", "ln1_post": "post_attention_layernorm", "ln2": "pre_feedforward_layernorm",
             "ln2_post": "post_feedforward_layernorm"}
@@ -62,7 +62,7 @@ def config_from_hf(hf: dict, label: str) -> Config:
     """The :class:`Config` of a Gemma 2 or Gemma 3 text ``config.json`` (not yet validated).
 
     Raises:
-        CheckpointError: as :func:`viz_model.families.llama.config_from_hf`; malformed ``layer_types``;
+        CheckpointError: as :func:`viz_model.loading.families.llama.config_from_hf`; malformed ``layer_types``;
             Gemma 3's bidirectional attention.
     """
     gemma3 = hf["model_type"] == "gemma3_text"

@@ -10,18 +10,18 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config
-from ..weights import check_config
-from .common import Weights, opt_int, require_int
-from .experts import add_moe_weights
-from .llama import PRE_NORMS, config_from_hf as llama_config, convert
+from viz_model.config import Config
+from viz_model.loading.weights import check_config
+from viz_model.loading.families.common import Weights, opt_int, require_int
+from viz_model.loading.families.experts import add_moe_weights
+from viz_model.loading.families.llama import PRE_NORMS, config_from_hf as llama_config, convert
 
 
 def config_from_hf(hf: dict, label: str) -> Config:
     """The :class:`Config` of a Mixtral ``config.json`` (not yet validated).
 
     Raises:
-        CheckpointError: as :func:`viz_model.families.llama.config_from_hf`; a field of the wrong type.
+        CheckpointError: as :func:`viz_model.loading.families.llama.config_from_hf`; a field of the wrong type.
     """
     return llama_config(hf, label, n_experts=require_int(hf, "num_local_experts", label),
                         experts_per_token=require_int(hf, "num_experts_per_tok", label), norm_topk_prob=True,

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config, _show
-from ..weights import CheckpointError, check_config
-from .common import Weights, heads_in, heads_out, opt_bool, opt_float, opt_int, opt_str, require_int
+from viz_model.config import Config, _show
+from viz_model.loading.weights import CheckpointError, check_config
+from viz_model.loading.families.common import Weights, heads_in, heads_out, opt_bool, opt_float, opt_int, opt_str, require_int
 
 FEED_FORWARD = {"relu": "relu", "gated-gelu": "geglu", "gated-silu": "swiglu", "gelu": "gelu"}
 

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config, _show
-from ..weights import CheckpointError, check_config
-from .common import Weights, activation, heads_in, heads_out, opt_bool, opt_float, opt_int, opt_str, require_int
+from viz_model.config import Config, _show
+from viz_model.loading.weights import CheckpointError, check_config
+from viz_model.loading.families.common import Weights, activation, heads_in, heads_out, opt_bool, opt_float, opt_int, opt_str, require_int
 
 
 def _linear(w: Weights, name: str, n_in: int, n_out: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 
-from ..config import _show
-from ..weights import CheckpointError
-from .common import opt_dict, opt_float, opt_int, require_int
+from viz_model.config import _show
+from viz_model.loading.weights import CheckpointError
+from viz_model.loading.families.common import opt_dict, opt_float, opt_int, require_int
 
 SCALINGS = {"default": "none", "linear": "linear", "llama3": "llama3"}
 LONGROPE = ("longrope", "su", "yarn")  # transformers' Phi3Config reads su and yarn as longrope

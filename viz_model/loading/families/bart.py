@@ -13,9 +13,9 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config
-from ..weights import CheckpointError, check_config
-from .common import Weights, activation, heads_in, heads_out, opt_bool, opt_int, require_int
+from viz_model.config import Config
+from viz_model.loading.weights import CheckpointError, check_config
+from viz_model.loading.families.common import Weights, activation, heads_in, heads_out, opt_bool, opt_int, require_int
 
 POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding keeps two extra rows before position 0
 

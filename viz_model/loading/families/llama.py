@@ -12,10 +12,10 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config, _show
-from ..weights import CheckpointError, check_config
-from .common import Weights, heads_in, heads_out, opt_bool, opt_float, opt_int, opt_str, require_int, sliding_layers
-from .rope import rope_fields
+from viz_model.config import Config, _show
+from viz_model.loading.weights import CheckpointError, check_config
+from viz_model.loading.families.common import Weights, heads_in, heads_out, opt_bool, opt_float, opt_int, opt_str, require_int, sliding_layers
+from viz_model.loading.families.rope import rope_fields
 
 
 def qwen_windows(hf: dict, label: str, moe: bool = False) -> dict:

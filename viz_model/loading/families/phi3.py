@@ -5,7 +5,7 @@ the config applies to every layer, as transformers' eager attention does; ``part
 each head. LongRoPE (``rope_scaling`` / ``rope_parameters`` of type ``longrope``, older ``su``; the 128k models): a
 divisor of each pair's frequency, ``short_factor`` for texts of at most ``original_max_position_embeddings`` tokens and
 ``long_factor`` beyond, chosen per forward pass by the whole sequence's length, and cos and sin multiplied by an
-attention factor (:func:`viz_model.families.rope.longrope_fields`, :func:`viz_model.rotary.scaled_freqs`). Generation
+attention factor (:func:`viz_model.loading.families.rope.longrope_fields`, :func:`viz_model.rotary.scaled_freqs`). Generation
 with the KV cache recomputes the sequence once when it crosses into the long factors, as transformers' Phi-3 does
 (:func:`viz_model.rotary.cache_needs_recompute`).
 """
@@ -16,17 +16,17 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config
-from ..weights import check_config
-from .common import Weights, opt_int
-from .llama import PRE_NORMS, config_from_hf as llama_config, convert
+from viz_model.config import Config
+from viz_model.loading.weights import check_config
+from viz_model.loading.families.common import Weights, opt_int
+from viz_model.loading.families.llama import PRE_NORMS, config_from_hf as llama_config, convert
 
 
 def config_from_hf(hf: dict, label: str) -> Config:
     """The :class:`Config` of a Phi-3 ``config.json`` (not yet validated).
 
     Raises:
-        CheckpointError: as :func:`viz_model.families.llama.config_from_hf`; LongRoPE without its factor lists
+        CheckpointError: as :func:`viz_model.loading.families.llama.config_from_hf`; LongRoPE without its factor lists
             (their length and values are checked by :meth:`Config.validate`, in :func:`from_hf`).
     """
     return llama_config(hf, label, attn_window=opt_int(hf, "sliding_window", None, label))

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import _finite, _is_int, _show
-from ..weights import CheckpointError
+from viz_model.config import _finite, _is_int, _show
+from viz_model.loading.weights import CheckpointError
 
 FLOAT8 = {getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
           if hasattr(torch, n)}
@@ -20,7 +20,7 @@ class Weights:
 
     ``get(name, shape)`` returns the tensor or raises :class:`CheckpointError` naming the key. The tensor keeps
     the file's dtype and may be a view of the memory-mapped file: converters reshape and transpose with views
-    (no copy), and :func:`viz_model.weights.build_model` casts each weight to the model's dtype one at a time (a
+    (no copy), and :func:`viz_model.loading.weights.build_model` casts each weight to the model's dtype one at a time (a
     weight already in that dtype stays a view of the file), so a load never holds two copies of the weights.
     A converter that does arithmetic on a weight does it in float32 (``.float()``), whatever the file's dtype.
     """

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config
-from ..weights import CheckpointError, check_config
-from .common import Weights, activation, heads_out, opt_bool, opt_float, require_int
-from .rope import rope_fields
+from viz_model.config import Config
+from viz_model.loading.weights import CheckpointError, check_config
+from viz_model.loading.families.common import Weights, activation, heads_out, opt_bool, opt_float, require_int
+from viz_model.loading.families.rope import rope_fields
 
 
 def config_from_hf(hf: dict, label: str) -> Config:

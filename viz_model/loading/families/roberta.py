@@ -1,6 +1,6 @@
 """RoBERTa (Hugging Face ``model_type: roberta``; Liu et al., 2019): BERT's post-LN encoder and masked-LM head under
 other names (``roberta.``, ``lm_head.dense`` / ``layer_norm`` / ``decoder``), converted by renaming into BERT's and
-reusing :mod:`viz_model.families.bert`.
+reusing :mod:`viz_model.loading.families.bert`.
 
 Positions are counted after the padding id: a text without padding takes rows ``pad_token_id + 1, + 2, ...`` of
 ``position_embeddings`` (transformers' ``create_position_ids_from_input_ids``), so the table is read from row
@@ -18,10 +18,10 @@ import torch
 
 import dataclasses
 
-from ..config import Config
-from ..weights import CheckpointError, check_config
-from . import bert
-from .common import opt_int, require_int
+from viz_model.config import Config
+from viz_model.loading.weights import CheckpointError, check_config
+from viz_model.loading.families import bert
+from viz_model.loading.families.common import opt_int, require_int
 
 RENAMES = (("roberta.", "bert."), ("lm_head.dense.", "cls.predictions.transform.dense."),
            ("lm_head.layer_norm.", "cls.predictions.transform.LayerNorm."),
@@ -41,7 +41,7 @@ def config_from_hf(hf: dict, label: str) -> Config:
     """The :class:`Config` of a RoBERTa ``config.json`` (not yet validated).
 
     Raises:
-        CheckpointError: as :func:`viz_model.families.bert.config_from_hf`; a pad id beyond the position table.
+        CheckpointError: as :func:`viz_model.loading.families.bert.config_from_hf`; a pad id beyond the position table.
     """
     cfg = bert.config_from_hf(_bert_config(hf, label), label)
     return dataclasses.replace(cfg, family="roberta", position_pad_id=opt_int(hf, "pad_token_id", 1, label))

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config
-from ..weights import CheckpointError, check_config
-from .common import Weights, activation, heads_in, heads_out, opt_bool, opt_float, opt_int, require_int
+from viz_model.config import Config
+from viz_model.loading.weights import CheckpointError, check_config
+from viz_model.loading.families.common import Weights, activation, heads_in, heads_out, opt_bool, opt_float, opt_int, require_int
 
 
 def _convert(w: Weights, cfg: Config, linear: bool, bias: bool) -> dict[str, torch.Tensor]:

@@ -14,14 +14,14 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
 
-from .config import Config, ConfigError
-from .dtypes import DtypeError, auto_dtype, parse_dtype, safetensors_sizes
-from .model import VizTransformer
-from .weights import CheckpointError, build_model, check_config
+from viz_model.config import Config, ConfigError
+from viz_model.loading.dtypes import DtypeError, auto_dtype, parse_dtype, safetensors_sizes
+from viz_model.model import VizTransformer
+from viz_model.loading.weights import CheckpointError, build_model, check_config
 
 FORMAT = "viz-transformer"
 FORMAT_VERSION = "1"
-ASSETS = Path(__file__).resolve().parent.parent / "assets" / "models"
+ASSETS = Path(__file__).resolve().parents[2] / "assets" / "models"
 DEFAULT_MODEL = ASSETS / "tinystories-6l.safetensors"
 
 

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config
-from ..weights import check_config
-from .common import Weights
-from .llama import config_from_hf as llama_config, convert
+from viz_model.config import Config
+from viz_model.loading.weights import check_config
+from viz_model.loading.families.common import Weights
+from viz_model.loading.families.llama import config_from_hf as llama_config, convert
 
 OUTPUT_NORMS = {"ln1_post": "post_attention_layernorm", "ln2_post": "post_feedforward_layernorm"}
 
@@ -21,7 +21,7 @@ def config_from_hf(hf: dict, label: str) -> Config:
     """The :class:`Config` of an OLMo2 ``config.json`` (not yet validated).
 
     Raises:
-        CheckpointError: as :func:`viz_model.families.llama.config_from_hf`.
+        CheckpointError: as :func:`viz_model.loading.families.llama.config_from_hf`.
     """
     return llama_config(hf, label, qk_norm="all", norm_placement="output")
 

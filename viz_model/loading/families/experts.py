@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from ..config import Config
-from .common import Weights
+from viz_model.config import Config
+from viz_model.loading.families.common import Weights
 
 PROJ = ("gate_proj", "up_proj", "down_proj")  # SwiGLU's gate, linear branch and output, as transformers names them
 

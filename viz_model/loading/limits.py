@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 if TYPE_CHECKING:  # config.py imports this module; a run-time import would be circular
-    from .config import Config
+    from viz_model.config import Config
 
 # Integer fields: (smallest, largest). Real models sit far inside: GPT-2 XL 48 layers / d_model 1,600,
 # Llama-3-70B 80 layers / d_model 8,192 / 64 heads / vocab 128,256, Qwen2 vocab 151,936, Llama 3.1 context 131,072.
@@ -159,7 +159,7 @@ def memory_limit() -> tuple[str, int]:
 
 def _attn_budget() -> int:
     try:  # the forward pass computes attention in blocks above this budget (components.attn_budget_bytes)
-        from .components import attn_budget_bytes
+        from viz_model.components import attn_budget_bytes
         return int(attn_budget_bytes())
     except Exception:  # noqa: BLE001  (an older components.py without the budget)
         return ATTN_BUDGET_FALLBACK

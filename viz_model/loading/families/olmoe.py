@@ -11,18 +11,18 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config
-from ..weights import check_config
-from .common import Weights, opt_bool, opt_float, require_int
-from .experts import add_moe_weights
-from .llama import PRE_NORMS, config_from_hf as llama_config, convert
+from viz_model.config import Config
+from viz_model.loading.weights import check_config
+from viz_model.loading.families.common import Weights, opt_bool, opt_float, require_int
+from viz_model.loading.families.experts import add_moe_weights
+from viz_model.loading.families.llama import PRE_NORMS, config_from_hf as llama_config, convert
 
 
 def config_from_hf(hf: dict, label: str) -> Config:
     """The :class:`Config` of an OLMoE ``config.json`` (not yet validated).
 
     Raises:
-        CheckpointError: as :func:`viz_model.families.llama.config_from_hf`; ``clip_qkv`` not a number.
+        CheckpointError: as :func:`viz_model.loading.families.llama.config_from_hf`; ``clip_qkv`` not a number.
     """
     h = require_int(hf, "num_attention_heads", label)
     clip = None if hf.get("clip_qkv") is None else opt_float(hf, "clip_qkv", None, label)

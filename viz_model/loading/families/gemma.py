@@ -14,10 +14,10 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config, _show
-from ..weights import CheckpointError, check_config
-from .common import Weights, opt_str
-from .llama import PRE_NORMS, config_from_hf as llama_config, convert
+from viz_model.config import Config, _show
+from viz_model.loading.weights import CheckpointError, check_config
+from viz_model.loading.families.common import Weights, opt_str
+from viz_model.loading.families.llama import PRE_NORMS, config_from_hf as llama_config, convert
 
 TANH_GELU = ("gelu", "gelu_pytorch_tanh", "gelu_new")
 
@@ -45,7 +45,7 @@ def config_from_hf(hf: dict, label: str) -> Config:
     """The :class:`Config` of a Gemma ``config.json`` (not yet validated).
 
     Raises:
-        CheckpointError: as :func:`viz_model.families.llama.config_from_hf`; an unsupported activation.
+        CheckpointError: as :func:`viz_model.loading.families.llama.config_from_hf`; an unsupported activation.
     """
     return llama_config(hf, label, **gemma_fields(hf, label, "hidden_act"))
 

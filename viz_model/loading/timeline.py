@@ -33,17 +33,17 @@ from pathlib import Path, PurePosixPath
 import torch
 from tokenizers import Tokenizer
 
-from ..checkpoint import first_line
-from ..head_scores import REPEATED_SCORES, repeated_scores
-from ..limits import count_params, estimate_bytes, max_model_bytes
-from ..model import VizTransformer
-from ..sources import MAX_UPLOAD_MB, _guard, _read_json, _safe_unzip, load_model, private_dir
-from ..weights import CheckpointError
+from viz_model.loading.checkpoint import first_line
+from viz_model.head_scores import REPEATED_SCORES, repeated_scores
+from viz_model.loading.limits import count_params, estimate_bytes, max_model_bytes
+from viz_model.model import VizTransformer
+from viz_model.loading.sources import MAX_UPLOAD_MB, _guard, _read_json, _safe_unzip, load_model, private_dir
+from viz_model.loading.weights import CheckpointError
 
 Progress = Callable[[float, str], None]
 TIMELINE_FILE = "timeline.json"
 FORMAT, VERSION = "viz-timeline", 1
-MAX_SNAPSHOTS = 240  # a zip may hold 256 entries (viz_model.sources.MAX_MEMBERS): the snapshots, the json, a card
+MAX_SNAPSHOTS = 240  # a zip may hold 256 entries (viz_model.loading.sources.MAX_MEMBERS): the snapshots, the json, a card
 MAX_STEP = 10**12
 MAX_JSON_BYTES = 4 * 2**20  # timeline.json: the shipped one, scores included, is under 100 KB
 MAX_SCORE_KINDS = 8
@@ -309,7 +309,7 @@ def load_snapshots(timeline: Timeline, progress: Progress = _quiet) -> LoadedTim
 def load_timeline(source: str | Path, progress: Progress = _quiet, label: str | None = None,
                   max_mb: int = MAX_UPLOAD_MB) -> LoadedTimeline:
     """Read and load a timeline: a folder, or a ``.zip`` of one (unpacked with the upload checks of
-    :mod:`viz_model.sources` into a private temporary folder that is removed before this returns).
+    :mod:`viz_model.loading.sources` into a private temporary folder that is removed before this returns).
 
     Raises:
         CheckpointError: one line for anything wrong with the folder, the archive, the index or a snapshot.

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config
-from ..weights import CheckpointError, check_config
-from .common import Weights, activation, heads_in, heads_out, opt_bool, require_int
+from viz_model.config import Config
+from viz_model.loading.weights import CheckpointError, check_config
+from viz_model.loading.families.common import Weights, activation, heads_in, heads_out, opt_bool, require_int
 
 EPS = 1e-12  # transformers' DistilBERT LayerNorms (fixed, not in the config)
 

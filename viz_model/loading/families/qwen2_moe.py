@@ -8,7 +8,7 @@ block's MLP replaced by a mixture of ``num_experts`` SwiGLU experts of width ``m
 ``d_dense_mlp``; only the other layers have a router and its hooks); with ``num_experts`` 0, or when no layer is
 sparse, every layer is a dense MLP of width ``intermediate_size`` (a Qwen2 model). ``use_sliding_window`` windows
 the layers ``layer_types`` marks, by default the even layers below ``max_window_layers``
-(:func:`viz_model.families.llama.qwen_windows`).
+(:func:`viz_model.loading.families.llama.qwen_windows`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import Config, _is_int, _show
-from ..limits import INT_RANGES
-from ..weights import CheckpointError, check_config
-from .common import Weights, opt_bool, opt_int, require_int
-from .experts import add_moe_weights
-from .llama import PRE_NORMS, config_from_hf as llama_config, convert, qwen_windows
+from viz_model.config import Config, _is_int, _show
+from viz_model.loading.limits import INT_RANGES
+from viz_model.loading.weights import CheckpointError, check_config
+from viz_model.loading.families.common import Weights, opt_bool, opt_int, require_int
+from viz_model.loading.families.experts import add_moe_weights
+from viz_model.loading.families.llama import PRE_NORMS, config_from_hf as llama_config, convert, qwen_windows
 
 
 def dense_layers(hf: dict, label: str) -> list[int]:
@@ -49,7 +49,7 @@ def config_from_hf(hf: dict, label: str) -> Config:
     """The :class:`Config` of a Qwen2-MoE ``config.json`` (not yet validated).
 
     Raises:
-        CheckpointError: as :func:`viz_model.families.llama.config_from_hf` and :func:`dense_layers`; malformed
+        CheckpointError: as :func:`viz_model.loading.families.llama.config_from_hf` and :func:`dense_layers`; malformed
             ``layer_types``.
     """
     windows = qwen_windows(hf, label, moe=True)
