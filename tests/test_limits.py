@@ -19,7 +19,8 @@ from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
 from conftest import ROOT, plotly_array, small_model
 from viz_model import Config, VizTransformer
-from viz_model.components import attention_bytes, attn_budget_bytes, chunked_attention, masked_scores, \
+from viz_model.components import chunked_attention, masked_scores, \
+from viz_model.loading.limits import attention_bytes, attn_budget_bytes
     max_tokens_for_budget
 from viz_ui.cost import attention_cost, cost_lengths
 from viz_ui.state import SessionModel

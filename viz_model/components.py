@@ -8,14 +8,14 @@ so that each matrix of "Attention Is All You Need" is one tensor that a view can
 from __future__ import annotations
 
 import math
-import os
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from viz_model.config import Config
+from viz_model.feed_forward import make_mlp
 from viz_model.hooks import HookPoint
+from viz_model.loading.limits import attention_bytes, attn_budget_bytes
 from viz_model.rotary import apply_rotary, rotary_angles, rotary_scale, scaled_freqs
 
 
@@ -338,41 +338,6 @@ class Attention(nn.Module):
         return out if self.b_O is None else out + self.b_O
 
 
-ATTN_BUDGET_MB = 512  # default of VIZ_ATTN_BUDGET_MB: attention working set per layer (see attn_budget_bytes)
-ATTN_COPIES = 2  # [head, query, key] tensors alive at once: the scores and their softmax (the pattern)
-
-
-def attn_budget_bytes() -> int:
-    """The memory one attention layer may use for its ``[batch, head, query_pos, key_pos]`` tensors, in bytes:
-    the environment variable ``VIZ_ATTN_BUDGET_MB`` (megabytes, read on every call) or 512 MB. Above it the
-    forward pass works in blocks (:func:`chunked_attention`), and the app cuts a text to
-    :func:`max_tokens_for_budget` tokens, since the views read whole patterns."""
-    try:
-        mb = float(os.environ.get("VIZ_ATTN_BUDGET_MB", ATTN_BUDGET_MB))
-    except ValueError:
-        mb = ATTN_BUDGET_MB
-    if not math.isfinite(mb):  # "nan", "inf": the default
-        mb = ATTN_BUDGET_MB
-    return max(1, int(mb * 2**20))
-
-
-def attention_bytes(n_heads: int, n_q: int, n_k: int, element_size: int = 4, copies: int = ATTN_COPIES) -> int:
-    """Bytes of the attention working set: ``copies`` tensors of ``n_heads × n_q × n_k`` values (scores and
-    pattern: 2 × n_heads · n_q · n_k · 4 bytes in float32)."""
-    return copies * n_heads * n_q * n_k * element_size
-
-
-def max_tokens_for_budget(n_heads: int, budget: int | None = None, element_size: int = 4) -> int:
-    """The longest sequence whose whole attention (scores and pattern of every head, ``[n_heads, n, n]`` each)
-    fits the budget: the largest ``n`` with ``2 · n_heads · n² · element_size <= budget`` (at least 1).
-    512 MB in float32: 12 heads -> 2,364 tokens, 32 heads -> 1,448, 512 heads -> 362."""
-    budget = attn_budget_bytes() if budget is None else budget
-    n = max(1, math.isqrt(budget // max(1, ATTN_COPIES * n_heads * element_size)))
-    while n > 1 and attention_bytes(n_heads, n, n, element_size) > budget:
-        n -= 1
-    return n
-
-
 def chunked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Config, cross: bool = False,
                       budget: int | None = None, rel_pos: "RelativePositionBias | None" = None) -> torch.Tensor:
     """``softmax(masked_scores(q, k)) v`` computed a block of (batch·head, query rows) at a time so that the
@@ -500,70 +465,6 @@ class LayerKV:
         self.k = k if self.k is None else torch.cat([self.k, k], dim=1)
         self.v = v if self.v is None else torch.cat([self.v, v], dim=1)
         return self.k, self.v
-
-
-ACTIVATIONS = {
-    "gelu": F.gelu,  # exact erf form (Hendrycks & Gimpel, 2016); BERT, nanoGPT
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
-    "relu": F.relu,  # Vaswani et al. (2017)
-    "swiglu": F.silu,  # the gate's activation in SwiGLU (Shazeer, 2020); Llama
-    "geglu": lambda x: F.gelu(x, approximate="tanh"),  # the gate's activation in GeGLU (Shazeer, 2020); Gemma, T5 v1.1
-}
-
-
-class MLP(nn.Module):
-    """The two-layer feed-forward network: ``act(x W_in + b_in) W_out + b_out`` (Vaswani et al., 3.3).
-
-    SwiGLU (Shazeer, 2020; Llama): ``(silu(x W_gate) * (x W_in)) W_out``, with ``W_gate`` ``[d_model, d_mlp]``;
-    GeGLU (Gemma, T5 v1.1) the same with the GELU tanh approximation in place of silu.
-    Hooks: ``hook_pre`` (before the activation; the gate for SwiGLU), ``hook_pre_linear`` (SwiGLU's
-    linear branch) and ``hook_post`` (the hidden activations), ``[batch, pos, d_mlp]``.
-    """
-
-    def __init__(self, cfg: Config) -> None:
-        super().__init__()
-        self.gated = cfg.mlp in ("swiglu", "geglu")
-        if self.gated:
-            self.W_gate = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
-            self.b_gate = nn.Parameter(torch.zeros(cfg.d_mlp)) if cfg.mlp_bias else None
-            self.hook_pre_linear = HookPoint()
-        self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
-        self.W_out = nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model))
-        self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp)) if cfg.mlp_bias else None
-        self.b_out = nn.Parameter(torch.zeros(cfg.d_model)) if cfg.mlp_bias else None
-        self.act = ACTIVATIONS[cfg.mlp]
-        self.hook_pre, self.hook_post = HookPoint(), HookPoint()
-
-    @staticmethod
-    def _linear(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-        out = x @ W
-        return out if b is None else out + b
-
-    def hidden(self, x: torch.Tensor) -> torch.Tensor:
-        """The hidden activations ``[..., d_mlp]`` (as ``hook_post`` passes them on) of inputs ``[..., d_model]``."""
-        if self.gated:
-            pre = self.hook_pre(self._linear(x, self.W_gate, self.b_gate))
-            hidden = self.act(pre) * self.hook_pre_linear(self._linear(x, self.W_in, self.b_in))
-        else:
-            hidden = self.act(self.hook_pre(self._linear(x, self.W_in, self.b_in)))
-        return self.hook_post(hidden)
-
-    def project(self, hidden: torch.Tensor) -> torch.Tensor:
-        """``hidden W_out + b_out``: ``[..., d_mlp]`` -> ``[..., d_model]`` (split from :meth:`hidden` so that a
-        mixture of experts, :mod:`viz_model.moe`, can show every expert's hidden activations before projecting)."""
-        return self._linear(hidden, self.W_out, self.b_out)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.project(self.hidden(x))
-
-
-def make_mlp(cfg: Config) -> nn.Module:
-    """The feed-forward sub-layer the config asks for: an :class:`MLP`, or with ``cfg.n_experts > 0`` a mixture of
-    experts (:class:`viz_model.moe.MoE`, whose experts are MLPs)."""
-    if cfg.n_experts:
-        from viz_model.moe import MoE  # noqa: PLC0415  (moe.py builds on MLP: imported here, not at the top, to avoid a cycle)
-        return MoE(cfg)
-    return MLP(cfg)
 
 
 class Block(nn.Module):

@@ -144,7 +144,7 @@ class Config:
     n_encoder_layers: int = 0  # encoder-decoder models: blocks of the encoder stack (0 = no encoder)
     decoder_start_id: int = 0  # encoder-decoder models: the token the decoder starts from
     decoder_end_id: int = 0  # encoder-decoder models: the token that ends the decoder's output
-    # --- mixture of experts (Mixtral, Qwen2-MoE, OLMoE; viz_model/moe.py): many feed-forward networks per block, of
+    # --- mixture of experts (Mixtral, Qwen2-MoE, OLMoE; viz_model/feed_forward.py): many feed-forward networks per block, of
     # which a router picks a few per token, so parameters grow without the cost per token growing ---
     n_experts: int = 0  # experts per block, each an MLP of width d_mlp, replacing the MLP; 0 = a dense MLP
     experts_per_token: int = 2  # top-k: experts each token is sent to (Mixtral 2, Qwen1.5-MoE 4, OLMoE 8)

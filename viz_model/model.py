@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from viz_model.components import ACTIVATIONS, Block, Embed, LayerKV, LayerNorm, PosEmbed, RelativePositionBias, make_norm, soft_cap
+from viz_model.components import Block, Embed, LayerKV, LayerNorm, PosEmbed, RelativePositionBias, make_norm, soft_cap
+from viz_model.feed_forward import ACTIVATIONS
 from viz_model.config import Config
 from viz_model.hooks import HookedModule, HookPoint
 from viz_model.placement import execution_device, weight

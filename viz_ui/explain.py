@@ -161,7 +161,7 @@ def mask_sentence(cfg: Config) -> str:
 
 def mlp_width(cfg: Config) -> int:
     """Columns of a layer's ``mlp.hook_post``: ``d_mlp``, or ``n_experts · d_mlp`` in a mixture of experts (every
-    expert's units side by side, :class:`viz_model.moe.MoE`). ``cfg``: the layer's own (``cfg.for_layer(layer)``: a
+    expert's units side by side, :class:`viz_model.feed_forward.MoE`). ``cfg``: the layer's own (``cfg.for_layer(layer)``: a
     dense layer among experts has its own width)."""
     return cfg.d_mlp * max(1, cfg.n_experts)
 

@@ -67,8 +67,8 @@ def weight_stats_gated(path: str, where: Any = None):
 def moe_intervention_gated(path: str, text: str, kind: str, layer: int | None, expert: int, pos: int,
                            where: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The model at ``path`` run again on the trace's tokens of ``text`` with its routing changed in ``layer``
-    (None: every layer): ``kind = "disable"`` takes ``expert`` out (:func:`viz_model.moe.disable_experts`),
-    ``"force"`` sends the token at ``pos`` to ``expert`` alone (:func:`viz_model.moe.force_expert`). None while
+    (None: every layer): ``kind = "disable"`` takes ``expert`` out (:func:`viz_model.feed_forward.disable_experts`),
+    ``"force"`` sends the token at ``pos`` to ``expert`` alone (:func:`viz_model.feed_forward.force_expert`). None while
     its button waits.
 
     Returns:
@@ -80,7 +80,7 @@ def moe_intervention_gated(path: str, text: str, kind: str, layer: int | None, e
     """
     import torch
 
-    from viz_model.moe import disable_experts, force_expert, run_with_routing
+    from viz_model.feed_forward import disable_experts, force_expert, run_with_routing
 
     model, _ = resolve(path)
     trace = get_trace(path, text)

@@ -2,7 +2,7 @@
 many tokens each expert received, the router's probabilities for one token, and how an intervention on the
 routing changed the output.
 
-Inputs are the recorded hooks of :class:`viz_model.moe.MoE` (batch axis removed): ``hook_expert_indices``
+Inputs are the recorded hooks of :class:`viz_model.feed_forward.MoE` (batch axis removed): ``hook_expert_indices``
 ``[pos, k]``, ``hook_topk_weights`` ``[pos, k]`` and ``hook_expert_weights`` ``[pos, n_experts]`` of every
 mixture-of-experts layer. A model may keep dense MLPs in some layers (Qwen2-MoE's ``decoder_sparse_step``,
 ``mlp_only_layers``): arrays then hold only the MoE layers, in order, and figures name each row by its layer

@@ -15,12 +15,9 @@ import contextlib
 import contextvars
 import math
 import os
-from typing import TYPE_CHECKING
 
 import psutil
 
-if TYPE_CHECKING:  # config.py imports this module; a run-time import would be circular
-    from viz_model.config import Config
 
 # Integer fields: (smallest, largest). Real models sit far inside: GPT-2 XL 48 layers / d_model 1,600,
 # Llama-3-70B 80 layers / d_model 8,192 / 64 heads / vocab 128,256, Qwen2 vocab 151,936, Llama 3.1 context 131,072.
@@ -82,7 +79,6 @@ MAX_CONFIG_CHARS = 2**20  # a config's JSON text (real ones are under 2 KB)
 
 BYTES = 4  # float32, the default dtype of a model (see element_size: bfloat16 and float16 models take 2)
 ESTIMATE_TOKENS = 1_024  # the longest text the estimate budgets the forward pass for (GPT-2's context)
-ATTN_BUDGET_FALLBACK = 512 * 2**20
 DEFAULT_MAX_MODEL_MB = 4_096  # see max_model_bytes
 DEFAULT_MEMORY_MARGIN_MB = 1_024  # see memory_margin_bytes
 
@@ -148,6 +144,41 @@ def memory_limit_of(kind: str):
         _LIMIT.reset(token)
 
 
+ATTN_BUDGET_MB = 512  # default of VIZ_ATTN_BUDGET_MB: attention working set per layer (see attn_budget_bytes)
+ATTN_COPIES = 2  # [head, query, key] tensors alive at once: the scores and their softmax (the pattern)
+
+
+def attn_budget_bytes() -> int:
+    """The memory one attention layer may use for its ``[batch, head, query_pos, key_pos]`` tensors, in bytes:
+    the environment variable ``VIZ_ATTN_BUDGET_MB`` (megabytes, read on every call) or 512 MB. Above it the
+    forward pass works in blocks (:func:`viz_model.components.chunked_attention`), and the app cuts a text to
+    :func:`max_tokens_for_budget` tokens, since the views read whole patterns."""
+    try:
+        mb = float(os.environ.get("VIZ_ATTN_BUDGET_MB", ATTN_BUDGET_MB))
+    except ValueError:
+        mb = ATTN_BUDGET_MB
+    if not math.isfinite(mb):  # "nan", "inf": the default
+        mb = ATTN_BUDGET_MB
+    return max(1, int(mb * 2**20))
+
+
+def attention_bytes(n_heads: int, n_q: int, n_k: int, element_size: int = 4, copies: int = ATTN_COPIES) -> int:
+    """Bytes of the attention working set: ``copies`` tensors of ``n_heads × n_q × n_k`` values (scores and
+    pattern: 2 × n_heads · n_q · n_k · 4 bytes in float32)."""
+    return copies * n_heads * n_q * n_k * element_size
+
+
+def max_tokens_for_budget(n_heads: int, budget: int | None = None, element_size: int = 4) -> int:
+    """The longest sequence whose whole attention (scores and pattern of every head, ``[n_heads, n, n]`` each)
+    fits the budget: the largest ``n`` with ``2 · n_heads · n² · element_size <= budget`` (at least 1).
+    512 MB in float32: 12 heads -> 2,364 tokens, 32 heads -> 1,448, 512 heads -> 362."""
+    budget = attn_budget_bytes() if budget is None else budget
+    n = max(1, math.isqrt(budget // max(1, ATTN_COPIES * n_heads * element_size)))
+    while n > 1 and attention_bytes(n_heads, n, n, element_size) > budget:
+        n -= 1
+    return n
+
+
 def memory_limit() -> tuple[str, int]:
     """``(kind, bytes)``: the limit in force (see :func:`memory_limit_of`); for ``"free"`` the bytes are free memory
     less the margin, read now (at least 0)."""
@@ -155,14 +186,6 @@ def memory_limit() -> tuple[str, int]:
     if kind == "free":
         return kind, max(0, free_memory_bytes() - memory_margin_bytes())
     return kind, max_model_bytes()
-
-
-def _attn_budget() -> int:
-    try:  # the forward pass computes attention in blocks above this budget (components.attn_budget_bytes)
-        from viz_model.components import attn_budget_bytes
-        return int(attn_budget_bytes())
-    except Exception:  # noqa: BLE001  (an older components.py without the budget)
-        return ATTN_BUDGET_FALLBACK
 
 
 _ELEMENT_SIZE: contextvars.ContextVar[int] = contextvars.ContextVar("viz_element_size", default=BYTES)
@@ -214,7 +237,7 @@ def _block_params(cfg: "Config", cross: bool) -> int:
     d, m = cfg.d_model, cfg.d_mlp
     gated = cfg.mlp in ("swiglu", "geglu")
     mlp = (3 if gated else 2) * d * m + (((2 if gated else 1) * m + d) if cfg.mlp_bias else 0)
-    if cfg.n_experts:  # a mixture of experts (viz_model/moe.py) in place of the MLP
+    if cfg.n_experts:  # a mixture of experts (viz_model/feed_forward.py) in place of the MLP
         mlp = _moe_params(cfg, mlp)
     # norms per sub-layer: on its input (pre, post: one), on its output too (sandwich), on its output only (output)
     per_sublayer = (2 if cfg.norm_placement == "sandwich" else 1) * _norm_params(cfg)
@@ -263,7 +286,7 @@ def estimate_parts(cfg: "Config", element_size: int | None = None) -> dict[str, 
     # the float64 sinusoid being built; a file larger than the model's weights adds its excess in check_budget
     load = BYTES * max(v * d, (h + 2 * g) * k * d, m * d) + pos_build
     t = min(cfg.n_ctx, ESTIMATE_TOKENS)
-    attention = min(2 * BYTES * h * t * t, _attn_budget()) + t * t  # scores + pattern of one layer, and the mask
+    attention = min(2 * BYTES * h * t * t, attn_budget_bytes()) + t * t  # scores + pattern of one layer, and the mask
     attention += (BYTES + 8) * h * t * t if cfg.rel_pos_buckets else 0  # T5: the bias and its int64 buckets
     # a mixture of experts: its k experts' intermediates per token, every expert's units side by side (hook_post), the
     # shared expert's

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from viz_model.model import VizTransformer
-from viz_model.moe import load_balancing_loss
+from viz_model.feed_forward import load_balancing_loss
 from viz_model.training.schedule import adamw, cosine_lr, update
 
 
@@ -59,7 +59,7 @@ def train_steps(model: VizTransformer, batches: Iterator[torch.Tensor], steps: i
         weight_decay, betas: AdamW's (Loshchilov & Hutter, 2019), decay on matrices only.
         bf16: bfloat16 autocast on the CPU for speed (weights stay float32).
         aux_loss_coef: a mixture-of-experts model minimises ``cross-entropy + aux_loss_coef * load-balancing loss``
-            (:func:`viz_model.moe.load_balancing_loss` of every layer's router logits; 1 = balanced), so that the
+            (:func:`viz_model.feed_forward.load_balancing_loss` of every layer's router logits; 1 = balanced), so that the
             router does not send every token to the same few experts (Fedus et al., 2021; Mixtral uses 0.02).
 
     Raises:

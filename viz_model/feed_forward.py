@@ -1,4 +1,7 @@
-"""Mixture of experts: a router sends each token to ``k`` of ``n_experts`` feed-forward networks.
+"""The feed-forward sub-layer: the two-layer network (:class:`MLP`, with its activations) and the mixture of
+experts (:class:`MoE`), chosen by :func:`make_mlp`.
+
+Mixture of experts: a router sends each token to ``k`` of ``n_experts`` feed-forward networks.
 
 Shazeer et al. (2017), "Outrageously Large Neural Networks: The Sparsely-Gated Mixture-of-Experts Layer";
 Fedus et al. (2021), "Switch Transformers"; Jiang et al. (2024), "Mixtral of Experts". The computation is that of
@@ -14,11 +17,74 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from viz_model.components import MLP
 from viz_model.config import Config
 from viz_model.hooks import HookPoint
+
+
+ACTIVATIONS = {
+    "gelu": F.gelu,  # exact erf form (Hendrycks & Gimpel, 2016); BERT, nanoGPT
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
+    "relu": F.relu,  # Vaswani et al. (2017)
+    "swiglu": F.silu,  # the gate's activation in SwiGLU (Shazeer, 2020); Llama
+    "geglu": lambda x: F.gelu(x, approximate="tanh"),  # the gate's activation in GeGLU (Shazeer, 2020); Gemma, T5 v1.1
+}
+
+
+class MLP(nn.Module):
+    """The two-layer feed-forward network: ``act(x W_in + b_in) W_out + b_out`` (Vaswani et al., 3.3).
+
+    SwiGLU (Shazeer, 2020; Llama): ``(silu(x W_gate) * (x W_in)) W_out``, with ``W_gate`` ``[d_model, d_mlp]``;
+    GeGLU (Gemma, T5 v1.1) the same with the GELU tanh approximation in place of silu.
+    Hooks: ``hook_pre`` (before the activation; the gate for SwiGLU), ``hook_pre_linear`` (SwiGLU's
+    linear branch) and ``hook_post`` (the hidden activations), ``[batch, pos, d_mlp]``.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.gated = cfg.mlp in ("swiglu", "geglu")
+        if self.gated:
+            self.W_gate = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
+            self.b_gate = nn.Parameter(torch.zeros(cfg.d_mlp)) if cfg.mlp_bias else None
+            self.hook_pre_linear = HookPoint()
+        self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
+        self.W_out = nn.Parameter(torch.empty(cfg.d_mlp, cfg.d_model))
+        self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp)) if cfg.mlp_bias else None
+        self.b_out = nn.Parameter(torch.zeros(cfg.d_model)) if cfg.mlp_bias else None
+        self.act = ACTIVATIONS[cfg.mlp]
+        self.hook_pre, self.hook_post = HookPoint(), HookPoint()
+
+    @staticmethod
+    def _linear(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        out = x @ W
+        return out if b is None else out + b
+
+    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """The hidden activations ``[..., d_mlp]`` (as ``hook_post`` passes them on) of inputs ``[..., d_model]``."""
+        if self.gated:
+            pre = self.hook_pre(self._linear(x, self.W_gate, self.b_gate))
+            hidden = self.act(pre) * self.hook_pre_linear(self._linear(x, self.W_in, self.b_in))
+        else:
+            hidden = self.act(self.hook_pre(self._linear(x, self.W_in, self.b_in)))
+        return self.hook_post(hidden)
+
+    def project(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``hidden W_out + b_out``: ``[..., d_mlp]`` -> ``[..., d_model]`` (split from :meth:`hidden` so that a
+        mixture of experts, :class:`MoE`, can show every expert's hidden activations before projecting)."""
+        return self._linear(hidden, self.W_out, self.b_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.project(self.hidden(x))
+
+
+def make_mlp(cfg: Config) -> nn.Module:
+    """The feed-forward sub-layer the config asks for: an :class:`MLP`, or with ``cfg.n_experts > 0`` a mixture of
+    experts (:class:`MoE`, whose experts are MLPs)."""
+    if cfg.n_experts:
+        return MoE(cfg)
+    return MLP(cfg)
 
 
 class MoE(nn.Module):
@@ -31,7 +97,7 @@ class MoE(nn.Module):
         g             = top / sum(top)  (norm_topk_prob)  else top   [k]   hook_topk_weights
         out           = sum_j g_j FFN_idx_j(x)  (+ sigmoid(x W_shared_gate) FFN_shared(x), Qwen2-MoE)
 
-    Every expert is an :class:`viz_model.components.MLP` of width ``d_mlp`` (``experts.{e}``; SwiGLU in Mixtral,
+    Every expert is an :class:`MLP` of width ``d_mlp`` (``experts.{e}``; SwiGLU in Mixtral,
     Qwen2-MoE and OLMoE) and runs only on the tokens sent to it, so its hooks ``experts.{e}.hook_pre`` /
     ``hook_pre_linear`` / ``hook_post`` are ``[n_routed, d_mlp]``: the routed tokens in (batch, pos) order, as in
     TransformerLens (an expert that receives no token does not run). ``hook_post`` ``[batch, pos, n_experts *
