@@ -21,6 +21,7 @@ from tokenizers import Tokenizer
 
 from viz_model import DEFAULT_MODEL, CheckpointError, VizTransformer, load_model
 from viz_model.loading.checkpoint import ASSETS, read_metadata
+from viz_model.loading.families import is_mixture_of_experts
 from viz_model.placement import weight
 from viz_model.tokenizer import IdTokenizer
 
@@ -331,9 +332,8 @@ def _moe_files(models: dict[str, str]) -> list[str]:
                 config = json.loads(read_metadata(key).get("config", "{}"))
                 moe = isinstance(config, dict) and bool(config.get("n_experts", 0))
             else:  # a Hugging Face folder given on the command line
-                from viz_model.loading.families import MOE
                 config = json.loads((Path(key) / "config.json").read_text(encoding="utf-8"))
-                moe = isinstance(config, dict) and config.get("model_type") in MOE
+                moe = isinstance(config, dict) and is_mixture_of_experts(config.get("model_type"))
         except (CheckpointError, OSError, ValueError):
             continue
         if moe:

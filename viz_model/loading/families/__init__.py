@@ -14,32 +14,30 @@ import torch
 
 from viz_model.config import Config, _show
 from viz_model.loading.weights import CheckpointError, check_config
-from viz_model.loading.families import bart, bert, gpt2, llama
-from viz_model.loading.families import distilbert, gemma, gemma2, gpt_neox, olmo2, opt, phi3, qwen3, roberta, t5  # dense families of issue 16
-from viz_model.loading.families import mixtral, olmoe, qwen2_moe  # mixture-of-experts families of issue 16
+from viz_model.loading.families import (bart, bert, distilbert, gemma, gemma2, gpt2, gpt_neox, llama, mixtral, olmo2,
+                                        olmoe, opt, phi3, qwen2_moe, qwen3, roberta, t5)
 
-HF_FAMILIES = {"gpt2": gpt2.from_hf, "bert": bert.from_hf, "llama": llama.from_hf, "mistral": llama.from_hf,
-               "qwen2": llama.from_hf, "bart": bart.from_hf}
-HF_CONFIGS = {"gpt2": gpt2.config_from_hf, "bert": bert.config_from_hf, "llama": llama.config_from_hf,
-              "mistral": llama.config_from_hf, "qwen2": llama.config_from_hf, "bart": bart.config_from_hf}
-# Further dense families (issue 16), one module each with config_from_hf and from_hf: model_type -> module
-DENSE = {"qwen3": qwen3, "olmo2": olmo2, "gpt_neox": gpt_neox, "opt": opt,
-         "distilbert": distilbert, "roberta": roberta, "gemma": gemma, "gemma2": gemma2, "gemma3_text": gemma2,
-         "phi3": phi3, "t5": t5}
-HF_FAMILIES.update({name: module.from_hf for name, module in DENSE.items()})
-HF_CONFIGS.update({name: module.config_from_hf for name, module in DENSE.items()})
-# Mixture-of-experts families (issue 16; viz_model/moe.py), one module each: model_type -> module
-MOE = {"mixtral": mixtral, "qwen2_moe": qwen2_moe, "olmoe": olmoe}
-HF_FAMILIES.update({name: module.from_hf for name, module in MOE.items()})
-HF_CONFIGS.update({name: module.config_from_hf for name, module in MOE.items()})
+# model_type (config.json) -> the family's module: config_from_hf(hf, label) and from_hf(hf, state, label)
+FAMILIES = {
+    "gpt2": gpt2, "bert": bert, "distilbert": distilbert, "roberta": roberta, "bart": bart, "t5": t5,
+    "llama": llama, "mistral": llama, "qwen2": llama, "qwen3": qwen3, "olmo2": olmo2, "gpt_neox": gpt_neox,
+    "opt": opt, "gemma": gemma, "gemma2": gemma2, "gemma3_text": gemma2, "phi3": phi3,
+    # mixture of experts (viz_model/feed_forward.py); their modules set MIXTURE_OF_EXPERTS = True
+    "mixtral": mixtral, "qwen2_moe": qwen2_moe, "olmoe": olmoe,
+}
+
+
+def is_mixture_of_experts(model_type: str) -> bool:
+    """Whether ``model_type`` is a supported mixture-of-experts family (False for unknown types)."""
+    return getattr(FAMILIES.get(model_type), "MIXTURE_OF_EXPERTS", False)
 
 
 def _model_type(hf_config: Mapping, label: str) -> str:
     model_type = hf_config.get("model_type")
     if not model_type:
-        raise CheckpointError(f"{label}: config.json has no model_type (supported: {', '.join(HF_FAMILIES)})")
-    if not isinstance(model_type, str) or model_type not in HF_FAMILIES:
-        raise CheckpointError(f"{label}: model_type {_show(model_type)} is not supported (supported: {', '.join(HF_FAMILIES)})")
+        raise CheckpointError(f"{label}: config.json has no model_type (supported: {', '.join(FAMILIES)})")
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
+        raise CheckpointError(f"{label}: model_type {_show(model_type)} is not supported (supported: {', '.join(FAMILIES)})")
     return model_type
 
 
@@ -52,7 +50,7 @@ def hf_config(hf_config: Mapping, label: str, file_bytes: int = 0) -> Config:
             unsupported options, an estimate above ``VIZ_MAX_MODEL_MB``.
     """
     model_type = _model_type(hf_config, label)
-    return check_config(HF_CONFIGS[model_type](dict(hf_config), label), label, file_bytes)
+    return check_config(FAMILIES[model_type].config_from_hf(dict(hf_config), label), label, file_bytes)
 
 
 def from_hf(hf_config: Mapping, state: Mapping[str, torch.Tensor], label: str) -> tuple[Config, dict[str, torch.Tensor]]:
@@ -61,7 +59,7 @@ def from_hf(hf_config: Mapping, state: Mapping[str, torch.Tensor], label: str) -
     Raises:
         CheckpointError: as :func:`hf_config`; missing or mis-shaped weights.
     """
-    return HF_FAMILIES[_model_type(hf_config, label)](dict(hf_config), state, label)
+    return FAMILIES[_model_type(hf_config, label)].from_hf(dict(hf_config), state, label)
 
 
 def nanogpt_config(model_args: Mapping, label: str) -> Config:

@@ -1,5 +1,5 @@
 """Mixture-of-experts weights of Hugging Face checkpoints (Mixtral, Qwen2-MoE, OLMoE) in this project's names
-(:class:`viz_model.moe.MoE`): the router and every expert of every layer, and Qwen2-MoE's shared expert.
+(:class:`viz_model.feed_forward.MoE`): the router and every expert of every layer, and Qwen2-MoE's shared expert.
 
 Two layouts are read: the one on the Hub and written by ``save_pretrained`` (one ``nn.Linear`` per expert:
 ``experts.{e}.gate_proj/up_proj/down_proj``, Mixtral's ``w1/w3/w2``), and transformers 5's in-memory one (all

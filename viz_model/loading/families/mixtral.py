@@ -1,7 +1,7 @@
 """Mixtral (Hugging Face ``model_type: mixtral``; Jiang et al., 2024): the Mistral layout with each block's MLP
 replaced by a mixture of ``num_local_experts`` SwiGLU experts, ``num_experts_per_tok`` of them per token, their
 router probabilities always renormalised to sum to 1 (config switches ``n_experts``, ``experts_per_token``,
-``norm_topk_prob = True``; :mod:`viz_model.moe`). ``router_jitter_noise`` acts only in training and is ignored.
+``norm_topk_prob = True``; :mod:`viz_model.feed_forward`). ``router_jitter_noise`` acts only in training and is ignored.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from viz_model.loading.weights import check_config
 from viz_model.loading.families.common import Weights, opt_int, require_int
 from viz_model.loading.families.experts import add_moe_weights
 from viz_model.loading.families.llama import PRE_NORMS, config_from_hf as llama_config, convert
+
+MIXTURE_OF_EXPERTS = True  # a router and experts in (some) blocks: viz_model.feed_forward.MoE
 
 
 def config_from_hf(hf: dict, label: str) -> Config:

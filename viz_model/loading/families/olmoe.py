@@ -1,7 +1,7 @@
 """OLMoE (Hugging Face ``model_type: olmoe``; Muennighoff et al., 2024): the Llama layout, an RMSNorm over all
 query heads and over all key heads of a position before rotation (``q_norm [d_model]``, ``k_norm [n_kv_heads *
 d_head]``; config switch ``qk_norm = "all"``, as OLMo2), and a mixture of ``num_experts`` SwiGLU experts,
-``num_experts_per_tok`` per token, renormalised only with ``norm_topk_prob`` (:mod:`viz_model.moe`); ``clip_qkv``:
+``num_experts_per_tok`` per token, renormalised only with ``norm_topk_prob`` (:mod:`viz_model.feed_forward`); ``clip_qkv``:
 q and k (after their norm) and v clamped to ``±clip_qkv`` (config switch ``clip_qkv``).
 """
 
@@ -16,6 +16,8 @@ from viz_model.loading.weights import check_config
 from viz_model.loading.families.common import Weights, opt_bool, opt_float, require_int
 from viz_model.loading.families.experts import add_moe_weights
 from viz_model.loading.families.llama import PRE_NORMS, config_from_hf as llama_config, convert
+
+MIXTURE_OF_EXPERTS = True  # a router and experts in (some) blocks: viz_model.feed_forward.MoE
 
 
 def config_from_hf(hf: dict, label: str) -> Config:

@@ -2,7 +2,7 @@
 block's MLP replaced by a mixture of ``num_experts`` SwiGLU experts of width ``moe_intermediate_size``,
 ``num_experts_per_tok`` per token (renormalised only with ``norm_topk_prob``), plus a shared expert of width
 ``shared_expert_intermediate_size`` that every token goes through, scaled by ``sigmoid(x W_shared_gate)``
-(config switch ``d_shared_mlp``; :mod:`viz_model.moe`). Layers may keep a dense MLP of width
+(config switch ``d_shared_mlp``; :mod:`viz_model.feed_forward`). Layers may keep a dense MLP of width
 ``intermediate_size`` instead, as transformers' ``Qwen2MoeDecoderLayer`` builds them: layer ``i`` is dense when
 ``i in mlp_only_layers`` or ``(i + 1) % decoder_sparse_step != 0`` (config switches ``dense_layers``,
 ``d_dense_mlp``; only the other layers have a router and its hooks); with ``num_experts`` 0, or when no layer is
@@ -23,6 +23,8 @@ from viz_model.loading.weights import CheckpointError, check_config
 from viz_model.loading.families.common import Weights, opt_bool, opt_int, require_int
 from viz_model.loading.families.experts import add_moe_weights
 from viz_model.loading.families.llama import PRE_NORMS, config_from_hf as llama_config, convert, qwen_windows
+
+MIXTURE_OF_EXPERTS = True  # a router and experts in (some) blocks: viz_model.feed_forward.MoE
 
 
 def dense_layers(hf: dict, label: str) -> list[int]:
