@@ -6,19 +6,19 @@ import html
 
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.explain import positional_sentence, score_formula
-from viz_ui.figures import topk_bar
-from viz_ui.generation import mask_positions
-from viz_ui.layout import set_shared, setup_page, show_figure, side_by_side
-from viz_ui.overview import map_targets, model_map, output_distribution, thumbnail_side
-from viz_ui.state import get_mlp_thumbnails, get_overview, get_vocab_labels, model_card
-from viz_ui.tables import token_chips_html
-from viz_ui.text import plain
-from viz_ui.trace import tokenizer_kind
+from viz_ui.analysis.explain import positional_sentence, score_formula
+from viz_ui.views.figures import topk_bar
+from viz_ui.analysis.generation import mask_positions
+from viz_ui.app.layout import set_shared, setup_page, show_figure, side_by_side
+from viz_ui.views.overview import map_targets, model_map, output_distribution, thumbnail_side
+from viz_ui.app.state import get_mlp_thumbnails, get_overview, get_vocab_labels, model_card
+from viz_ui.views.tables import token_chips_html
+from viz_ui.views.text import plain
+from viz_ui.analysis.trace import tokenizer_kind
 
 TARGET_PAGES = {"input": "pages/embeddings.py", "head": "pages/attention.py", "mlp": "pages/block.py"}
 

@@ -1,4 +1,4 @@
-"""What each costly view would take on a model, estimated as the app estimates it (viz_ui/gate.py, viz_ui/costs.py)
+"""What each costly view would take on a model, estimated as the app estimates it (viz_ui/app/gate.py, viz_ui/analysis/costs.py)
 and, with --measure, measured: which views a page computes as it opens (estimate ≤ the threshold) and which wait
 for a button.
 
@@ -27,15 +27,15 @@ TEXT = ("Once upon a time there was a little girl named Lily. She loved to play 
 def rows_for(path: str, n_tokens: int, measure: set[str]) -> list[dict]:
     from viz_model import load_model
     from viz_model.interventions.cost import sweep_cost
-    from viz_ui import costs
-    from viz_ui.block import logit_lens
-    from viz_ui.gate import copy_seconds, flops_per_second, gate_seconds
-    from viz_ui.heads import repeated_head_scores
-    from viz_ui.inspect import weight_stats
-    from viz_ui.interventions import (N_GENERATE, ablation_view, default_corruption, fitting_corruptions,
+    from viz_ui.analysis import costs
+    from viz_ui.analysis.block import logit_lens
+    from viz_ui.app.gate import copy_seconds, flops_per_second, gate_seconds
+    from viz_ui.analysis.heads import repeated_head_scores
+    from viz_ui.analysis.inspector import weight_stats
+    from viz_ui.analysis.interventions import (N_GENERATE, ablation_view, default_corruption, fitting_corruptions,
                                       head_effects, patching_sweep, prompt_of, corrupted_prompt)
-    from viz_ui.numeric import fit_pca
-    from viz_ui.trace import run_trace
+    from viz_ui.analysis.numeric import fit_pca
+    from viz_ui.analysis.trace import run_trace
 
     model, tokenizer = load_model(path)
     ids = tokenizer.encode(TEXT).ids[:n_tokens]

@@ -22,11 +22,11 @@ SCENARIOS = {
     "run_with_cache, every hook": "_, cache = model.run_with_cache(ids)",
     "every hook, read all (scores, probs too)": "_, cache = model.run_with_cache(ids); [cache[n] for n in cache]",
     "every hook, stored as float16": "import torch; _, cache = model.run_with_cache(ids, store_dtype=torch.float16)",
-    "app trace (viz_ui.trace.run_trace)": "from viz_ui.trace import run_trace; run_trace(model, tok, text)",
-    "app trace + all-heads overview": "from viz_ui.trace import run_trace; from viz_ui.heads import overview_patterns; "
+    "app trace (viz_ui.analysis.trace.run_trace)": "from viz_ui.analysis.trace import run_trace; run_trace(model, tok, text)",
+    "app trace + all-heads overview": "from viz_ui.analysis.trace import run_trace; from viz_ui.analysis.heads import overview_patterns; "
                                       "overview_patterns(run_trace(model, tok, text).arrays, 12)",
     "app trace pickled + one copy (st.cache_data did this; now cache_resource)":
-        "import pickle; from viz_ui.trace import run_trace; stored = pickle.dumps(run_trace(model, tok, text)); "
+        "import pickle; from viz_ui.analysis.trace import run_trace; stored = pickle.dumps(run_trace(model, tok, text)); "
         "copy = pickle.loads(stored)",
 }
 
@@ -51,7 +51,7 @@ def child(code: str, n: int) -> None:
 def payload() -> dict:
     import numpy as np
 
-    from viz_ui.figures import attention_grid
+    from viz_ui.views.figures import attention_grid
     rng = np.random.default_rng(0)
     p = rng.random((12, 12, 256, 256)).astype(np.float32)
     p /= p.sum(-1, keepdims=True)

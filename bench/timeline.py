@@ -63,7 +63,7 @@ def server_side(text: str, repeats: int) -> dict[str, float]:
     import plotly.io
 
     from viz_model.sampling import generate
-    from viz_ui import timeline_state as ts
+    from viz_ui.app import timeline as ts
 
     key = str(TIMELINE)
     shown = f"{text}\n{text}"
@@ -86,7 +86,7 @@ def server_side(text: str, repeats: int) -> dict[str, float]:
         i = (r * 7) % len(tl.steps)
         generate(loaded.models[i], tok.encode(text).ids, 30, temperature=0.0)
         t3 = time.perf_counter()
-        for fig, frames in zip(figs, (grid, head)):  # as viz_ui.live_chart and Streamlit do at every rerun
+        for fig, frames in zip(figs, (grid, head)):  # as viz_ui.app.live_chart and Streamlit do at every rerun
             json.dumps({"figure": plotly.io.to_json(fig, validate=False), "frames": frames})
         t4 = time.perf_counter()
         if r:  # the first round warms up

@@ -2,18 +2,18 @@
 
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.explain import score_formula, score_sentence
-from viz_ui.export import pattern_table, pooled_pattern_table
-from viz_ui.figures import attention_grid, attention_heatmap
-from viz_ui.layout import (pick_layer_head, pick_position, position_window, require_trace, set_shared, setup_page,
+from viz_ui.analysis.explain import score_formula, score_sentence
+from viz_ui.views.export import pattern_table, pooled_pattern_table
+from viz_ui.views.figures import attention_grid, attention_heatmap
+from viz_ui.app.layout import (pick_layer_head, pick_position, position_window, require_trace, set_shared, setup_page,
                            show_figure, side_by_side)
-from viz_ui.qk_panel import cell_click, pick_key, qk_section
-from viz_ui.state import get_overview
-from viz_ui.steps import future_share, unmasked_view
+from viz_ui.app.qk_panel import cell_click, pick_key, qk_section
+from viz_ui.app.state import get_overview
+from viz_ui.analysis.head_steps import future_share, unmasked_view
 
 state = setup_page("Attention",
                    "In every layer, each head lets every token gather information from the tokens it may see. "

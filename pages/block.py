@@ -4,15 +4,15 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.block import layernorm_stats, residual_norms, sublayer_norms, top_neurons
-from viz_ui.figures import matrix_heatmap, stage_heatmap, value_bar
-from viz_ui.explain import (ACT_NAMES, ffn_formula, ffn_sentence, mlp_width, moe_note, norm_formula, norm_sentence,
+from viz_ui.analysis.block import layernorm_stats, residual_norms, sublayer_norms, top_neurons
+from viz_ui.views.figures import matrix_heatmap, stage_heatmap, value_bar
+from viz_ui.analysis.explain import (ACT_NAMES, ffn_formula, ffn_sentence, mlp_width, moe_note, norm_formula, norm_sentence,
                              unit_label)
-from viz_ui.layout import (pick_index, pick_position, position_window, require_trace, setup_page, show_figure,
+from viz_ui.app.layout import (pick_index, pick_position, position_window, require_trace, setup_page, show_figure,
                            show_table)
 
 state = setup_page("Residual stream, add & norm, feed-forward",

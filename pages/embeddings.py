@@ -5,20 +5,20 @@ import dataclasses
 import numpy as np
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.explain import input_name, positional_sentence
-from viz_ui.figures import (angle_heatmap, attention_heatmap, matrix_heatmap, pca_scatter, position_curves,
+from viz_ui.analysis.explain import input_name, positional_sentence
+from viz_ui.views.figures import (angle_heatmap, attention_heatmap, matrix_heatmap, pca_scatter, position_curves,
                             relative_score_curve, similarity_heatmap)
-from viz_ui.layout import (needs_window, pick_layer_head, pick_position, position_window, require_trace, setup_page,
+from viz_ui.app.layout import (needs_window, pick_layer_head, pick_position, position_window, require_trace, setup_page,
                            show_figure, show_table)
-from viz_ui.rotary_view import angle_table, longrope_words, relative_scores
-from viz_ui.numeric import cosine_similarity
-from viz_ui.gated_state import embedding_pca_gated
-from viz_ui.state import get_positional_table
-from viz_ui.tables import similarity_table
+from viz_ui.analysis.rotary import angle_table, longrope_words, relative_scores
+from viz_ui.analysis.numeric import cosine_similarity
+from viz_ui.app.gated import embedding_pca_gated
+from viz_ui.app.state import get_positional_table
+from viz_ui.views.tables import similarity_table
 
 state = setup_page("Embeddings & positions",
                    "Each token id picks one row of the embedding matrix W_E: a vector of d_model numbers. "

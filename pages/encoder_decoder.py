@@ -4,18 +4,18 @@ joining them (Vaswani et al., 2017, figure 1), with the running model's own numb
 import numpy as np
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.figures import attention_grid, attention_heatmap, cross_heatmap, topk_bar
-from viz_ui.generation import next_token_view
-from viz_ui.layout import pick_index, require_trace, setup_page, shared_number, show_figure, show_link, side_by_side
-from viz_ui.seq2seq_view import cross_patterns, output_text
-from viz_ui.gated_state import sampled_output_gated
-from viz_ui.state import available_models, encoder_decoder_names, get_vocab_labels
-from viz_ui.tables import token_chips_html, topk_table
-from viz_ui.text import plain
+from viz_ui.views.figures import attention_grid, attention_heatmap, cross_heatmap, topk_bar
+from viz_ui.analysis.generation import next_token_view
+from viz_ui.app.layout import pick_index, require_trace, setup_page, shared_number, show_figure, show_link, side_by_side
+from viz_ui.analysis.encoder_decoder import cross_patterns, output_text
+from viz_ui.app.gated import sampled_output_gated
+from viz_ui.app.state import available_models, encoder_decoder_names, get_vocab_labels
+from viz_ui.views.tables import token_chips_html, topk_table
+from viz_ui.views.text import plain
 
 state = setup_page("Encoder-decoder & cross-attention",
                    "The original transformer: an encoder reads the whole source at once (no mask), a decoder writes "

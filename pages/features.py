@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
@@ -11,16 +11,16 @@ import pandas as pd
 
 from viz_model import CheckpointError
 from viz_model.features import head_contributions, promoted_tokens
-from viz_ui.dictionary_jobs import adopt_finished, manage_dictionaries
-from viz_ui.features_code import features_code
-from viz_ui.features_state import dictionary, dictionary_sets, get_index, get_text_features
-from viz_ui.features_view import (contexts_html, feature_name, head_writes_figure, histogram_figure, strongest_map,
+from viz_ui.app.dictionary_jobs import adopt_finished, manage_dictionaries
+from viz_ui.views.code_features import features_code
+from viz_ui.app.features import dictionary, dictionary_sets, get_index, get_text_features
+from viz_ui.views.features import (contexts_html, feature_name, head_writes_figure, histogram_figure, strongest_map,
                                   text_features_heatmap, top_text_features)
-from viz_ui.figures import value_bar
-from viz_ui.layout import (pick_index, require_trace, set_shared, setup_page, shared_number, show_code,
+from viz_ui.views.figures import value_bar
+from viz_ui.app.layout import (pick_index, require_trace, set_shared, setup_page, shared_number, show_code,
                            show_figure, show_table, side_by_side)
-from viz_ui.state import get_vocab_labels
-from viz_ui.text import plain
+from viz_ui.app.state import get_vocab_labels
+from viz_ui.views.text import plain
 
 state = setup_page("Features (sparse dictionaries)",
                    "A sparse dictionary rewrites one layer's activation as a sum of a few features out of thousands, "

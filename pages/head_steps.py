@@ -2,19 +2,19 @@
 
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.explain import mask_sentence
-from viz_ui.figures import matrix_heatmap, topk_bar
-from viz_ui.layout import (pick_layer_head, pick_position, position_window, require_trace, setup_page, show_figure,
+from viz_ui.analysis.explain import mask_sentence
+from viz_ui.views.figures import matrix_heatmap, topk_bar
+from viz_ui.app.layout import (pick_layer_head, pick_position, position_window, require_trace, setup_page, show_figure,
                            show_table)
-from viz_ui.qk_panel import pick_key, qk_section
-from viz_ui.rotary_view import longrope_words
-from viz_ui.steps import head_steps, largest_weights, value_contributions
-from viz_ui.tables import score_table, vector_table
-from viz_ui.text import plain
+from viz_ui.app.qk_panel import pick_key, qk_section
+from viz_ui.analysis.rotary import longrope_words
+from viz_ui.analysis.head_steps import head_steps, largest_weights, value_contributions
+from viz_ui.views.tables import score_table, vector_table
+from viz_ui.views.text import plain
 
 state = setup_page("One head, step by step",
                    "Follow one attention head from its input to what it adds to the residual stream, "

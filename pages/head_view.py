@@ -3,13 +3,13 @@
 import streamlit as st
 import streamlit.components.v1 as components
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.heads import salience
-from viz_ui.headview import THRESHOLD, head_view_svg, legend_html, n_lines, readable_threshold, svg_height
-from viz_ui.layout import pick_index, require_trace, setup_page, show_link
+from viz_ui.analysis.heads import salience
+from viz_ui.views.head_view import THRESHOLD, head_view_svg, legend_html, n_lines, readable_threshold, svg_height
+from viz_ui.app.layout import pick_index, require_trace, setup_page, show_link
 
 MAX_WINDOW = 64
 CUTOFFS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2]
@@ -31,7 +31,7 @@ window = slice(first, first + min(n, MAX_WINDOW))
 c1, c2, c3 = st.columns([1, 3, 1])
 layer = pick_index(c1, "Layer", "layer", cfg.n_layers)
 patterns = trace.arrays[f"blocks.{layer}.attn.hook_pattern"][:, window, window]
-# each layer starts with its single most salient head on (viz_ui.heads.salience): one readable set of lines
+# each layer starts with its single most salient head on (viz_ui.analysis.heads.salience): one readable set of lines
 start = int(salience(patterns).argmax())
 heads = sorted(c2.pills("Heads", list(range(cfg.n_heads)), selection_mode="multi", default=[start],
                         format_func=lambda h: f"H{h}", key=f"hv_heads_L{layer}") or [])

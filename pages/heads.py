@@ -2,15 +2,15 @@
 
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.figures import layer_head_heatmap
-from viz_ui.gated_state import repeated_scores_gated
-from viz_ui.heads import HEAD_THRESHOLD, SCORE_NAMES, cell_text_fits, heads_passing
-from viz_ui.layout import require_trace, set_shared, setup_page, show_figure
-from viz_ui.state import get_text_scores
+from viz_ui.views.figures import layer_head_heatmap
+from viz_ui.app.gated import repeated_scores_gated
+from viz_ui.analysis.heads import HEAD_THRESHOLD, SCORE_NAMES, cell_text_fits, heads_passing
+from viz_ui.app.layout import require_trace, set_shared, setup_page, show_figure
+from viz_ui.app.state import get_text_scores
 
 state = setup_page("Head summaries",
                    "Some heads do recognisable jobs. Each map scores every layer × head for one job, from 0 "

@@ -6,20 +6,20 @@ from pathlib import PurePosixPath
 import streamlit as st
 from tokenizers import Tokenizer
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
 from viz_model import CheckpointError, load_upload
 from viz_model.loading.sources import MAX_UPLOAD_MB, MODEL_SUFFIXES
 from viz_model.tokenizer import IdTokenizer
-from viz_ui.cost import attention_cost, cost_lengths, quadratic_fit
-from viz_ui.figures import cost_curve, layer_table_heatmap, value_bar
-from viz_ui.inspect import architecture_table, parameter_table
-from viz_ui.layout import set_shared, setup_page, show_figure, show_link
-from viz_ui.gated_state import weight_stats_gated
-from viz_ui.state import MAX_SESSION_MODELS, add_session_model, load_settings, session_models, upload_hash
-from viz_ui.text import error_line, plain, recoverable
+from viz_ui.analysis.cost import attention_cost, cost_lengths, quadratic_fit
+from viz_ui.views.figures import cost_curve, layer_table_heatmap, value_bar
+from viz_ui.analysis.inspector import architecture_table, parameter_table
+from viz_ui.app.layout import set_shared, setup_page, show_figure, show_link
+from viz_ui.app.gated import weight_stats_gated
+from viz_ui.app.state import MAX_SESSION_MODELS, add_session_model, load_settings, session_models, upload_hash
+from viz_ui.views.text import error_line, plain, recoverable
 
 state = setup_page("Model inspector & upload",
                    "What the chosen model is made of, and a place to load your own checkpoint: a nanoGPT ckpt.pt, a "

@@ -7,29 +7,29 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui import intervention_code as code
-from viz_ui.generation import continuation_text, mask_positions
-from viz_ui.gate import about
-from viz_ui.intervention_state import (ablation_gated, attribution_gated, corruption_gated, default_method,
+from viz_ui.views import code_interventions as code
+from viz_ui.analysis.generation import continuation_text, mask_positions
+from viz_ui.app.gate import about
+from viz_ui.app.interventions import (ablation_gated, attribution_gated, corruption_gated, default_method,
                                        first_corruption, get_corrupted, get_corrupted_logits, get_patching_values,
                                        get_prompt, head_effects_gated, patch_lens_gated, patching_cached,
                                        patching_estimates, patching_gated)
-from viz_ui.interventions import (METHODS, attribution_available, biggest_changes, generation_table, head_name,
+from viz_ui.analysis.interventions import (METHODS, attribution_available, biggest_changes, generation_table, head_name,
                                   heads_text, lens_table, normalised, parse_heads, prob_diff_table, prompt_of, softmax,
                                   token_pairs, top_ids)
-from viz_ui.interventions_view import (component_bars, delta_bars, head_map, heatmap_frame, patch_map, prob_diff_bars,
+from viz_ui.views.interventions import (component_bars, delta_bars, head_map, heatmap_frame, patch_map, prob_diff_bars,
                                        top_bars)
-from viz_ui.patching_agreement import show_agreement
-from viz_ui.layout import (MAX_CHARS, pick_index, require_trace, set_shared, setup_page, shared_widget,
+from viz_ui.app.patching_agreement import show_agreement
+from viz_ui.app.layout import (MAX_CHARS, pick_index, require_trace, set_shared, setup_page, shared_widget,
                            shared_widget_key, show_code, show_figure,
                            show_link, show_table, side_by_side)
-from viz_ui.seq2seq_view import output_text
-from viz_ui.state import get_trace, get_vocab_labels
-from viz_ui.text import plain
+from viz_ui.analysis.encoder_decoder import output_text
+from viz_ui.app.state import get_trace, get_vocab_labels
+from viz_ui.views.text import plain
 from viz_model.tokenizer import IdTokenizer
 
 TITLES = {"resid_pre": "Patching the residual stream entering each layer (resid_pre)",

@@ -3,15 +3,15 @@
 import numpy as np
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.export import lens_table
-from viz_ui.figures import position_ticks, stage_heatmap
-from viz_ui.layout import require_trace, setup_page, show_figure
-from viz_ui.gated_state import logit_lens_gated
-from viz_ui.state import get_vocab_labels
+from viz_ui.views.export import lens_table
+from viz_ui.views.figures import position_ticks, stage_heatmap
+from viz_ui.app.layout import require_trace, setup_page, show_figure
+from viz_ui.app.gated import logit_lens_gated
+from viz_ui.app.state import get_vocab_labels
 
 TEXT_COLUMNS = 40  # positions whose predicted tokens are written in the cells at font scale 1 (fewer in lecture mode)
 

@@ -7,19 +7,19 @@ import html
 
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.explain import dense_layers_note
-from viz_ui.layout import (pick_position, require_trace, set_shared, setup_page, shared_widget,
+from viz_ui.analysis.explain import dense_layers_note
+from viz_ui.app.layout import (pick_position, require_trace, set_shared, setup_page, shared_widget,
                            show_figure, show_link, side_by_side)
-from viz_ui.moe_view import (Routing, compare_bar, dense_weights, effect_by_position, expert_load, kl_bits,
+from viz_ui.views.moe import (Routing, compare_bar, dense_weights, effect_by_position, expert_load, kl_bits,
                              layer_weights_heatmap, load_heatmap, moved_tokens, rerouted, router_probs_heatmap,
                              routing_from_arrays, routing_map, softmax)
-from viz_ui.gated_state import moe_intervention_gated
-from viz_ui.state import available_models, get_vocab_labels, moe_model_names
-from viz_ui.text import plain
+from viz_ui.app.gated import moe_intervention_gated
+from viz_ui.app.state import available_models, get_vocab_labels, moe_model_names
+from viz_ui.views.text import plain
 
 state = setup_page("Mixture of experts",
                    "In a mixture-of-experts model each block has several feed-forward networks (experts) and a router "

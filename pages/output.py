@@ -3,18 +3,18 @@ temperature, top-k / top-p, and generation."""
 
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.figures import generation_heatmap, topk_bar
-from viz_ui.generation import (attention_rows, continuation_text, generate_records, mask_positions, next_token_view,
+from viz_ui.views.figures import generation_heatmap, topk_bar
+from viz_ui.analysis.generation import (attention_rows, continuation_text, generate_records, mask_positions, next_token_view,
                                 salient_head, shown_bars)
-from viz_ui.layout import (pick_index, require_trace, set_shared, setup_page, shared_number,
+from viz_ui.app.layout import (pick_index, require_trace, set_shared, setup_page, shared_number,
                            show_figure, show_link, show_table)
-from viz_ui.state import get_vocab_labels
-from viz_ui.tables import kv_table, steps_table, topk_table
-from viz_ui.text import plain
+from viz_ui.app.state import get_vocab_labels
+from viz_ui.views.tables import kv_table, steps_table, topk_table
+from viz_ui.views.text import plain
 
 state = setup_page("Output probabilities",
                    "At every position the model's output head turns the last layer's vector into one score (logit) "
@@ -158,7 +158,7 @@ def next_token_and_generation() -> None:
         st.markdown("Each row is one step: the newest token (the query) looks back over everything so far, and the "
                     "model picks the next token from the result. Generation uses a **KV cache**: the keys and values "
                     "of earlier tokens are stored, so each step computes q, k and v for the newest token only.")
-        # starts on the most salient head of this generation (viz_ui.generation.salient_head); the widgets are
+        # starts on the most salient head of this generation (viz_ui.analysis.generation.salient_head); the widgets are
         # keyed by the settings, so a new generation starts on its own most salient head again
         best_layer, best_head = salient_head(records)
         a1, a2 = st.columns(2)

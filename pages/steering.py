@@ -4,25 +4,25 @@ dictionary's features off and see what the output loses."""
 
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
 from viz_model import CheckpointError
-from viz_ui import steering_code as code
-from viz_ui.dictionary_jobs import adopt_finished, manage_dictionaries
-from viz_ui.features_state import dictionary, dictionary_sets, get_text_features
-from viz_ui.generation import continuation_text, mask_positions
-from viz_ui.intervention_state import get_prompt
-from viz_ui.interventions import biggest_changes
-from viz_ui.interventions_view import delta_bars
-from viz_ui.layout import (MAX_CHARS, pick_index, set_shared, setup_page, require_trace, shared_value, shared_widget,
+from viz_ui.views import code_steering as code
+from viz_ui.app.dictionary_jobs import adopt_finished, manage_dictionaries
+from viz_ui.app.features import dictionary, dictionary_sets, get_text_features
+from viz_ui.analysis.generation import continuation_text, mask_positions
+from viz_ui.app.interventions import get_prompt
+from viz_ui.analysis.interventions import biggest_changes
+from viz_ui.views.interventions import delta_bars
+from viz_ui.app.layout import (MAX_CHARS, pick_index, set_shared, setup_page, require_trace, shared_value, shared_widget,
                            show_code, show_figure, show_link, show_table, side_by_side)
-from viz_ui.state import get_trace, get_vocab_labels
-from viz_ui.steering_state import (N_NEW, Direction, ablate_gated, feature_direction, get_contrastive, steer_gated)
-from viz_ui.steering_view import (compare_bars, compare_table, continuation_frame, kl_figure, strongest_features,
+from viz_ui.app.state import get_trace, get_vocab_labels
+from viz_ui.app.steering import (N_NEW, Direction, ablate_gated, feature_direction, get_contrastive, steer_gated)
+from viz_ui.views.steering import (compare_bars, compare_table, continuation_frame, kl_figure, strongest_features,
                                   top_change_words)
-from viz_ui.text import error_line, plain
+from viz_ui.views.text import error_line, plain
 from viz_model.tokenizer import IdTokenizer
 
 ALPHA_MAX = 10.0  # the slider's range, in the direction's unit

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
@@ -11,17 +11,17 @@ from pathlib import PurePosixPath
 from viz_model import CheckpointError
 from viz_model.loading.sources import MAX_UPLOAD_MB
 from viz_model.loading.timeline import PHASE_RISE, load_timeline_upload, phase_change
-from viz_ui.layout import (pick_index, selected_points, set_shared, setup_page, shared_value, shared_widget, show_figure,
+from viz_ui.app.layout import (pick_index, selected_points, set_shared, setup_page, shared_value, shared_widget, show_figure,
                           side_by_side)
-from viz_ui.live_chart import Frames, live_chart_source
-from viz_ui.scrubber import reported_step, step_scrubber
-from viz_ui.state import model_card, upload_hash
-from viz_ui.text import error_line, plain, recoverable
-from viz_ui.timeline_state import (MAX_SESSION_TIMELINES, MAX_VIEW_TOKENS, UPLOAD_PREFIX, add_session_timeline,
+from viz_ui.app.live_chart import Frames, live_chart_source
+from viz_ui.app.scrubber import reported_step, step_scrubber
+from viz_ui.app.state import model_card, upload_hash
+from viz_ui.views.text import error_line, plain, recoverable
+from viz_ui.app.timeline import (MAX_SESSION_TIMELINES, MAX_VIEW_TOKENS, UPLOAD_PREFIX, add_session_timeline,
                                    available_timelines, get_grid_figure, get_grid_frames, get_head_figure,
                                    get_head_frames, get_loss_figure, get_loss_frames, get_scores_figure,
                                    get_step_sample, get_step_view, get_timeline_scores, resolve_timeline, step_window)
-from viz_ui.timeline_view import step_metrics
+from viz_ui.views.timeline import step_metrics
 
 PLAY_SECONDS = 1.0  # one snapshot per tick while playing
 N_NEW = 30  # greedy tokens generated at each step
@@ -143,7 +143,7 @@ def at_step() -> None:
                   play_help=f"Show the next snapshot every {PLAY_SECONDS:g} s, from the step shown; it stops at the "
                             "last one (press again to start over).")
 
-    # the charts follow the scrubber in the browser, from frames of every step in the window (viz_ui/live_chart.py)
+    # the charts follow the scrubber in the browser, from frames of every step in the window (viz_ui/app/live_chart.py)
     if tl.train_loss is None and tl.valid_loss is None:
         st.caption("This timeline records no losses (a folder of step-named checkpoints has none).")
         show_figure(get_scores_figure(key, display, legend_rows), state, "timeline_scores", styled=True,

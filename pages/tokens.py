@@ -2,15 +2,15 @@
 
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.explain import tokenizer_sentence
-from viz_ui.layout import require_trace, setup_page, show_table
-from viz_ui.tables import token_chips_html, token_table
-from viz_ui.text import plain
-from viz_ui.trace import tokenizer_kind
+from viz_ui.analysis.explain import tokenizer_sentence
+from viz_ui.app.layout import require_trace, setup_page, show_table
+from viz_ui.views.tables import token_chips_html, token_table
+from viz_ui.views.text import plain
+from viz_ui.analysis.trace import tokenizer_kind
 
 state = setup_page("Tokens", "The model never sees letters: the tokenizer cuts the text into pieces (tokens) "
                              "and replaces each by its integer id in a fixed vocabulary.")

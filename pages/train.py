@@ -6,19 +6,19 @@ import uuid
 
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
 from viz_model import CheckpointError
 from viz_model.training.live import (REGISTRY, SHIPPED_TEXT, TrainingRefused, TrainSettings, ServerBusy, check_size,
                                      setting)
-from viz_ui.figures import attention_heatmap
-from viz_ui.layout import EXAMPLES, set_shared, setup_page, show_figure, show_link, side_by_side
-from viz_ui.state import add_session_model, upload_hash
-from viz_ui.timeline_state import add_session_timeline
-from viz_ui.text import error_line, plain
-from viz_ui.train_view import loss_figure, model_name, probe_pattern, size_text, status_text
+from viz_ui.views.figures import attention_heatmap
+from viz_ui.app.layout import EXAMPLES, set_shared, setup_page, show_figure, show_link, side_by_side
+from viz_ui.app.state import add_session_model, upload_hash
+from viz_ui.app.timeline import add_session_timeline
+from viz_ui.views.text import error_line, plain
+from viz_ui.views.train import loss_figure, model_name, probe_pattern, size_text, status_text
 
 SOURCES = {"shipped": "the shipped stories (TinyStories, 200 KB)", "paste": "a text you paste",
            "upload": "a .txt file you upload"}

@@ -3,24 +3,24 @@
 import numpy as np
 import streamlit as st
 
-from viz_ui.preload import preload_plotly
+from viz_ui.app.preload import preload_plotly
 
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
-from viz_ui.block import layernorm_stats, residual_norms, top_neurons
-from viz_ui.figures import (attention_grid, attention_heatmap, matrix_heatmap, position_curves, stage_heatmap, topk_bar,
+from viz_ui.analysis.block import layernorm_stats, residual_norms, top_neurons
+from viz_ui.views.figures import (attention_grid, attention_heatmap, matrix_heatmap, position_curves, stage_heatmap, topk_bar,
                             value_bar)
-from viz_ui.generation import next_token_view, shown_bars
-from viz_ui.explain import (ffn_formula, ffn_sentence, input_name, logits_formula, mlp_width, norm_formula, norm_sentence,
+from viz_ui.analysis.generation import next_token_view, shown_bars
+from viz_ui.analysis.explain import (ffn_formula, ffn_sentence, input_name, logits_formula, mlp_width, norm_formula, norm_sentence,
                             output_sentence, positional_sentence, tokenizer_sentence, unit_label)
-from viz_ui.layout import (PAGES, position_window, require_trace, set_shared, setup_page, shared_number, shared_widget,
+from viz_ui.app.layout import (PAGES, position_window, require_trace, set_shared, setup_page, shared_number, shared_widget,
                            show_figure, show_link, show_table)
-from viz_ui.gated_state import logit_lens_gated
-from viz_ui.state import get_positional_table, get_text_scores, get_vocab_labels
-from viz_ui.steps import head_steps, largest_weights
-from viz_ui.tables import score_table, token_chips_html, token_table, topk_table, vector_table
-from viz_ui.text import plain
-from viz_ui.trace import tokenizer_errors, tokenizer_kind
+from viz_ui.app.gated import logit_lens_gated
+from viz_ui.app.state import get_positional_table, get_text_scores, get_vocab_labels
+from viz_ui.analysis.head_steps import head_steps, largest_weights
+from viz_ui.views.tables import score_table, token_chips_html, token_table, topk_table, vector_table
+from viz_ui.views.text import plain
+from viz_ui.analysis.trace import tokenizer_errors, tokenizer_kind
 
 state = setup_page("Guided walkthrough",
                    "From your text to the model's output, one step at a time, with the numbers this model computes now.")

@@ -9,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere: the project's packages
 
 from viz_model import generate, load_model  # noqa: E402
-from viz_ui.generation import continuation_text  # noqa: E402
+from viz_ui.analysis.generation import continuation_text  # noqa: E402
 
 PROMPTS = ["Once upon a time, there was a little girl named Lily.", "Tom and his dog went to the park.",
            "The sun was hot, so"]

@@ -16,7 +16,7 @@ from viz_model import Config, VizTransformer
 from viz_model.tokenizer import train_bpe
 from redis_server import RedisServer
 
-# Pages compute everything as they open, whatever this machine's speed (viz_ui.gate): a test of a gated view sets
+# Pages compute everything as they open, whatever this machine's speed (viz_ui.app.gate): a test of a gated view sets
 # its own threshold (tests/test_gated.py); speed goals go in bench/, never in timed tests.
 os.environ.setdefault("VIZ_GATE_SECONDS", "inf")
 
@@ -68,10 +68,10 @@ def plotly_array(value) -> np.ndarray:
 
 def shown_figures(at, index: int | None = None) -> list[dict]:
     """Every Plotly figure an AppTest page shows, as Plotly JSON: ``st.plotly_chart``'s and the live charts'
-    (viz_ui/live_chart.py). A live chart with frames is shown as the browser draws it at step ``index`` of its
+    (viz_ui/app/live_chart.py). A live chart with frames is shown as the browser draws it at step ``index`` of its
     scrubber (default: the server's step): its figure with that step's frame merged into its traces and layout
     (tests/test_browser.py checks that the browser draws the same)."""
-    from viz_ui.figures import merge_layout
+    from viz_ui.views.figures import merge_layout
     figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     for c in at.get("bidi_component"):
         data = json.loads(c.proto.json)
@@ -88,7 +88,7 @@ def shown_figures(at, index: int | None = None) -> list[dict]:
 def merge_frame(fig: dict, frame: dict) -> dict:
     """A live chart's figure (Plotly JSON) with a frame merged in, as viz_ui/live_chart.js draws it: each trace
     updated by the frame's update of it, the layout as ``update_layout`` would."""
-    from viz_ui.figures import merge_layout
+    from viz_ui.views.figures import merge_layout
     traces = [dict(t, **u) for t, u in zip(fig["data"], frame["data"])] if "data" in frame else fig["data"]
     return dict(fig, data=traces, layout=merge_layout(fig["layout"], frame.get("layout")))
 

@@ -12,7 +12,7 @@ from conftest import ROOT, plotly_array
 from hf_models import build, save, transformers
 from test_app import PAGES, figure_titled
 from viz_model import load_model
-from viz_ui.state import SessionModel
+from viz_ui.app.state import SessionModel
 
 V = 320  # the test tokenizer's vocabulary
 SPECS = {

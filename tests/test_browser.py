@@ -18,8 +18,8 @@ from conftest import ROOT
 from ui_audit import contrast, open_select
 
 from viz_model import load_model
-from viz_ui.layout import EXAMPLES, PAGES
-from viz_ui.trace import token_label
+from viz_ui.app.layout import EXAMPLES, PAGES
+from viz_ui.analysis.trace import token_label
 
 # A shared CI machine's 2 cores run the server, Chromium and the model: an assertion that waits at all waits long enough
 # for a rerun under load (it returns as soon as the page is right).
@@ -139,7 +139,7 @@ def test_step_by_step_and_head_view_pages(server, browser):
 def test_plotly_code_is_fetched_on_a_page_without_charts(server, browser):
     """The cold-start preload: the Tokens page draws no Plotly chart, yet the browser fetches Streamlit's Plotly
     chunk (started before the server imported torch), from this server, successfully."""
-    from viz_ui.preload import PLOTLY_CHUNK
+    from viz_ui.app.preload import PLOTLY_CHUNK
     assert PLOTLY_CHUNK is not None, "Streamlit's Plotly chunk was not found: the preload is a no-op"
     context = browser.new_context()
     page = context.new_page()

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from test_app import figure_titled, figures, open_page
-from viz_ui.generation import StepRecord, next_token_view, salient_head, shown_bars
-from viz_ui.heads import HEAD_THRESHOLD, cell_text_fits, heads_passing, most_salient, salience
+from viz_ui.analysis.generation import StepRecord, next_token_view, salient_head, shown_bars
+from viz_ui.analysis.heads import HEAD_THRESHOLD, cell_text_fits, heads_passing, most_salient, salience
 
 LECTURE = {"lecture": "true"}
 
@@ -46,8 +46,8 @@ def test_cell_numbers_only_where_they_fit():
 
 def test_head_summaries_name_no_head_below_the_threshold():
     from viz_model import load_model
-    from viz_ui.heads import head_scores
-    from viz_ui.trace import run_trace
+    from viz_ui.analysis.heads import head_scores
+    from viz_ui.analysis.trace import run_trace
     at = open_page("pages/heads.py")
     text = " ".join(m.value for m in at.markdown)
     assert f"reaches **{HEAD_THRESHOLD:g}**" in text

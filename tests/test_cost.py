@@ -3,7 +3,7 @@
 import numpy as np
 
 from conftest import small_model
-from viz_ui.cost import attention_cost, quadratic_fit
+from viz_ui.analysis.cost import attention_cost, quadratic_fit
 
 
 def test_attention_cost_measures_quadratic_memory_and_positive_times():

@@ -18,7 +18,7 @@ from viz_model import load_model
 from viz_model.loading.checkpoint import ASSETS
 from viz_model.training.dates import FIRST, FORMATS, N_DAYS, is_held_out, write_date
 from viz_model.seq2seq import exact_match
-from viz_ui.trace import run_trace
+from viz_ui.analysis.trace import run_trace
 
 DATES = ASSETS / "dates-iso.safetensors"
 
@@ -98,7 +98,7 @@ def test_encoder_decoder_page_shows_the_models_own_cross_attention(dates_model):
     dec = figure_titled(at, "Decoder L0 H0: masked scores")
     z = plotly_array(dec["data"][0]["z"])
     assert np.isnan(z[np.triu_indices(len(z), 1)]).all()  # the mask: −∞ cells are left blank
-    from viz_ui.export import trace_npz
+    from viz_ui.views.export import trace_npz
     data = np.load(__import__("io").BytesIO(trace_npz(trace)))
     assert list(data["src_labels"]) == trace.src_labels and data["encoder.blocks.0.attn.hook_pattern"].shape[-1] == len(
         trace.src_ids)

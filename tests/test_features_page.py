@@ -15,7 +15,7 @@ from conftest import ROOT, plotly_array, shown_figures
 from test_app import open_page
 from viz_model import load_model, save_checkpoint
 from viz_model.features import feature_acts, head_contributions, load_dictionary, promoted_tokens, shipped_dictionaries
-from viz_ui.features_state import SESSION_SETS
+from viz_ui.app.features import SESSION_SETS
 
 TEXT = "Once upon a time, there was a little dog named Max. Max loved to play with his red ball in the park."
 

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from conftest import plotly_array
-from viz_ui.figures import (MAX_LABELLED_TICKS, attention_grid, attention_heatmap, grid_block, layer_head_heatmap,
+from viz_ui.views.figures import (MAX_LABELLED_TICKS, attention_grid, attention_heatmap, grid_block, layer_head_heatmap,
                             matrix_heatmap, pca_scatter, pool_blocks, position_curves, position_ticks, style_for_display,
                             topk_bar)
-from viz_ui.numeric import cosine_similarity, entropy_bits, fit_pca
-from viz_ui.tables import token_chips_html, token_table, topk_table
+from viz_ui.analysis.numeric import cosine_similarity, entropy_bits, fit_pca
+from viz_ui.views.tables import token_chips_html, token_table, topk_table
 
 LABELS = ["The", "·cat", "·saw", "·the", "·cat"]  # "·cat" twice: must stay two rows
 
@@ -137,8 +137,8 @@ def test_style_for_display_scales_every_font():
 
 
 def test_the_overview_pooled_one_layer_at_a_time_draws_the_same_figure():
-    from viz_ui.export import pooled_pattern_table
-    from viz_ui.heads import overview_patterns
+    from viz_ui.views.export import pooled_pattern_table
+    from viz_ui.analysis.heads import overview_patterns
     pats = np.random.default_rng(0).random((3, 4, 130, 130)).astype(np.float32)
     arrays = {f"blocks.{i}.attn.hook_pattern": pats[i] for i in range(3)}
     pooled, block = overview_patterns(arrays, 3)
@@ -158,9 +158,9 @@ def test_the_overview_pooled_one_layer_at_a_time_draws_the_same_figure():
 
 @pytest.mark.parametrize("n_tokens", [5, 16, 37, 300])
 def test_the_model_map_from_pooled_mlp_thumbnails_is_the_same_figure(n_tokens):
-    """The landing page keeps each layer's MLP thumbnail (pooled once per text, viz_ui.state.get_mlp_thumbnails)
+    """The landing page keeps each layer's MLP thumbnail (pooled once per text, viz_ui.app.state.get_mlp_thumbnails)
     instead of every layer's [pos, d_mlp] array: the map drawn from them is the map drawn from the arrays."""
-    from viz_ui.overview import model_map, pool_signed, thumbnail_side
+    from viz_ui.views.overview import model_map, pool_signed, thumbnail_side
     rng = np.random.default_rng(n_tokens)
     patterns = rng.random((2, 3, n_tokens, n_tokens)).astype(np.float32)
     x = rng.standard_normal((n_tokens, 8)).astype(np.float32)

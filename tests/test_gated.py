@@ -1,4 +1,4 @@
-"""Costly views behind a button (viz_ui/gate.py), through Streamlit's AppTest on the shipped model with the threshold
+"""Costly views behind a button (viz_ui/app/gate.py), through Streamlit's AppTest on the shipped model with the threshold
 at 0 s (VIZ_GATE_SECONDS=0: every estimate is above it, as on a 1 B model): nothing costly runs as a page opens, a
 click computes it and shows the numbers of the direct call, a cancelled run keeps nothing, and the Cause and effect
 page offers exact and attribution patching and their correlation."""
@@ -13,12 +13,12 @@ import streamlit as st
 import torch
 from streamlit.testing.v1 import AppTest
 
-import viz_ui.gated_state as gated_state
-import viz_ui.intervention_state as intervention_state
+import viz_ui.app.gated as gated_state
+import viz_ui.app.interventions as intervention_state
 from conftest import ROOT, plotly_array
 from viz_model import ablation, load_model, patching
-from viz_ui import gate
-from viz_ui.interventions import metric_for
+from viz_ui.app import gate
+from viz_ui.analysis.interventions import metric_for
 
 TEXT = "Sue gave Tom a red ball. He said"  # 9 tokens: quick sweeps
 MODEL = ROOT / "assets" / "models" / "tinystories-6l.safetensors"

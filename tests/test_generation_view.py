@@ -5,7 +5,7 @@ import torch
 
 from conftest import small_model
 from viz_model import generate
-from viz_ui.generation import attention_rows, continuation_text, is_pattern, next_token_view, record_step
+from viz_ui.analysis.generation import attention_rows, continuation_text, is_pattern, next_token_view, record_step
 
 
 def test_rows_from_the_kv_cache_equal_a_full_rerun():

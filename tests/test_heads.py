@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from conftest import small_model
-from viz_ui.figures import layer_head_heatmap
-from viz_ui.heads import diagonal_score, head_scores, top_heads
-from viz_ui.trace import run_trace
+from viz_ui.views.figures import layer_head_heatmap
+from viz_ui.analysis.heads import diagonal_score, head_scores, top_heads
+from viz_ui.analysis.trace import run_trace
 
 
 def test_diagonal_score_on_hand_made_patterns():

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from viz_ui.headview import head_colour, head_view_svg, svg_height
+from viz_ui.views.head_view import head_colour, head_view_svg, svg_height
 
 NS = "{http://www.w3.org/2000/svg}"
 
@@ -50,7 +50,7 @@ def test_the_view_scales_with_the_lecture_font_and_follows_the_dark_theme():
 
 
 def test_a_window_of_small_weights_gets_a_lower_cutoff_and_relative_opacity():
-    from viz_ui.headview import THRESHOLD, n_lines, readable_threshold
+    from viz_ui.views.head_view import THRESHOLD, n_lines, readable_threshold
     patterns = np.full((2, 4, 4), 0.002)
     patterns[1, 3, 2] = 0.008
     assert n_lines(patterns, [0, 1]) == 0  # at the default cutoff nothing would be drawn
@@ -65,8 +65,8 @@ def test_a_window_of_small_weights_gets_a_lower_cutoff_and_relative_opacity():
 
 def test_the_page_starts_with_one_salient_head_and_offers_no_download_in_lecture_mode():
     from test_app import open_page
-    from viz_ui.heads import salience
-    from viz_ui.state import get_trace
+    from viz_ui.analysis.heads import salience
+    from viz_ui.app.state import get_trace
     at = open_page("pages/head_view.py")
     trace = get_trace("assets/models/tinystories-6l.safetensors", at.text_area(key="text").value)
     best = int(salience(trace.arrays["blocks.0.attn.hook_pattern"]).argmax())

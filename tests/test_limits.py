@@ -19,13 +19,12 @@ from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
 from conftest import ROOT, plotly_array, small_model
 from viz_model import Config, VizTransformer
-from viz_model.components import chunked_attention, masked_scores, \
-from viz_model.loading.limits import attention_bytes, attn_budget_bytes
-    max_tokens_for_budget
-from viz_ui.cost import attention_cost, cost_lengths
-from viz_ui.state import SessionModel
-from viz_ui.text import WORD_JOINER, error_line, plain, recoverable
-from viz_ui.trace import encode_text, run_trace, token_limit, tokenizer_errors
+from viz_model.components import chunked_attention, masked_scores
+from viz_model.loading.limits import attention_bytes, attn_budget_bytes, max_tokens_for_budget
+from viz_ui.analysis.cost import attention_cost, cost_lengths
+from viz_ui.app.state import SessionModel
+from viz_ui.views.text import WORD_JOINER, error_line, plain, recoverable
+from viz_ui.analysis.trace import encode_text, run_trace, token_limit, tokenizer_errors
 
 TINY_MB = "0.002"  # ~2 KB: every attention layer of the small models below works in blocks of rows and heads
 
@@ -126,7 +125,7 @@ MEASURE = textwrap.dedent("""
     import torch
     from viz_model import Config, VizTransformer
     from viz_model.tokenizer import train_bpe
-    from viz_ui.trace import run_trace
+    from viz_ui.analysis.trace import run_trace
 
     def status(key):
         return next(int(l.split()[1]) / 1024 for l in open("/proc/self/status") if l.startswith(key))
@@ -353,8 +352,8 @@ class _FailingDecoder:
 
 
 def test_decoding_failures_become_one_line_value_errors():
-    from viz_ui.generation import continuation_text
-    from viz_ui.seq2seq_view import output_text
+    from viz_ui.analysis.generation import continuation_text
+    from viz_ui.analysis.encoder_decoder import output_text
     with pytest.raises(ValueError, match=r"cannot be decoded \(.*decoder exploded"):
         continuation_text(_FailingDecoder(), [1, 2], [3])
     with pytest.raises(ValueError, match="cannot be decoded") as info:

@@ -255,7 +255,7 @@ def test_the_memory_check_counts_only_what_stays_in_memory(llama_folder, tmp_pat
 
 
 def test_app_settings_from_the_command_line_and_the_environment(monkeypatch):
-    from viz_ui.state import placement_settings
+    from viz_ui.app.state import placement_settings
 
     argv = ["--device-map", "auto", "--max-memory", "cpu=2GB", "--offload-folder", "/tmp/x"]
     assert placement_settings(argv) == {"device_map": "auto", "max_memory": "cpu=2GB", "offload_folder": "/tmp/x"}

@@ -11,7 +11,7 @@ import torch
 from conftest import plotly_array
 from test_app import figure_titled, open_page
 from viz_model import attribution, load_model
-from viz_ui.qk_view import dominant_sentence, grid_frame, term_grid
+from viz_ui.views.qk import dominant_sentence, grid_frame, term_grid
 
 TEXT = "Once upon a time, there was a little girl named Lily. She loved to play in the park with her dog."
 

@@ -178,7 +178,7 @@ def test_an_encoder_decoder_gets_one_line_and_the_moe_model_steers():
 
 def test_an_encoder_is_steered_at_a_position_without_next_token_words(tmp_path, tokenizer):
     from hf_models import bert_config, build, save
-    from viz_ui.state import SessionModel
+    from viz_ui.app.state import SessionModel
     model, _ = load_model(save(build("BertForMaskedLM", bert_config(vocab_size=320, max_position_embeddings=64)),
                                tmp_path / "bert"))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from conftest import small_model
-from viz_ui.steps import future_share, head_steps, largest_weights, unmasked_view, value_contributions
-from viz_ui.tables import score_table
-from viz_ui.trace import run_trace
+from viz_ui.analysis.head_steps import future_share, head_steps, largest_weights, unmasked_view, value_contributions
+from viz_ui.views.tables import score_table
+from viz_ui.analysis.trace import run_trace
 
 TEXT = "Max saw a red ball. Max ran to the ball."
 

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from conftest import ROOT, component_data, plotly_array, report_component_event, shown_figures, small_model
 from viz_model import CheckpointError, load_model, save_checkpoint
 from viz_model.sampling import generate
-from viz_ui.text import plain
+from viz_ui.views.text import plain
 from viz_model.loading.timeline import (load_timeline, load_timeline_upload, log_spaced_steps, phase_change,
                                          read_timeline, write_timeline)
 
@@ -318,8 +318,8 @@ def test_hostile_step_reports_and_an_unrunnable_text_leave_the_page_standing(shi
         assert not at.exception, (value, [e.value for e in at.exception])
         assert component_data(at, "tl_step")["index"] == 5 and at.query_params["train_step"] == str(steps[5]), value
 
-    import viz_ui.live_chart as live_chart
-    import viz_ui.timeline_state as timeline_state
+    import viz_ui.app.live_chart as live_chart
+    import viz_ui.app.timeline as timeline_state
 
     def refuse(*args):
         raise ValueError("the tokenizer cannot encode this text")
@@ -341,8 +341,8 @@ def test_a_frame_on_another_steps_figure_is_that_steps_figure():
     import plotly.io as pio
 
     from conftest import merge_frame
-    from viz_ui.figures import attention_grid, attention_heatmap
-    from viz_ui.timeline_view import grid_frame, head_frame
+    from viz_ui.views.figures import attention_grid, attention_heatmap
+    from viz_ui.views.timeline import grid_frame, head_frame
     rng = np.random.default_rng(0)
     labels = ["<s>", "Tom", " had", " a", " red", " ball", ".", "Tom"] * 8  # 64 tokens: the grid's tiles are pooled
     first, other = (rng.random((2, 3, 64, 64)).astype(np.float32) for _ in range(2))
@@ -365,7 +365,7 @@ def test_a_frame_on_another_steps_figure_is_that_steps_figure():
 
 
 def test_frame_window_and_step_metrics():
-    from viz_ui.timeline_view import frame_window, step_metrics
+    from viz_ui.views.timeline import frame_window, step_metrics
     assert frame_window(5, 40, 10, 1000) == (0, 40)  # everything fits
     assert frame_window(0, 40, 100, 1000) == (0, 10) and frame_window(39, 40, 100, 1000) == (30, 40)
     assert frame_window(20, 40, 100, 1000) == (15, 25) and frame_window(3, 40, 10**6, 10) == (3, 4)  # at least one
@@ -382,7 +382,7 @@ def test_frame_window_and_step_metrics():
 def test_scrubber_colours_are_readable_in_both_themes():
     """Every text colour of the step scrubber is at least 4.5:1 on what it is drawn on (WCAG 2.1 AA)."""
     from ui_audit import contrast
-    from viz_ui.scrubber import BACKGROUNDS, PALETTES
+    from viz_ui.app.scrubber import BACKGROUNDS, PALETTES
 
     def rgb(hex_colour: str) -> str:
         return "rgb({}, {}, {})".format(*(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)))
@@ -399,7 +399,7 @@ def test_figures_built_in_one_pass_equal_figures_styled_afterwards():
     each update): the same figures as building them, updating their layout, then styling them (show_figure)."""
     import plotly.io as pio
 
-    from viz_ui.figures import attention_grid, attention_heatmap, style_for_display
+    from viz_ui.views.figures import attention_grid, attention_heatmap, style_for_display
     rng = np.random.default_rng(0)
     labels = ["<s>", "Tom", " had", " a", " red", " ball", ".", "Tom"]
     pattern = rng.random((2, 3, 8, 8)).astype(np.float32)
@@ -416,7 +416,7 @@ def test_figures_built_in_one_pass_equal_figures_styled_afterwards():
 
 
 def test_timelines_on_the_command_line_and_shipped():
-    from viz_ui.timeline_state import command_line_timelines, shipped_timelines
+    from viz_ui.app.timeline import command_line_timelines, shipped_timelines
     assert command_line_timelines(["--model", "m.safetensors", "--timeline", "runs/mine/", "--timeline", "b.zip"]) == {
         "mine": "runs/mine/", "b.zip": "b.zip"}
     assert shipped_timelines() == {"induction-2l": str(SHIPPED)}
@@ -426,7 +426,7 @@ def test_without_live_charts_the_page_shows_the_same_figures(shipped, monkeypatc
     """Where the server cannot serve Plotly's code for live charts (static serving off, or no writable static/), the
     page shows the step's figures with st.plotly_chart (the losses' figure with the step's marks drawn in) and the
     scrubber reports every step at once, for the server to draw it."""
-    import viz_ui.live_chart as live_chart
+    import viz_ui.app.live_chart as live_chart
     monkeypatch.setattr(live_chart, "live_chart_source", lambda: None)
     data, _ = shipped
     steps = data["steps"]
@@ -450,7 +450,7 @@ def test_without_live_charts_the_page_shows_the_same_figures(shipped, monkeypatc
 
 
 def test_plotly_code_for_live_charts_is_the_plotly_packages_own(tmp_path, monkeypatch):
-    import viz_ui.live_chart as live_chart
+    import viz_ui.app.live_chart as live_chart
     monkeypatch.setattr(live_chart, "STATIC", tmp_path / "static")
     url = live_chart._install()
     name = url.rsplit("/", 1)[1]

@@ -1,4 +1,4 @@
-"""Bounded traces (viz_ui.trace_bounded): a long text on a large model keeps its residual stream and recomputes a
+"""Bounded traces (viz_ui.analysis.trace_bounded): a long text on a large model keeps its residual stream and recomputes a
 block's hooks when read. Every value read from a bounded trace must be the plain capture's, across the families
 of the model, and the bytes it keeps must follow the README's formula. Memory at 1,024 tokens on a 1.24 B model:
 bench/real_size.py --only trace."""
@@ -14,7 +14,7 @@ import torch
 
 from tests.conftest import small_model
 from viz_model.tokenizer import IdTokenizer
-from viz_ui.trace import run_trace
+from viz_ui.analysis.trace import run_trace
 
 FAMILIES = {
     "gpt2": dict(),
@@ -52,7 +52,7 @@ def test_every_value_of_a_bounded_trace_is_the_plain_captures(family):
     for pos in (0, 3, len(want) - 2):  # computed on read from the last residual, one position at a time
         np.testing.assert_allclose(got[pos], want[pos], rtol=1e-5, atol=1e-5 * np.abs(want[pos]).max())
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
-    from viz_ui.moe_view import kl_bits  # the MoE page compares every position's output
+    from viz_ui.views.moe import kl_bits  # the MoE page compares every position's output
     assert np.abs(kl_bits(got, want)).max() < 1e-6
 
 
@@ -81,7 +81,7 @@ def test_mask_positions_keep_their_logits_as_computed():
 
 
 def test_the_bytes_follow_the_formula_and_the_cache_stays_bounded(monkeypatch):
-    from viz_ui.trace import bounded_bytes
+    from viz_ui.analysis.trace import bounded_bytes
     model = small_model(**FAMILIES["llama"])
     cfg = model.cfg
     plain, bounded = _pair(model)
@@ -112,7 +112,7 @@ def test_the_bytes_follow_the_formula_and_the_cache_stays_bounded(monkeypatch):
 
 
 def test_the_app_recomputes_with_the_live_model_and_pickles_without_it():
-    from viz_ui.state import TraceModel
+    from viz_ui.app.state import TraceModel
     model = small_model()
     ref = TraceModel(model, "some/path")
     assert ref() is model
@@ -121,7 +121,7 @@ def test_the_app_recomputes_with_the_live_model_and_pickles_without_it():
 
 
 def test_the_cache_keeps_the_layers_last_read(monkeypatch):
-    import viz_ui.trace as trace_module
+    import viz_ui.analysis.trace as trace_module
     monkeypatch.setattr(trace_module, "MAX_CACHED_LAYERS", 2)
     model = small_model(n_layers=4)
     calls = []
@@ -136,7 +136,7 @@ def test_the_cache_keeps_the_layers_last_read(monkeypatch):
 
 
 def test_a_bounded_trace_survives_a_pickle_and_exports(monkeypatch):
-    from viz_ui.export import trace_npz
+    from viz_ui.views.export import trace_npz
     model = small_model(**FAMILIES["gpt2"])
     plain, bounded = _pair(model)
     bounded.arrays["blocks.1.mlp.hook_post"]  # fills the cache, which a pickle leaves out

@@ -1,7 +1,7 @@
 """Scores that find known kinds of attention heads, computed from a model's own attention patterns (as in
 TransformerLens' head detectors and Olsson et al., 2022, "In-context Learning and Induction Heads").
 
-One implementation for the app's head summaries (:mod:`viz_ui.heads`) and the training timelines
+One implementation for the app's head summaries (:mod:`viz_ui.analysis.heads`) and the training timelines
 (:mod:`viz_model.loading.timeline`).
 """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from viz_ui.text import error_line, plain
+from viz_ui.views.text import error_line, plain
 from viz_ui.classroom import ClassStoreUnavailable, class_store
 from viz_ui.classroom.reveal import MAX_BARS, answer_probabilities, normalise_answer, reveal_figure, top_answers
 from viz_ui.classroom.session import ClassSession, current, store_error
@@ -156,7 +156,7 @@ def _model_side(path: str, text: str, answers: tuple[str, ...]) -> tuple[list[tu
     likely next tokens ``(label, probability)`` (computed once per server for a whole class)."""
     import numpy as np
 
-    from viz_ui.state import get_trace, get_vocab_labels, resolve
+    from viz_ui.app.state import get_trace, get_vocab_labels, resolve
     model, tokenizer = resolve(path)
     trace = get_trace(path, text)
     if trace.is_encoder_decoder or type(tokenizer).__name__ == "IdTokenizer":
@@ -171,8 +171,8 @@ def _model_side(path: str, text: str, answers: tuple[str, ...]) -> tuple[list[tu
 
 
 def _reveal(cls: ClassSession, question: dict, state) -> None:
-    from viz_ui.layout import show_figure
-    from viz_ui.state import available_models
+    from viz_ui.app.layout import show_figure
+    from viz_ui.app.state import available_models
     try:
         tally = class_store().tally(cls.code, question["id"])
     except (KeyError, ValueError, ClassStoreUnavailable, OSError) as exc:

@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots
 
 from viz_model import VizTransformer
 
-from viz_ui.figures import _layout, _plain
+from viz_ui.views.figures import _layout, _plain
 
 MAX_BARS = 12  # the most frequent answers drawn; the rest are counted as "other answers"
 MAX_ANSWER = 200  # characters: the store's bound on an answer

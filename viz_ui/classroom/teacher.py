@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from viz_ui.text import plain
+from viz_ui.views.text import plain
 from viz_ui.classroom import ClassStoreUnavailable, class_store
 from viz_ui.classroom.qr import qr_png
 from viz_ui.classroom.session import ClassSession, current, current_page, leave, say, start, store_error
@@ -116,7 +116,7 @@ def _join_screen(link: str, code: str) -> None:
 
 def publish_view(first: bool = False) -> None:
     """The teacher's session publishes its view when it differs from the last one published (a dict compare: called
-    after every figure, :func:`viz_ui.layout.show_link`). ``first``: the run's first call (end of ``setup_page``),
+    after every figure, :func:`viz_ui.app.layout.show_link`). ``first``: the run's first call (end of ``setup_page``),
     before the page drew its own widgets: a view of another page is then left for the page's next call (or the
     next tick), so that a page change reaches the students as one view, not two. Nothing for a non-teacher."""
     cls = current()

@@ -1,4 +1,4 @@
-"""Where class mode enters the page (called from viz_ui.layout): the Classroom expander's controls, the bar above
+"""Where class mode enters the page (called from viz_ui.app.layout): the Classroom expander's controls, the bar above
 the page, the question area, and publishing the teacher's view."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def class_bar() -> None:
     banner and poll."""
     message = st.session_state.pop(MESSAGE, None)
     if message:
-        st.warning(message, icon=":material/school:")  # already plain text (viz_ui.text.plain where it quotes input)
+        st.warning(message, icon=":material/school:")  # already plain text (viz_ui.views.text.plain where it quotes input)
     cls = current()
     if cls is None:
         return

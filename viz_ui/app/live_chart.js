@@ -1,0 +1,176 @@
+// A Plotly chart that stays in the page and is updated in place (Plotly.react) when the server sends it a new
+// figure: Streamlit's own Plotly element draws every changed figure as a new chart, twice (viz_ui/app/live_chart.py).
+// A chart with frames follows a step scrubber (viz_ui/scrubber.js) in the browser: the scrubber announces its step
+// on a channel (window.__vizSteps[channel] and a "viz-step" event) and the chart draws that step's frame at once.
+// Plotly's code is the plotly Python package's own plotly.min.js, served by this app (app/static/), loaded once per
+// browser tab and shared by every live chart.
+
+function loadPlotly(src) {
+  if (window.Plotly) return Promise.resolve(window.Plotly);
+  if (!window.__vizPlotly) {
+    window.__vizPlotly = new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = new URL(src, document.baseURI).href;
+      script.onload = () => (window.Plotly ? resolve(window.Plotly) : reject(new Error("no Plotly in " + src)));
+      script.onerror = () => {
+        window.__vizPlotly = undefined; // the next figure tries again
+        script.remove();
+        reject(new Error("Plotly's code could not be loaded from " + src));
+      };
+      document.head.appendChild(script);
+    });
+  }
+  return window.__vizPlotly;
+}
+
+// Streamlit's charts have a fullscreen button in their mode bar; so do these (Font Awesome's "expand" and
+// "compress" icons, CC BY 4.0, as Streamlit's)
+const EXPAND = {width: 448, height: 512, path: "M32 32C14.3 32 0 46.3 0 64v96c0 17.7 14.3 32 32 32s32-14.3 32-32V96h64c17.7 0 32-14.3 32-32s-14.3-32-32-32H32zM64 352c0-17.7-14.3-32-32-32s-32 14.3-32 32v96c0 17.7 14.3 32 32 32h96c17.7 0 32-14.3 32-32s-14.3-32-32-32H64V352zM320 32c-17.7 0-32 14.3-32 32s14.3 32 32 32h64v64c0 17.7 14.3 32 32 32s32-14.3 32-32V64c0-17.7-14.3-32-32-32H320zM448 352c0-17.7-14.3-32-32-32s-32 14.3-32 32v64H320c-17.7 0-32 14.3-32 32s14.3 32 32 32h96c17.7 0 32-14.3 32-32V352z"};
+const COMPRESS = {width: 448, height: 512, path: "M160 64c0-17.7-14.3-32-32-32s-32 14.3-32 32v64H32c-17.7 0-32 14.3-32 32s14.3 32 32 32h96c17.7 0 32-14.3 32-32V64zM32 320c-17.7 0-32 14.3-32 32s14.3 32 32 32H96v64c0 17.7 14.3 32 32 32s32-14.3 32-32V352c0-17.7-14.3-32-32-32H32zM352 64c0-17.7-14.3-32-32-32s-32 14.3-32 32v96c0 17.7 14.3 32 32 32h96c17.7 0 32-14.3 32-32s-14.3-32-32-32H352V64zM320 320c-17.7 0-32 14.3-32 32v96c0 17.7 14.3 32 32 32s32-14.3 32-32V384h64c17.7 0 32-14.3 32-32s-14.3-32-32-32H320z"};
+
+function withScreen(div, layout) {
+  // in fullscreen the chart fills the screen; otherwise the figure's own height and the column's width
+  return document.fullscreenElement === div ? {...layout, width: window.innerWidth, height: window.innerHeight} : layout;
+}
+
+function fullscreenButton(div) {
+  const full = document.fullscreenElement === div;
+  return {
+    name: full ? "Close fullscreen" : "Fullscreen",
+    title: full ? "Close fullscreen" : "Fullscreen",
+    icon: full ? COMPRESS : EXPAND,
+    click: () => (full ? document.exitFullscreen() : div.requestFullscreen()),
+  };
+}
+
+const plain = v => v && typeof v === "object" && !Array.isArray(v) && !("bdata" in v);
+
+function merge(base, update) {
+  // ``base`` updated as plotly.py's update_layout does: nested objects merged, anything else (lists, typed arrays)
+  // replaced
+  const out = {...base};
+  for (const [key, value] of Object.entries(update || {})) {
+    out[key] = plain(value) && plain(out[key]) ? merge(out[key], value) : value;
+  }
+  return out;
+}
+
+function paths(update, prefix = "", out = {}) {
+  // the same update as Plotly.relayout's attribute paths ("title.text"): nested objects kept, lists replaced
+  for (const [key, value] of Object.entries(update || {})) {
+    if (plain(value)) paths(value, `${prefix}${key}.`, out);
+    else out[prefix + key] = value;
+  }
+  return out;
+}
+
+function stepOf(div) {
+  // the step this chart shows: the scrubber's (announced on its channel), else the server's
+  const shown = div.__vizShown;
+  const steps = window.__vizSteps || {};
+  return shown.channel && shown.channel in steps ? steps[shown.channel] : shown.index;
+}
+
+function frameOf(shown, index) {
+  const k = index - shown.first;
+  return shown.frames && k >= 0 && k < shown.frames.length ? shown.frames[k] : null;
+}
+
+function draw(Plotly, div) {
+  // the whole figure with the frame of its step; the frame's layout only when nothing else changed since
+  const shown = div.__vizShown;
+  const index = shown.frames ? stepOf(div) : null;
+  const frame = shown.frames ? frameOf(shown, index) : null;
+  const waiting = Boolean(shown.frames) && !frame; // a step the server has not sent yet: the last one stays, faded
+  div.classList.toggle("viz-live-waiting", waiting);
+  if (waiting && div.__vizDrawn) return Promise.resolve();
+  const now = {revision: shown.revision, frames: shown.framesRevision, full: document.fullscreenElement === div,
+               step: frame ? index : null};
+  const last = div.__vizDrawn;
+  const same = last && last.revision === now.revision && last.frames === now.frames && last.full === now.full;
+  div.__vizDrawn = now;
+  if (same && last.step === now.step) return Promise.resolve();
+  // another step of a chart whose frames change its layout only (the losses' marks): moved, not drawn again
+  if (same && last.step !== null && frame && !frame.data) return Plotly.relayout(div, paths(frame.layout));
+  const {figure, config} = shown;
+  const data = frame && frame.data ? figure.data.map((t, k) => (frame.data[k] ? {...t, ...frame.data[k]} : t)) : figure.data;
+  const layout = merge(figure.layout, frame ? frame.layout : null);
+  const buttons = config.displayModeBar === false ? [] : [fullscreenButton(div)];
+  // a new data revision tells Plotly that the arrays changed; the same one, that they did not (nothing recomputed)
+  const revision = `${shown.revision}:${frame && frame.data ? index : ""}`;
+  return Plotly.react(div, data, {...withScreen(div, layout), datarevision: revision},
+                      {...config, modeBarButtonsToAdd: buttons});
+}
+
+function redraw(div) {
+  // draw the latest state once Plotly is here and the last drawing is done (a step that moved meanwhile is drawn
+  // next, the ones in between skipped)
+  if (div.__vizBusy) {
+    div.__vizAgain = true;
+    return;
+  }
+  div.__vizBusy = true;
+  loadPlotly(div.__vizShown.src)
+    .then(Plotly => draw(Plotly, div).then(() => {
+      const shown = div.__vizShown;
+      if (shown.clickable && !div.__vizClick) {
+        div.__vizClick = true;
+        div.on("plotly_click", event => {
+          const p = event.points[0];
+          div.__vizSend("click", {curve_number: p.curveNumber, point_index: p.pointIndex, x: p.x, y: p.y});
+        });
+      }
+    }))
+    .catch(error => {
+      div.textContent = `This figure cannot be drawn: ${error.message}`;
+      div.__vizDrawn = undefined;
+    })
+    .finally(() => {
+      div.__vizBusy = false;
+      if (div.__vizAgain) {
+        div.__vizAgain = false;
+        redraw(div);
+      }
+    });
+}
+
+export default function (component) {
+  const {data, parentElement, setTriggerValue} = component;
+  let div = parentElement.querySelector(":scope > .viz-live-chart");
+  if (!div) {
+    div = document.createElement("div");
+    div.className = "viz-live-chart";
+    div.dataset.testid = "vizLiveChart";
+    parentElement.appendChild(div);
+    // Plotly follows the window's size; the column's width also changes when the sidebar opens or closes
+    let width = 0;
+    div.__vizResize = new ResizeObserver(entries => {
+      const w = Math.round(entries[0].contentRect.width);
+      if (w && w !== width && div._fullLayout) window.Plotly.Plots.resize(div);
+      width = w;
+    });
+    div.__vizResize.observe(div);
+    div.addEventListener("fullscreenchange", () => redraw(div));
+    div.__vizOnStep = event => {
+      const shown = div.__vizShown;
+      if (shown && shown.channel && event.detail.channel === shown.channel) redraw(div);
+    };
+    window.addEventListener("viz-step", div.__vizOnStep);
+  }
+  div.__vizSend = setTriggerValue; // clicks go through the latest mount's callbacks
+  const shown = div.__vizShown;
+  const figure = shown && shown.revision === data.revision ? shown.figure : JSON.parse(data.figure);
+  const frames = !data.frames ? null
+    : shown && shown.framesRevision === data.framesRevision ? shown.frames : JSON.parse(data.frames);
+  div.style.minHeight = `${figure.layout.height || 450}px`; // no jump while Plotly's code loads
+  div.__vizShown = {figure, config: data.config, src: data.src, revision: data.revision, clickable: data.clickable,
+                    channel: data.channel, index: data.index, first: data.first, frames,
+                    framesRevision: data.framesRevision};
+  if (shown && JSON.stringify(shown.config) !== JSON.stringify(data.config)) div.__vizDrawn = undefined;
+  redraw(div);
+  return () => {
+    div.__vizResize.disconnect();
+    window.removeEventListener("viz-step", div.__vizOnStep);
+    if (window.Plotly) window.Plotly.purge(div);
+  };
+}

@@ -1,0 +1,121 @@
+"""A Plotly chart redrawn in place: for figures that change at every move of a slider (the timeline's step).
+
+Streamlit's Plotly element gives a chart whose figure changed a new identity: the browser throws the old chart
+away and draws a new one, twice (once before its width is known, then at the real width). This Streamlit component
+(``st.components.v2``, in the page's own DOM, no iframe) keeps one Plotly chart per key and hands each new figure to
+``Plotly.react``, which redraws only what changed. A chart given :class:`Frames` follows a step scrubber
+(:mod:`viz_ui.app.scrubber`) in the browser: it holds a frame of every step and redraws from it as soon as the step
+moves there, with no round trip to the server (bench/timeline.py). Plotly's code is the plotly package's own
+``plotly.min.js`` (the version its figures are written for), copied into the app's ``static/`` folder and served by
+Streamlit's static file serving (``server.enableStaticServing`` in .streamlit/config.toml): nothing is fetched from
+the internet.
+
+Where that cannot be done (static serving off, the folder not writable), :func:`live_chart_source` returns None
+and callers fall back to ``st.plotly_chart``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import plotly
+import plotly.graph_objects as go
+import plotly.io
+import streamlit as st
+
+ROOT = Path(__file__).resolve().parents[2]
+STATIC = ROOT / "static"  # Streamlit serves the folder beside the main script (app.py) as app/static/
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+_JS = (Path(__file__).with_name("live_chart.js")).read_text(encoding="utf-8")
+# Plotly's CSS is global: no shadow root. A chart waiting for the frames of a step is faded.
+_CSS = ".viz-live-chart.viz-live-waiting{opacity:0.35;transition:opacity 0.15s}"
+_COMPONENT = st.components.v2.component("viz_live_chart", js=_JS, css=_CSS, isolate_styles=False)
+
+
+def _install() -> str | None:
+    """Copy plotly.min.js into :data:`STATIC` under a name with plotly's version (a new version is a new URL, so a
+    browser never runs a cached older copy) unless it is there; its URL relative to the app's pages, or None."""
+    name = f"plotly-{plotly.__version__}.min.js"
+    target = STATIC / name
+    try:
+        if not target.is_file() or target.stat().st_size != PLOTLY_JS.stat().st_size:
+            STATIC.mkdir(exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=STATIC, suffix=".part", delete=False) as tmp:
+                with PLOTLY_JS.open("rb") as src:
+                    shutil.copyfileobj(src, tmp)
+            os.chmod(tmp.name, 0o644)
+            os.replace(tmp.name, target)  # atomic: another session never serves half a file
+    except OSError:
+        return None
+    return f"app/static/{name}"
+
+
+_SOURCE: str | None | bool = False  # not looked at yet
+
+
+def live_chart_source() -> str | None:
+    """The URL (relative to the page) of Plotly's code for live charts, or None when this server cannot serve it
+    (``server.enableStaticServing`` off, or the static folder not writable): then show figures with
+    ``st.plotly_chart``."""
+    global _SOURCE
+    if not st.get_option("server.enableStaticServing"):
+        return None
+    if _SOURCE is False:
+        _SOURCE = _install()
+    return _SOURCE
+
+
+@dataclass(frozen=True)
+class Frames:
+    """The frames of a live chart that follows a step scrubber (:mod:`viz_ui.app.scrubber`) in the browser: a step
+    change there redraws the chart from its frame at once, with no round trip to the server.
+
+    ``figure``: the figure every frame is drawn on (keep it the same between reruns where it can be: a new one is
+    drawn again in full). ``json``: a JSON list of frames for the steps ``first, first + 1, ...``, each
+    ``{"data": [update of trace 0, update of trace 1, ...], "layout": update}``, merged into the figure's traces
+    and layout as ``fig.update_traces``/``fig.update_layout`` would (numbers as Plotly's typed arrays,
+    :func:`viz_ui.views.figures.typed_array`; every frame of a chart with the same keys). ``channel``: the scrubber's key; ``index``: the
+    step the server shows (drawn until the scrubber announces one)."""
+
+    figure: go.Figure
+    channel: str
+    index: int
+    first: int
+    count: int
+    json: str
+
+
+def live_chart(fig: go.Figure, config: dict, key: str, on_click=None, frames: Frames | None = None) -> dict | None:
+    """Draw ``fig`` in the live chart ``key`` (the same key at every rerun: the browser keeps the chart and
+    updates it in place). ``config``: Plotly's config (mode bar, export). ``on_click``: a callback run when a
+    point is clicked; it reads :func:`clicked_point`. ``frames``: draw ``frames.figure`` with the frame of the step
+    the scrubber ``frames.channel`` shows (``fig`` is not sent): the browser redraws the chart from the next
+    frame as soon as the step changes there (Plotly.react with the new arrays; a frame that changes the layout only
+    is drawn with Plotly.relayout, a few ms); a step without a frame here shows the chart faded until the server
+    sends frames that hold it.
+
+    Returns:
+        The component's result (``.click`` is the last click, for one rerun), or None when live charts are not
+        available (see :func:`live_chart_source`; nothing was drawn).
+    """
+    src = live_chart_source()
+    if src is None:
+        return None
+    figure = plotly.io.to_json(fig if frames is None else frames.figure, validate=False)
+    data = {"figure": figure, "config": config, "src": src, "clickable": on_click is not None,
+            "revision": str(hash(figure))}
+    if frames is not None:
+        data.update(channel=frames.channel, index=frames.index, first=frames.first, count=frames.count, frames=frames.json,
+                    framesRevision=str(hash(frames.json)))
+    return _COMPONENT(key=key, data=data, on_click_change=on_click or (lambda: None))
+
+
+def clicked_point(key: str) -> dict | None:
+    """The point clicked in the live chart ``key`` during this rerun: ``{"curve_number", "point_index", "x", "y"}``
+    as Plotly reports them, or None."""
+    result = st.session_state.get(key)
+    return None if result is None else result.get("click")

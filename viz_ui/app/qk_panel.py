@@ -1,0 +1,109 @@
+"""The "Why this score?" section of the attention and step-by-step pages: one cell's QK attribution (a query source
+× key source heatmap of the largest terms, their total beside the model's score, a sentence naming the largest) and
+which sources drive the head's pattern for the query (:mod:`viz_ui.views.qk` computes, this draws)."""
+
+from __future__ import annotations
+
+import math
+
+import streamlit as st
+
+from viz_model import attribution
+from viz_model.tokenizer import IdTokenizer
+
+from viz_ui.views.figures import _plain as fig_text
+from viz_ui.analysis.interventions import prompt_of
+from viz_ui.app.layout import AppState, pick_index, set_shared, show_code, show_figure
+from viz_ui.app.gate import costly
+from viz_ui.views.qk import dominant_sentence, grid_frame, qk_code, qk_copies, qk_heatmap, qk_views, source_words, term_grid, top_pairs
+from viz_ui.app.state import estimate_seconds
+from viz_ui.views.text import plain
+from viz_ui.analysis.trace import Trace
+
+
+def pick_key(container, trace: Trace, layer: int, head: int, query: int) -> int:
+    """The key position of the QK attribution, kept in the link as ``key`` (default: the key this head's query
+    attends to most)."""
+    n = trace.n_tokens
+    strongest = int(trace.arrays[f"blocks.{layer}.attn.hook_pattern"][head][query].argmax())
+    return pick_index(container, "Key token (the one looked at)", "key", n, strongest,
+                      lambda i: f"{i} {trace.labels[i]}")
+
+
+def cell_click(select_key: str):
+    """An ``on_select`` callback for an attention heatmap drawn with ``clickable=True``: the clicked cell's query and
+    key become the shared ``query`` and ``key``."""
+    def pick() -> None:
+        points = st.session_state[select_key].selection.points
+        if points and points[0].get("curve_number") == 1:  # the clickable cell points, not the heatmap
+            set_shared("query", int(points[0]["y"]))
+            set_shared("key", int(points[0]["x"]))
+    return pick
+
+
+def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int, key: int, page: str) -> None:
+    """Draw the section for the cell (``query``, ``key``) of head ``head`` in layer ``layer``; ``page`` names the
+    figures' files. An unsupported model gets its one-line reason."""
+    model, cfg = state.model, state.model.cfg
+    q_label, k_label = plain(trace.labels[query]), plain(trace.labels[key])
+    st.subheader(f"Why this score? Layer {layer}, head {head}: {query} {q_label} → {key} {k_label}")
+    try:
+        attribution.check_qk_supported(model, layer, head)
+    except ValueError as exc:
+        st.info(f"QK attribution is not shown for this model: {exc}.", icon=":material/info:")
+        return
+    st.markdown(
+        "The score is q·k, and both q and k are sums: the residual stream at each token is the sum of what every "
+        "earlier part wrote into it (the token and position embeddings, each head's output, each MLP's output), and "
+        "the layer's norm (its scale frozen at this run's value), W_Q / W_K"
+        + (" and the rotation of each position" if cfg.positional == "rotary" else "")
+        + " are linear. So the score splits exactly into one term per pair: (a source at the query) × (a source at "
+        "the key). Each cell below is one such term, in score units.")
+    score = float(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head][query, key])
+    if not math.isfinite(score):
+        st.info(f"Key {key} is hidden from query {query} by the "
+                + ("causal mask (it comes later)" if key > query and cfg.causal else "sliding window")
+                + ": its weight is 0. The terms below split the score the mask replaced with −∞.",
+                icon=":material/visibility_off:")
+    bounded = getattr(trace.arrays, "layers", None) is not None
+    estimate = estimate_seconds(state.model_path, state.text, qk_copies(model, trace.n_tokens, layer, bounded))
+    found = costly("qk_attribution", (state.model_path, state.text, layer, head, query, key), estimate,
+                   lambda progress: qk_views(model, trace, layer, head, query, key), "Split this score by source")
+    if found is None:
+        return
+    terms, summary = found
+    total = sum(terms.values())
+    grid = term_grid(terms)
+    cap = cfg.attn_softcap
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Sum of the terms", f"{total:.4f}")
+    c2.metric("The model's score (hook_attn_scores)", f"{score:.4f}" if math.isfinite(score) else "−∞ (masked)")
+    if cap is not None:
+        c3.metric(f"c·tanh(sum / c), c = {cap:g}", f"{cap * math.tanh(total / cap):.4f}")
+        st.caption(attribution.qk_note(model).capitalize() + ".")
+    elif grid.rel_pos is not None:
+        c3.metric("of which the relative position bias", f"{grid.rel_pos:.4f}")
+    st.markdown(dominant_sentence(terms, total))
+    title = f"Score {query} {fig_text(trace.labels[query])} → {key} {fig_text(trace.labels[key])} by source"
+    show_figure(qk_heatmap(grid, title), state, f"qk_{page}_L{layer}_H{head}_q{query}_k{key}",
+                data=lambda: grid_frame(grid))
+    st.caption(f"{len(terms)} terms in all; “other” sums the sources not named; the grid's cells sum to "
+               f"{float(grid.values.sum()):.4f}"
+               + (f", plus the relative position bias {grid.rel_pos:.4f}" if grid.rel_pos is not None else "")
+               + ". Sources: embed = token embedding, pos_embed = position embedding, LlHh = a head's output, "
+               "Ll.mlp = an MLP's output, Ll.attn_bias = b_O, bias = the norm's offset and b_Q (query) or b_K (key).")
+
+    st.markdown(f"**The head as a whole, for query {query} ({q_label}):** each term weighted by the attention the "
+                "query gives each key, summed over the keys it sees: which sources drive this head's pattern.")
+    pairs = top_pairs(summary, 3)
+    st.markdown("Largest: " + "; ".join(f"{source_words(a, 'query')} at the query × {source_words(b, 'key')} at the "
+                                        f"key ({v:+.3f})"
+                                        for a, b, v in pairs) + ".")
+    summary_grid = term_grid(summary)
+    show_figure(qk_heatmap(summary_grid, f"L{layer}H{head}, query {query} {fig_text(trace.labels[query])}: "
+                           "weighted by its pattern"), state, f"qk_head_{page}_L{layer}_H{head}_q{query}",
+                data=lambda: grid_frame(summary_grid))
+    show_code(state, f"qk_attribution_{page}",
+              lambda: qk_code(state.model_path, state.text, prompt_of(trace), not isinstance(state.tokenizer, IdTokenizer),
+                              trace.truncated, layer, head, query, key))
+
