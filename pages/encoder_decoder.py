@@ -15,7 +15,7 @@ from viz_ui.analysis.encoder_decoder import cross_patterns, output_text
 from viz_ui.app.gated import sampled_output_gated
 from viz_ui.app.state import available_models, encoder_decoder_names, get_vocab_labels
 from viz_ui.views.tables import token_chips_html, topk_table
-from viz_ui.views.text import plain
+from viz_ui.analysis.text import plain
 
 state = setup_page("Encoder-decoder & cross-attention",
                    "The original transformer: an encoder reads the whole source at once (no mask), a decoder writes "

@@ -20,7 +20,7 @@ from viz_ui.views.figures import value_bar
 from viz_ui.app.layout import (pick_index, require_trace, set_shared, setup_page, shared_number, show_code,
                            show_figure, show_table, side_by_side)
 from viz_ui.app.state import get_vocab_labels
-from viz_ui.views.text import plain
+from viz_ui.analysis.text import plain
 
 state = setup_page("Features (sparse dictionaries)",
                    "A sparse dictionary rewrites one layer's activation as a sum of a few features out of thousands, "

@@ -14,7 +14,7 @@ from viz_ui.app.qk_panel import pick_key, qk_section
 from viz_ui.analysis.rotary import longrope_words
 from viz_ui.analysis.head_steps import head_steps, largest_weights, value_contributions
 from viz_ui.views.tables import score_table, vector_table
-from viz_ui.views.text import plain
+from viz_ui.analysis.text import plain
 
 state = setup_page("One head, step by step",
                    "Follow one attention head from its input to what it adds to the residual stream, "

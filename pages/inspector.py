@@ -19,7 +19,7 @@ from viz_ui.analysis.inspector import architecture_table, parameter_table
 from viz_ui.app.layout import set_shared, setup_page, show_figure, show_link
 from viz_ui.app.gated import weight_stats_gated
 from viz_ui.app.state import MAX_SESSION_MODELS, add_session_model, load_settings, session_models, upload_hash
-from viz_ui.views.text import error_line, plain, recoverable
+from viz_ui.analysis.text import error_line, plain, recoverable
 
 state = setup_page("Model inspector & upload",
                    "What the chosen model is made of, and a place to load your own checkpoint: a nanoGPT ckpt.pt, a "

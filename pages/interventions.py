@@ -29,7 +29,7 @@ from viz_ui.app.layout import (MAX_CHARS, pick_index, require_trace, set_shared,
                            show_link, show_table, side_by_side)
 from viz_ui.analysis.encoder_decoder import output_text
 from viz_ui.app.state import get_trace, get_vocab_labels
-from viz_ui.views.text import plain
+from viz_ui.analysis.text import plain
 from viz_model.tokenizer import IdTokenizer
 
 TITLES = {"resid_pre": "Patching the residual stream entering each layer (resid_pre)",

@@ -19,7 +19,7 @@ from viz_ui.views.moe import (Routing, compare_bar, dense_weights, effect_by_pos
                              routing_from_arrays, routing_map, softmax)
 from viz_ui.app.gated import moe_intervention_gated
 from viz_ui.app.state import available_models, get_vocab_labels, moe_model_names
-from viz_ui.views.text import plain
+from viz_ui.analysis.text import plain
 
 state = setup_page("Mixture of experts",
                    "In a mixture-of-experts model each block has several feed-forward networks (experts) and a router "

@@ -14,7 +14,7 @@ from viz_ui.app.layout import (pick_index, require_trace, set_shared, setup_page
                            show_figure, show_link, show_table)
 from viz_ui.app.state import get_vocab_labels
 from viz_ui.views.tables import kv_table, steps_table, topk_table
-from viz_ui.views.text import plain
+from viz_ui.analysis.text import plain
 
 state = setup_page("Output probabilities",
                    "At every position the model's output head turns the last layer's vector into one score (logit) "

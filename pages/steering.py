@@ -22,7 +22,7 @@ from viz_ui.app.state import get_trace, get_vocab_labels
 from viz_ui.app.steering import (N_NEW, Direction, ablate_gated, feature_direction, get_contrastive, steer_gated)
 from viz_ui.views.steering import (compare_bars, compare_table, continuation_frame, kl_figure, strongest_features,
                                   top_change_words)
-from viz_ui.views.text import error_line, plain
+from viz_ui.analysis.text import error_line, plain
 from viz_model.tokenizer import IdTokenizer
 
 ALPHA_MAX = 10.0  # the slider's range, in the direction's unit

@@ -16,7 +16,7 @@ from viz_ui.app.layout import (pick_index, selected_points, set_shared, setup_pa
 from viz_ui.app.live_chart import Frames, live_chart_source
 from viz_ui.app.scrubber import reported_step, step_scrubber
 from viz_ui.app.state import model_card, upload_hash
-from viz_ui.views.text import error_line, plain, recoverable
+from viz_ui.analysis.text import error_line, plain, recoverable
 from viz_ui.app.timeline import (MAX_SESSION_TIMELINES, MAX_VIEW_TOKENS, UPLOAD_PREFIX, add_session_timeline,
                                    available_timelines, get_grid_figure, get_grid_frames, get_head_figure,
                                    get_head_frames, get_loss_figure, get_loss_frames, get_scores_figure,

@@ -9,7 +9,7 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 from viz_ui.analysis.explain import tokenizer_sentence
 from viz_ui.app.layout import require_trace, setup_page, show_table
 from viz_ui.views.tables import token_chips_html, token_table
-from viz_ui.views.text import plain
+from viz_ui.analysis.text import plain
 from viz_ui.analysis.trace import tokenizer_kind
 
 state = setup_page("Tokens", "The model never sees letters: the tokenizer cuts the text into pieces (tokens) "

@@ -17,7 +17,7 @@ from viz_ui.views.figures import attention_heatmap
 from viz_ui.app.layout import EXAMPLES, set_shared, setup_page, show_figure, show_link, side_by_side
 from viz_ui.app.state import add_session_model, upload_hash
 from viz_ui.app.timeline import add_session_timeline
-from viz_ui.views.text import error_line, plain
+from viz_ui.analysis.text import error_line, plain
 from viz_ui.views.train import loss_figure, model_name, probe_pattern, size_text, status_text
 
 SOURCES = {"shipped": "the shipped stories (TinyStories, 200 KB)", "paste": "a text you paste",

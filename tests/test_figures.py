@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from conftest import plotly_array
-from viz_ui.views.figures import (MAX_LABELLED_TICKS, attention_grid, attention_heatmap, grid_block, layer_head_heatmap,
-                            matrix_heatmap, pca_scatter, pool_blocks, position_curves, position_ticks, style_for_display,
+from viz_ui.analysis.numeric import grid_block, pool_blocks
+from viz_ui.views.figures import (MAX_LABELLED_TICKS, attention_grid, attention_heatmap, layer_head_heatmap,
+                            matrix_heatmap, pca_scatter, position_curves, position_ticks, style_for_display,
                             topk_bar)
 from viz_ui.analysis.numeric import cosine_similarity, entropy_bits, fit_pca
 from viz_ui.views.tables import token_chips_html, token_table, topk_table

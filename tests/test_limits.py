@@ -23,7 +23,7 @@ from viz_model.components import chunked_attention, masked_scores
 from viz_model.loading.limits import attention_bytes, attn_budget_bytes, max_tokens_for_budget
 from viz_ui.analysis.cost import attention_cost, cost_lengths
 from viz_ui.app.state import SessionModel
-from viz_ui.views.text import WORD_JOINER, error_line, plain, recoverable
+from viz_ui.analysis.text import WORD_JOINER, error_line, plain, recoverable
 from viz_ui.analysis.trace import encode_text, run_trace, token_limit, tokenizer_errors
 
 TINY_MB = "0.002"  # ~2 KB: every attention layer of the small models below works in blocks of rows and heads

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from conftest import ROOT, component_data, plotly_array, report_component_event, shown_figures, small_model
 from viz_model import CheckpointError, load_model, save_checkpoint
 from viz_model.sampling import generate
-from viz_ui.views.text import plain
+from viz_ui.analysis.text import plain
 from viz_model.loading.timeline import (load_timeline, load_timeline_upload, log_spaced_steps, phase_change,
                                          read_timeline, write_timeline)
 

@@ -9,7 +9,7 @@ import torch
 from viz_model import VizTransformer
 from viz_model.head_scores import diagonal_score, repeated_scores
 
-from viz_ui.views.figures import grid_block, pool_blocks
+from viz_ui.analysis.numeric import grid_block, pool_blocks
 from viz_ui.analysis.trace import Trace
 
 SCORE_NAMES = ("previous-token", "first-token", "duplicate-token", "induction")
@@ -22,7 +22,7 @@ def stacked_patterns(arrays: dict, n_layers: int) -> np.ndarray:
 
 def overview_patterns(arrays: dict, n_layers: int) -> tuple[np.ndarray, int]:
     """What the all-heads overview draws: every layer's ``hook_pattern``, max-pooled by the overview's block size
-    (:func:`viz_ui.views.figures.grid_block`) one layer at a time: ``([n_layers, n_heads, q_blocks, k_blocks], block)``.
+    (:func:`viz_ui.analysis.numeric.grid_block`) one layer at a time: ``([n_layers, n_heads, q_blocks, k_blocks], block)``.
     At 1,024 tokens of GPT-2 small the unpooled float32 stack would be 600 MB; this one is under 1 MB."""
     first = arrays["blocks.0.attn.hook_pattern"]
     block = grid_block(n_layers, *first.shape)

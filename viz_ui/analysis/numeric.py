@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,3 +70,22 @@ def pearson(a: np.ndarray, b: np.ndarray) -> float | None:
     if x.size < 3 or x.std() == 0 or y.std() == 0:
         return None
     return float(np.corrcoef(x, y)[0, 1])
+
+
+def grid_block(n_layers: int, n_heads: int, n_q: int, n_k: int, max_tile: int = 48, max_cells: int = 250_000) -> int:
+    """The block size :func:`viz_ui.views.figures.attention_grid` max-pools ``[query_pos, key_pos]`` maps by: tiles at most ``max_tile``
+    cells across, and smaller when needed to keep the whole figure under ``max_cells`` cells (1 = no pooling)."""
+    max_tile = max(4, min(max_tile, int(math.sqrt(max_cells / (n_layers * n_heads)))))
+    return max(1, math.ceil(max(n_q, n_k) / max_tile))
+
+
+def pool_blocks(matrices: np.ndarray, block: int) -> np.ndarray:
+    """The maximum over every ``block × block`` square of the last two axes (zero-padded at the end):
+    ``[..., n_q, n_k]`` -> ``[..., ceil(n_q / block), ceil(n_k / block)]``."""
+    if block == 1:
+        return matrices
+    *lead, n_q, n_k = matrices.shape
+    pad = [(0, 0)] * len(lead) + [(0, block * math.ceil(n_q / block) - n_q), (0, block * math.ceil(n_k / block) - n_k)]
+    p = np.pad(matrices, pad)
+    mq, mk = p.shape[-2] // block, p.shape[-1] // block
+    return p.reshape(*lead, mq, block, mk, block).max(axis=(-3, -1))

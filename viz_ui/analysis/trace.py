@@ -17,7 +17,7 @@ from viz_model.loading.limits import attention_bytes, attn_budget_bytes, max_tok
 from viz_model.model import score_kind
 from viz_model.tokenizer import token_bytes, tokenizer_kind  # noqa: F401  (re-exported for pages)
 
-from viz_ui.views.text import error_line, recoverable
+from viz_ui.analysis.text import error_line, recoverable
 from viz_ui.analysis.trace_bounded import Held, Layers, LogitRows, host_array, layer_bytes, layer_names, recomputed
 
 LONG_INPUT = 256  # tokens beyond which a trace stores float16 (see run_trace)
@@ -221,7 +221,7 @@ def encode_text(tokenizer, text: str):
 
 @contextmanager
 def tokenizer_errors(what: str) -> Iterator[None]:
-    """Turn any failure inside the block (an ``Exception``, or a Rust panic, see :func:`viz_ui.views.text.recoverable`)
+    """Turn any failure inside the block (an ``Exception``, or a Rust panic, see :func:`viz_ui.analysis.text.recoverable`)
     into ``ValueError("<what> (<first line of the error>)")``; a ``ValueError`` passes as it is. For every call
     into an uploaded tokenizer (``encode``, ``decode``, ...), so that the page can show one line and carry on:
     ``with tokenizer_errors("the output cannot be decoded"): text = tokenizer.decode(ids)``."""

@@ -23,7 +23,7 @@ from viz_model.training.live import REGISTRY, SHIPPED_TEXT, ServerBusy, Training
 from viz_model.tokenizer import IdTokenizer
 
 from viz_ui.app.features import add_session_set, dictionary_sets
-from viz_ui.views.text import error_line, plain
+from viz_ui.analysis.text import error_line, plain
 
 SOURCES = {"shipped": "the shipped stories (TinyStories, 120 KB)", "paste": "a text you paste",
            "upload": "a .txt file you upload"}

@@ -17,7 +17,7 @@ from viz_ui.app.layout import AppState, pick_index, set_shared, show_code, show_
 from viz_ui.app.gate import costly
 from viz_ui.views.qk import dominant_sentence, grid_frame, qk_code, qk_copies, qk_heatmap, qk_views, source_words, term_grid, top_pairs
 from viz_ui.app.state import estimate_seconds
-from viz_ui.views.text import plain
+from viz_ui.analysis.text import plain
 from viz_ui.analysis.trace import Trace
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from viz_ui.views.text import error_line, plain
+from viz_ui.analysis.text import error_line, plain
 from viz_ui.classroom import ClassStoreUnavailable, class_store
 from viz_ui.classroom.reveal import MAX_BARS, answer_probabilities, normalise_answer, reveal_figure, top_answers
 from viz_ui.classroom.session import ClassSession, current, store_error

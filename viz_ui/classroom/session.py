@@ -14,7 +14,7 @@ from pathlib import Path
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from viz_ui.views.text import error_line, plain
+from viz_ui.analysis.text import error_line, plain
 from viz_ui.classroom import ClassStoreUnavailable, class_store
 from viz_ui.classroom.view import valid_code
 

@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-from viz_ui.views.text import plain
+from viz_ui.analysis.text import plain
 from viz_ui.classroom import ClassStoreUnavailable, class_store
 from viz_ui.classroom.qr import qr_png
 from viz_ui.classroom.session import ClassSession, current, current_page, leave, say, start, store_error

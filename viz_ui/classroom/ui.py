@@ -23,7 +23,7 @@ def class_bar() -> None:
     banner and poll."""
     message = st.session_state.pop(MESSAGE, None)
     if message:
-        st.warning(message, icon=":material/school:")  # already plain text (viz_ui.views.text.plain where it quotes input)
+        st.warning(message, icon=":material/school:")  # already plain text (viz_ui.analysis.text.plain where it quotes input)
     cls = current()
     if cls is None:
         return

@@ -14,6 +14,8 @@ import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from viz_ui.analysis.numeric import grid_block, pool_blocks
+
 FONT = dict(size=15)
 WEIGHT_SCALE = "Blues"  # attention weights in [0, 1]
 DIVERGING = "RdBu_r"  # signed values (embeddings, scores), white at 0
@@ -132,25 +134,6 @@ def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: s
                 title=dict(text=title, x=0), font=FONT, height=max(480, min(950, 200 + 24 * n)),
                 margin=dict(l=10, r=10, t=60, b=10))
     return one_pass_figure(data, base, patch, display)
-
-
-def grid_block(n_layers: int, n_heads: int, n_q: int, n_k: int, max_tile: int = 48, max_cells: int = 250_000) -> int:
-    """The block size :func:`attention_grid` max-pools ``[query_pos, key_pos]`` maps by: tiles at most ``max_tile``
-    cells across, and smaller when needed to keep the whole figure under ``max_cells`` cells (1 = no pooling)."""
-    max_tile = max(4, min(max_tile, int(math.sqrt(max_cells / (n_layers * n_heads)))))
-    return max(1, math.ceil(max(n_q, n_k) / max_tile))
-
-
-def pool_blocks(matrices: np.ndarray, block: int) -> np.ndarray:
-    """The maximum over every ``block × block`` square of the last two axes (zero-padded at the end):
-    ``[..., n_q, n_k]`` -> ``[..., ceil(n_q / block), ceil(n_k / block)]``."""
-    if block == 1:
-        return matrices
-    *lead, n_q, n_k = matrices.shape
-    pad = [(0, 0)] * len(lead) + [(0, block * math.ceil(n_q / block) - n_q), (0, block * math.ceil(n_k / block) - n_k)]
-    p = np.pad(matrices, pad)
-    mq, mk = p.shape[-2] // block, p.shape[-1] // block
-    return p.reshape(*lead, mq, block, mk, block).max(axis=(-3, -1))
 
 
 def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 250_000,

@@ -13,7 +13,8 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from viz_ui.views.figures import DIVERGING, WEIGHT_SCALE, _layout, pool_blocks
+from viz_ui.analysis.numeric import pool_blocks
+from viz_ui.views.figures import DIVERGING, WEIGHT_SCALE, _layout
 
 TILE = 16  # cells across one thumbnail (a head's map, a layer's MLP)
 
