@@ -13,6 +13,7 @@ import os
 import streamlit as st
 
 from viz_ui.classroom import ClassStoreUnavailable, class_store
+from viz_ui.app.navigation import PAGES
 from viz_ui.classroom.session import ClassSession, current, current_page, leave
 from viz_ui.classroom.view import keys_to_reset, student_params
 
@@ -95,7 +96,6 @@ def apply_view(cls: ClassSession, view: object, version: int) -> None:
     """Show the teacher's ``view`` as opening its link would: forget the shared values it and the previous view
     name, give the session the view's parameters as its link, then switch to the view's page or rerun this one.
     A view that is not a dict of strings is ignored (the version is still marked seen)."""
-    from viz_ui.app.layout import PAGES
     cls.version = version
     if not isinstance(view, dict) or not isinstance(view.get("params"), dict):
         return
