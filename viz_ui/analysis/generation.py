@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from viz_model import Step, VizTransformer, iter_generate, next_token_probs
 
 from viz_ui.analysis.numeric import entropy_bits
-from viz_ui.analysis.trace import tokenizer_errors
+from viz_ui.analysis.trace import mask_positions, tokenizer_errors  # noqa: F401  (mask_positions: pages import it from here)
 
 
 def is_pattern(name: str) -> bool:
@@ -112,12 +112,3 @@ def next_token_view(logits: np.ndarray, temperature: float, top_k: int, top_p: f
     rank = None if actual is None else int((logits > logits[actual]).sum()) + 1
     entropy = max(0.0, entropy_bits(probs))  # a one-hot distribution sums to -0.0: shown as "-0.00 bits"
     return NextToken(probs, entropy, rank, None if actual is None else float(probs[actual]))
-
-
-def mask_positions(tokenizer, ids) -> list[int]:
-    """Positions of the tokenizer's ``[MASK]`` token (BERT-style; also ``<mask>``) in ``ids``."""
-    for piece in ("[MASK]", "<mask>"):
-        mask_id = tokenizer.token_to_id(piece)
-        if mask_id is not None:
-            return [i for i, t in enumerate(ids) if int(t) == mask_id]
-    return []

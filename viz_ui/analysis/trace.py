@@ -312,13 +312,16 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str, bounded: b
 
 
 def mask_positions(tokenizer, ids) -> list[int]:
-    """Positions of the tokenizer's ``[MASK]`` (or ``<mask>``) token in ``ids`` (as :func:`viz_ui.analysis.generation.mask_positions`,
-    which imports this module)."""
-    from viz_ui.analysis.generation import mask_positions as positions
+    """Positions of the tokenizer's ``[MASK]`` token (BERT-style; also ``<mask>``) in ``ids``; none for a tokenizer
+    without ``token_to_id`` (an uploaded one) or without such a token."""
     try:
-        return positions(tokenizer, ids)
+        for piece in ("[MASK]", "<mask>"):
+            mask_id = tokenizer.token_to_id(piece)
+            if mask_id is not None:
+                return [i for i, t in enumerate(ids) if int(t) == mask_id]
     except Exception:  # an uploaded tokenizer without token_to_id: no mask positions
         return []
+    return []
 
 
 def plain_bytes(model: VizTransformer, names: list[list[str]], n_tokens: int, half: bool) -> int:
