@@ -349,7 +349,7 @@ def setup_page(title: str, intro: str) -> AppState:
                    "output tokens (the source is read by the encoder); page 5 shows the encoder and cross-attention.")
     state = AppState(name, models[name], model, tokenizer, text, trace, link_slot, display)
     show_link(state)
-    question_area(state)  # a class's current question, on every page
+    question_area(state, show_figure)  # a class's current question, on every page (its reveal is a figure)
     return state
 
 

@@ -7,9 +7,11 @@ answer string is shown as plain text.
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from viz_ui.analysis.text import error_line, plain
+from viz_ui.app.state import available_models, get_trace, get_vocab_labels, resolve
 from viz_ui.classroom import ClassStoreUnavailable, class_store
 from viz_ui.classroom.reveal import MAX_BARS, answer_probabilities, normalise_answer, reveal_figure, top_answers
 from viz_ui.classroom.session import ClassSession, current, store_error
@@ -66,9 +68,11 @@ def _ask(cls: ClassSession, kind: str, prompt: str, choices: str, tokens: bool) 
     cls.hidden = None
 
 
-def question_area(state) -> None:
+def question_area(state, show_figure) -> None:
     """The current question above the page, on every screen of the class (call once per full run):
-    the teacher sees how many answered and Reveal, a student the answer box, everyone the reveal."""
+    the teacher sees how many answered and Reveal, a student the answer box, everyone the reveal.
+    ``show_figure``: :func:`viz_ui.app.layout.show_figure` (passed in: the layout calls this module, so this module
+    does not import the layout)."""
     cls = current()
     if cls is None:
         return
@@ -92,7 +96,7 @@ def question_area(state) -> None:
             cut = "…" if len(context["text"]) > TAIL else ""
             st.caption(f"After the text’s last token: “{cut}{plain(context['text'][-TAIL:], None)}”")
         if question.get("revealed"):
-            _reveal(cls, question, state)
+            _reveal(cls, question, state, show_figure)
         elif cls.teacher:
             _teacher_live(question["id"])
         else:
@@ -154,9 +158,6 @@ def _model_side(path: str, text: str, answers: tuple[str, ...]) -> tuple[list[tu
                                                                        list[tuple[str, float]]]:
     """The model at ``path`` after ``text``: :func:`answer_probabilities` of ``answers``, and its own three most
     likely next tokens ``(label, probability)`` (computed once per server for a whole class)."""
-    import numpy as np
-
-    from viz_ui.app.state import get_trace, get_vocab_labels, resolve
     model, tokenizer = resolve(path)
     trace = get_trace(path, text)
     if trace.is_encoder_decoder or type(tokenizer).__name__ == "IdTokenizer":
@@ -170,9 +171,7 @@ def _model_side(path: str, text: str, answers: tuple[str, ...]) -> tuple[list[tu
     return probs, top
 
 
-def _reveal(cls: ClassSession, question: dict, state) -> None:
-    from viz_ui.app.layout import show_figure
-    from viz_ui.app.state import available_models
+def _reveal(cls: ClassSession, question: dict, state, show_figure) -> None:
     try:
         tally = class_store().tally(cls.code, question["id"])
     except (KeyError, ValueError, ClassStoreUnavailable, OSError) as exc:

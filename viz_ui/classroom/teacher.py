@@ -11,6 +11,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 from viz_ui.analysis.text import plain
 from viz_ui.classroom import ClassStoreUnavailable, class_store
 from viz_ui.classroom.qr import qr_png
+from viz_ui.classroom.questions import ask_form
 from viz_ui.classroom.session import ClassSession, current, current_page, leave, say, start, store_error
 from viz_ui.classroom.view import SESSION_KEYS, make_view, valid_code
 
@@ -48,7 +49,6 @@ def class_controls(cls: ClassSession | None) -> None:
               on_click=lambda: st.session_state.update(_class_project=True))
     st.caption("This screen's own link holds the teacher's key (teach=…): keep it to yourself; it lets this "
                "browser go on teaching after a reconnect.")
-    from viz_ui.classroom.questions import ask_form
     ask_form(cls)
     st.button("End the class", key="class_end", on_click=_end, icon=":material/stop_circle:")
 
