@@ -194,8 +194,7 @@ def test_other_pages_wait_for_their_button(monkeypatch, page, name, module, func
 
 
 def test_a_moe_intervention_waits_for_its_button(monkeypatch):
-    import viz_model.feed_forward as moe
-    calls = spy(monkeypatch, moe, "run_with_routing")
+    calls = spy(monkeypatch, gated_state, "run_with_routing")  # the name the gated run calls
     at = open_page("pages/moe.py", model="tinystories-moe")
     assert calls == [] and figure(at, "Output ") is None
     gate_button(at, "moe_intervention").click().run()

@@ -32,6 +32,7 @@ from viz_model.model import VizTransformer
 from viz_model.training.loop import lm_batches, train_steps
 from viz_model.training.schedule import cosine_lr  # noqa: F401  (re-exported: tests and the pairs trainer import it from here)
 from viz_model.tokenizer import count_chars, iter_chunks, train_bpe
+from viz_model.training.train_pairs import main_pairs
 
 
 @dataclass
@@ -131,7 +132,6 @@ def main(argv: list[str] | None = None) -> EvalResult:
     if args.task or args.pairs:
         if args.pairs and not args.pairs.is_file():
             sys.exit(f"error: no such file: {args.pairs}")
-        from viz_model.training.train_pairs import main_pairs  # noqa: PLC0415  (the pairs trainer imports this module's helpers)
         return main_pairs(args, command)
     for f in [*args.corpus, *([args.valid] if args.valid else [])]:
         if not f.is_file():

@@ -17,6 +17,9 @@ from viz_ui.analysis.heads import repeated_head_scores
 from viz_ui.analysis.inspector import weight_stats
 from viz_ui.analysis.numeric import PCA, fit_pca
 from viz_ui.app.state import estimate_seconds, flop_rate, get_trace, resolve
+from viz_model.feed_forward import disable_experts, force_expert, run_with_routing
+from viz_model.seq2seq import translate
+from viz_ui.analysis.trace import tokenizer_errors
 
 
 def repeated_scores_gated(path: str, text: str, where: Any = None) -> dict[str, np.ndarray] | None:
@@ -80,7 +83,6 @@ def moe_intervention_gated(path: str, text: str, kind: str, layer: int | None, e
     """
     import torch
 
-    from viz_model.feed_forward import disable_experts, force_expert, run_with_routing
 
     model, _ = resolve(path)
     trace = get_trace(path, text)
@@ -104,9 +106,7 @@ def sampled_output_gated(path: str, text: str, temperature: float, seed: int, wh
     Raises:
         ValueError: with one line, for any failure of the tokenizer (an uploaded one may raise anything or panic).
     """
-    from viz_model.seq2seq import translate
 
-    from viz_ui.analysis.trace import tokenizer_errors
 
     model, tokenizer = resolve(path)
 

@@ -17,6 +17,7 @@ from viz_ui.analysis.interventions import (N_GENERATE, AblationView, Prompt, abl
                             corrupted_prompt, default_corruption, fitting_corruptions, head_effects, metric_for,
                             parse_heads, patch_lens, patching_sweep, patching_values, prompt_of)
 from viz_ui.app.state import estimate_seconds, get_trace, resolve
+from viz_model import attribution
 
 SITES = ("resid_pre", "attn_out", "mlp_out", "head")
 
@@ -177,7 +178,6 @@ def attribution_gated(path: str, text: str, token_id: int, pos: int, where: Any 
     Raises:
         ValueError: a model direct logit attribution does not support (one line).
     """
-    from viz_model import attribution
 
     model, _ = resolve(path)
     attribution.check_supported(model)  # before any button: an unsupported model is said at once

@@ -27,6 +27,8 @@ from viz_model.tokenizer import IdTokenizer
 
 from viz_ui.app.gate import copy_seconds, flops_per_second
 from viz_ui.analysis.trace import Trace, run_trace, token_label
+from viz_ui.analysis.heads import overview_patterns, text_scores
+from viz_ui.views.overview import pool_signed, salient_head
 
 
 UPLOAD_PREFIX = "upload:"
@@ -277,7 +279,6 @@ def model_card(path: str) -> str | None:
 @st.cache_data(max_entries=32, show_spinner=False)
 def get_salient_head(path: str, text: str) -> tuple[int, int]:
     """The head the attention views open on for this model and text (:func:`viz_ui.views.overview.salient_head`)."""
-    from viz_ui.views.overview import salient_head
 
     return salient_head(get_overview(path, text)[0])
 
@@ -289,7 +290,6 @@ def get_salient_head(path: str, text: str) -> tuple[int, int]:
 def get_overview(path: str, text: str) -> tuple[np.ndarray, int]:
     """:func:`viz_ui.analysis.heads.overview_patterns` of the trace of ``text``: every layer's attention max-pooled for the
     all-heads views, ``([n_layers, n_heads, q_blocks, k_blocks], block)``, read-only."""
-    from viz_ui.analysis.heads import overview_patterns
 
     model, _ = resolve(path)
     pooled, block = overview_patterns(get_trace(path, text).arrays, model.cfg.n_layers)
@@ -300,7 +300,6 @@ def get_overview(path: str, text: str) -> tuple[np.ndarray, int]:
 @st.cache_resource(max_entries=32, ttl=3600, show_spinner=False)
 def get_text_scores(path: str, text: str) -> dict[str, np.ndarray]:
     """:func:`viz_ui.analysis.heads.text_scores` (previous-token and first-token scores) of the trace of ``text``."""
-    from viz_ui.analysis.heads import text_scores
 
     model, _ = resolve(path)
     return text_scores(get_trace(path, text), model.cfg.n_layers, model.cfg.n_heads)
@@ -311,7 +310,6 @@ def get_mlp_thumbnails(path: str, text: str, side: int) -> tuple[list[np.ndarray
     """Every layer's ``mlp.hook_post`` ``[pos, d_mlp]`` pooled to ``side × side`` thumbnails
     (:func:`viz_ui.views.overview.pool_signed`), one layer at a time, and each layer's width (its hidden units), for the
     landing page's model map."""
-    from viz_ui.views.overview import pool_signed
 
     model, _ = resolve(path)
     arrays = get_trace(path, text).arrays
