@@ -56,7 +56,7 @@ class HookPoint(nn.Module):
 class ActivationCache(Mapping[str, torch.Tensor]):
     """A read-only mapping ``hook name -> tensor`` recorded by ``run_with_cache``.
 
-    Tensors are detached and keep the shapes listed in DESIGN.md (``[batch, pos, d_model]`` for the
+    Tensors are detached and keep the shapes listed in docs/ARCHITECTURE.md ("Hook points") (``[batch, pos, d_model]`` for the
     residual stream, ``[batch, head_index, query_pos, key_pos]`` for patterns, ...).
     """
 

@@ -98,7 +98,7 @@ class VizTransformer(HookedModule):
     Model-level hooks: ``hook_embed``, ``hook_pos_embed`` ``[batch, pos, d_model]``;
     ``hook_token_type_embed`` (BERT) and ``ln_embed.*`` (BERT's embedding LayerNorm); ``hook_logits`` and
     ``hook_probs`` (softmax of the logits, computed only when recorded) ``[batch, pos, d_vocab]``.
-    Block hooks are listed in DESIGN.md under ``blocks.{i}``.
+    Block hooks are listed in docs/ARCHITECTURE.md ("Hook points") under ``blocks.{i}``.
     """
 
     def __init__(self, cfg: Config) -> None:

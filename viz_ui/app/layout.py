@@ -199,7 +199,7 @@ def shared_widget_key(key: str, default, valid=lambda value: True, cast=str) -> 
     Streamlit forgets a widget's value when the page changes, so the value lives in our own key
     ``_key``: first taken from the link (``cast(st.query_params[key])``, or from the link the session
     was opened with, so that ``head=3`` survives a first page without a head selector) when valid,
-    else ``default``, then copied back into the widget on every run. See DESIGN.md, "Pages and navigation".
+    else ``default``, then copied back into the widget on every run. See docs/ARCHITECTURE.md, "Pages and navigation".
     """
     st.session_state[key] = _shared(key, default, valid, cast)
     return key
