@@ -18,7 +18,7 @@ from viz_ui.views.overview import map_targets, model_map, output_distribution, t
 from viz_ui.app.state import get_mlp_thumbnails, get_overview, get_vocab_labels, model_card
 from viz_ui.views.tables import token_chips_html
 from viz_ui.analysis.text import plain
-from viz_ui.analysis.trace import tokenizer_kind
+from viz_ui.analysis.text_trace import tokenizer_kind
 
 TARGET_PAGES = {"input": "pages/embeddings.py", "head": "pages/attention.py", "mlp": "pages/block.py"}
 

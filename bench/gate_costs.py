@@ -35,7 +35,7 @@ def rows_for(path: str, n_tokens: int, measure: set[str]) -> list[dict]:
     from viz_ui.analysis.interventions import (N_GENERATE, ablation_view, default_corruption, fitting_corruptions,
                                       head_effects, patching_sweep, prompt_of, corrupted_prompt)
     from viz_ui.analysis.numeric import fit_pca
-    from viz_ui.analysis.trace import run_trace
+    from viz_ui.analysis.text_trace import run_trace
 
     model, tokenizer = load_model(path)
     ids = tokenizer.encode(TEXT).ids[:n_tokens]

@@ -30,7 +30,7 @@ def texts(n_tokens: int, count: int) -> list[str]:
 def last_label(text: str) -> str:
     """The label of the text's last token, which the landing page's output chart names in its title."""
     from viz_model import load_model
-    from viz_ui.analysis.trace import token_label
+    from viz_ui.analysis.text_trace import token_label
     _, tok = load_model()
     return token_label(tok, tok.encode(text).ids[-1])
 
@@ -40,7 +40,7 @@ def tick_for(text: str) -> str:
     128-position window around the last token for longer texts."""
     from viz_model import load_model
     from viz_ui.app.layout import SQUARE_SIDE
-    from viz_ui.analysis.trace import token_label
+    from viz_ui.analysis.text_trace import token_label
     _, tok = load_model()
     ids = tok.encode(text).ids
     start = max(0, len(ids) - SQUARE_SIDE)

@@ -22,11 +22,11 @@ SCENARIOS = {
     "run_with_cache, every hook": "_, cache = model.run_with_cache(ids)",
     "every hook, read all (scores, probs too)": "_, cache = model.run_with_cache(ids); [cache[n] for n in cache]",
     "every hook, stored as float16": "import torch; _, cache = model.run_with_cache(ids, store_dtype=torch.float16)",
-    "app trace (viz_ui.analysis.trace.run_trace)": "from viz_ui.analysis.trace import run_trace; run_trace(model, tok, text)",
-    "app trace + all-heads overview": "from viz_ui.analysis.trace import run_trace; from viz_ui.analysis.heads import overview_patterns; "
+    "app trace (viz_ui.analysis.text_trace.run_trace)": "from viz_ui.analysis.text_trace import run_trace; run_trace(model, tok, text)",
+    "app trace + all-heads overview": "from viz_ui.analysis.text_trace import run_trace; from viz_ui.analysis.heads import overview_patterns; "
                                       "overview_patterns(run_trace(model, tok, text).arrays, 12)",
     "app trace pickled + one copy (st.cache_data did this; now cache_resource)":
-        "import pickle; from viz_ui.analysis.trace import run_trace; stored = pickle.dumps(run_trace(model, tok, text)); "
+        "import pickle; from viz_ui.analysis.text_trace import run_trace; stored = pickle.dumps(run_trace(model, tok, text)); "
         "copy = pickle.loads(stored)",
 }
 

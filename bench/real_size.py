@@ -175,7 +175,7 @@ def child_trace(folder: Path, impl: str, repeats: int, n: int = 1024) -> dict:
     import gc
 
     from viz_model.tokenizer import IdTokenizer
-    from viz_ui.analysis.trace import run_trace
+    from viz_ui.analysis.text_trace import run_trace
     model = load(folder, "ours")
     text = " ".join(map(str, text_ids(folder, n)))  # ids typed as numbers: exactly n tokens
     gc.collect()
@@ -264,7 +264,7 @@ def child_typing(folder: Path, impl: str, repeats: int) -> dict:
     from server import CHROMIUM_ARGS, app_server
 
     from viz_ui.app.layout import SQUARE_SIDE
-    from viz_ui.analysis.trace import token_label
+    from viz_ui.analysis.text_trace import token_label
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
 
     def tick_for(text: str) -> str:

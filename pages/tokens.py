@@ -10,7 +10,7 @@ from viz_ui.analysis.explain import tokenizer_sentence
 from viz_ui.app.layout import require_trace, setup_page, show_table
 from viz_ui.views.tables import token_chips_html, token_table
 from viz_ui.analysis.text import plain
-from viz_ui.analysis.trace import tokenizer_kind
+from viz_ui.analysis.text_trace import tokenizer_kind
 
 state = setup_page("Tokens", "The model never sees letters: the tokenizer cuts the text into pieces (tokens) "
                              "and replaces each by its integer id in a fixed vocabulary.")

@@ -20,7 +20,7 @@ from viz_ui.app.state import get_positional_table, get_text_scores, get_vocab_la
 from viz_ui.analysis.head_steps import head_steps, largest_weights
 from viz_ui.views.tables import score_table, token_chips_html, token_table, topk_table, vector_table
 from viz_ui.analysis.text import plain
-from viz_ui.analysis.trace import tokenizer_errors, tokenizer_kind
+from viz_ui.analysis.text_trace import tokenizer_errors, tokenizer_kind
 
 state = setup_page("Guided walkthrough",
                    "From your text to the model's output, one step at a time, with the numbers this model computes now.")

@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))
 
 from viz_model.features import collect_activations, load_dictionary, token_windows  # noqa: E402
 from viz_model.features.index import build_index, save_corpus, save_index  # noqa: E402
-from viz_model.features.io import weights_bytes  # noqa: E402
+from viz_model.features.saelens import weights_bytes  # noqa: E402
 from viz_model.features.readout import fvu  # noqa: E402
 
 TEST_SLICE = ROOT / "tests" / "data" / "dictionary_heldout.txt"

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from viz_model import load_model  # noqa: E402
 from viz_model.training.train import encode  # noqa: E402
-from viz_ui.analysis.trace import token_label  # noqa: E402
+from viz_ui.analysis.text_trace import token_label  # noqa: E402
 
 
 def main() -> None:

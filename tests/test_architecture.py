@@ -132,3 +132,9 @@ def test_the_analysis_and_views_wings_run_without_streamlit():
         proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert proc.stdout.strip().splitlines()[-1] == "[]", (wing, proc.stdout)
+
+
+def test_no_module_shadows_the_standard_library():
+    """A module named as a standard-library one (``inspect``, ``io``, ``trace``) confuses readers and tools."""
+    shadowing = sorted(name for name in _modules() if name.rpartition(".")[2] in sys.stdlib_module_names)
+    assert shadowing == []

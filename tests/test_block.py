@@ -7,7 +7,7 @@ import torch
 from conftest import small_model
 from viz_ui.analysis.block import layernorm_stats, logit_lens, residual_norms, sublayer_norms, top_neurons
 from viz_ui.views.figures import stage_heatmap
-from viz_ui.analysis.trace import run_trace
+from viz_ui.analysis.text_trace import run_trace
 
 TEXT = "Sara had a small cat. The cat was soft."
 

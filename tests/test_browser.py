@@ -19,7 +19,7 @@ from ui_audit import contrast, open_select
 
 from viz_model import load_model
 from viz_ui.app.layout import EXAMPLES, PAGES
-from viz_ui.analysis.trace import token_label
+from viz_ui.analysis.text_trace import token_label
 
 # A shared CI machine's 2 cores run the server, Chromium and the model: an assertion that waits at all waits long enough
 # for a rerun under load (it returns as soon as the page is right).

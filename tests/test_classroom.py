@@ -47,7 +47,7 @@ def test_cell_numbers_only_where_they_fit():
 def test_head_summaries_name_no_head_below_the_threshold():
     from viz_model import load_model
     from viz_ui.analysis.heads import head_scores
-    from viz_ui.analysis.trace import run_trace
+    from viz_ui.analysis.text_trace import run_trace
     at = open_page("pages/heads.py")
     text = " ".join(m.value for m in at.markdown)
     assert f"reaches **{HEAD_THRESHOLD:g}**" in text

@@ -18,7 +18,7 @@ from viz_model import load_model
 from viz_model.loading.checkpoint import ASSETS
 from viz_model.training.dates import FIRST, FORMATS, N_DAYS, is_held_out, write_date
 from viz_model.seq2seq import exact_match
-from viz_ui.analysis.trace import run_trace
+from viz_ui.analysis.text_trace import run_trace
 
 DATES = ASSETS / "dates-iso.safetensors"
 

@@ -16,7 +16,7 @@ from conftest import small_model
 from viz_model.features import load_dictionary, save_dictionary
 from viz_model.features.dictionary import SparseDictionary
 from viz_model.features.index import load_index
-from viz_model.features.io import DictionaryError
+from viz_model.features.saelens import DictionaryError
 from viz_model.features.job import DictionaryJob, DictSettings
 from viz_model.features.upload import new_set_folder, unpack_dictionaries
 from viz_model.training.live import Registry, TrainingRefused

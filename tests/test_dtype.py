@@ -15,7 +15,7 @@ from test_app_dense import open_page
 from viz_model import CheckpointError, load_model
 from viz_model.loading.checkpoint import save_checkpoint
 from viz_model.loading.weights import norm_parameters
-from viz_ui.analysis.trace import run_trace
+from viz_ui.analysis.text_trace import run_trace
 
 BF16_EPS = 2.0 ** -7  # bfloat16's spacing just above 1 (8 bits of mantissa)
 IDS = torch.tensor([[5, 17, 3, 44, 81, 9, 17, 3, 44, 60, 2, 33, 71, 17, 3]])

@@ -9,7 +9,7 @@ from conftest import small_model
 from viz_ui.views import figures as F
 from viz_ui.views.export import figure_csv, figure_frame, lens_table, pattern_table, trace_npz
 from viz_ui.views.figures import attention_heatmap, pca_scatter, topk_bar
-from viz_ui.analysis.trace import run_trace
+from viz_ui.analysis.text_trace import run_trace
 
 
 def test_heatmap_table_keeps_labels_and_masked_cells():

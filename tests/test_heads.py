@@ -7,7 +7,7 @@ import torch
 from conftest import small_model
 from viz_ui.views.figures import layer_head_heatmap
 from viz_ui.analysis.heads import diagonal_score, head_scores, top_heads
-from viz_ui.analysis.trace import run_trace
+from viz_ui.analysis.text_trace import run_trace
 
 
 def test_diagonal_score_on_hand_made_patterns():

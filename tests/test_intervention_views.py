@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 import viz_model
 from conftest import ROOT, plotly_array
 from viz_model import ablation, load_model, patching
-from viz_ui.analysis.trace import token_label
+from viz_ui.analysis.text_trace import token_label
 
 TEXT = "Sue gave Tom a red ball. He said"  # 9 tokens: quick sweeps
 

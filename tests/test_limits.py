@@ -24,7 +24,7 @@ from viz_model.loading.limits import attention_bytes, attn_budget_bytes, max_tok
 from viz_ui.analysis.cost import attention_cost, cost_lengths
 from viz_ui.app.state import SessionModel
 from viz_ui.analysis.text import WORD_JOINER, error_line, plain, recoverable
-from viz_ui.analysis.trace import encode_text, run_trace, token_limit, tokenizer_errors
+from viz_ui.analysis.text_trace import encode_text, run_trace, token_limit, tokenizer_errors
 
 TINY_MB = "0.002"  # ~2 KB: every attention layer of the small models below works in blocks of rows and heads
 
@@ -125,7 +125,7 @@ MEASURE = textwrap.dedent("""
     import torch
     from viz_model import Config, VizTransformer
     from viz_model.tokenizer import train_bpe
-    from viz_ui.analysis.trace import run_trace
+    from viz_ui.analysis.text_trace import run_trace
 
     def status(key):
         return next(int(l.split()[1]) / 1024 for l in open("/proc/self/status") if l.startswith(key))

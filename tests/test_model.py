@@ -197,7 +197,7 @@ def test_long_traces_store_float16_and_derive_the_attention_exactly(overrides):
 
     from viz_model.tokenizer import IdTokenizer
     from viz_ui.views.export import trace_npz
-    from viz_ui.analysis.trace import LONG_INPUT, run_trace
+    from viz_ui.analysis.text_trace import LONG_INPUT, run_trace
     model = small_model(n_ctx=LONG_INPUT + 40, **overrides)
     n = LONG_INPUT + 20
     text = " ".join(str(i % 300) for i in range(n))

@@ -8,7 +8,7 @@ import pytest
 from conftest import small_model
 from viz_ui.analysis.head_steps import future_share, head_steps, largest_weights, unmasked_view, value_contributions
 from viz_ui.views.tables import score_table
-from viz_ui.analysis.trace import run_trace
+from viz_ui.analysis.text_trace import run_trace
 
 TEXT = "Max saw a red ball. Max ran to the ball."
 

@@ -3,7 +3,7 @@
 import pytest
 
 from viz_model.tokenizer import count_chars, token_bytes, tokenizer_kind, train_bpe
-from viz_ui.analysis.trace import token_label
+from viz_ui.analysis.text_trace import token_label
 
 TEXTS = ["Max saw a red ball.", "Ünïcödé — “quotes” and 中文 and עברית", "emoji 🐶🎈 and tabs\tand\nnew lines",
          "  leading spaces", "<|endoftext|>Next story."]

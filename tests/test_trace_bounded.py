@@ -14,7 +14,7 @@ import torch
 
 from tests.conftest import small_model
 from viz_model.tokenizer import IdTokenizer
-from viz_ui.analysis.trace import run_trace
+from viz_ui.analysis.text_trace import run_trace
 
 FAMILIES = {
     "gpt2": dict(),
@@ -81,7 +81,7 @@ def test_mask_positions_keep_their_logits_as_computed():
 
 
 def test_the_bytes_follow_the_formula_and_the_cache_stays_bounded(monkeypatch):
-    from viz_ui.analysis.trace import bounded_bytes
+    from viz_ui.analysis.text_trace import bounded_bytes
     model = small_model(**FAMILIES["llama"])
     cfg = model.cfg
     plain, bounded = _pair(model)
@@ -121,7 +121,7 @@ def test_the_app_recomputes_with_the_live_model_and_pickles_without_it():
 
 
 def test_the_cache_keeps_the_layers_last_read(monkeypatch):
-    import viz_ui.analysis.trace as trace_module
+    import viz_ui.analysis.text_trace as trace_module
     monkeypatch.setattr(trace_module, "MAX_CACHED_LAYERS", 2)
     model = small_model(n_layers=4)
     calls = []

@@ -1,7 +1,7 @@
 """Sparse dictionaries (SAEs and transcoders): SAELens-layout files, training, feature readouts (torch only)."""
 
 from viz_model.features.dictionary import ARCHITECTURES, SparseDictionary, transcoder_out_hook
-from viz_model.features.io import DictionaryError, load_dictionary, read_cfg, save_dictionary, shipped_dictionaries
+from viz_model.features.saelens import DictionaryError, load_dictionary, read_cfg, save_dictionary, shipped_dictionaries
 from viz_model.features.index import FeatureIndex, load_index
 from viz_model.features.readout import (activation_histogram, feature_acts, head_contributions, logit_effects, promoted_tokens,
                       reconstruction, top_features)

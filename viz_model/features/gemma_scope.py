@@ -20,7 +20,7 @@ import torch
 from viz_model.loading.checkpoint import first_line
 from viz_model.loading.limits import max_model_bytes
 from viz_model.features.dictionary import SparseDictionary
-from viz_model.features.io import DictionaryError, load_dictionary, save_dictionary
+from viz_model.features.saelens import DictionaryError, load_dictionary, save_dictionary
 
 NAMES = {"w_enc": "W_enc", "w_dec": "W_dec", "b_enc": "b_enc", "b_dec": "b_dec", "threshold": "threshold"}
 

@@ -38,7 +38,7 @@ from viz_model.loading.checkpoint import first_line
 from viz_model.training.live import BackgroundJob, limit_threads
 from viz_model.training.live_limits import TrainingRefused, check_text, setting
 from viz_model.features.index import build_index, save_corpus, save_index
-from viz_model.features.io import save_dictionary
+from viz_model.features.saelens import save_dictionary
 from viz_model.features.train import collect_activations, token_windows, train_on_activations
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 optionally the project's ``top_contexts.safetensors`` and a ``corpus.safetensors`` beside them), read as hostile
 input, and the private folders that trained and uploaded sets live in while the server runs.
 
-Checks, in order, each refusal one :class:`viz_model.features.io.DictionaryError` line, nothing large allocated
+Checks, in order, each refusal one :class:`viz_model.features.saelens.DictionaryError` line, nothing large allocated
 before the cheap checks pass:
 
 1. the archive's size (``VIZ_MAX_UPLOAD_MB``), then :func:`viz_model.loading.sources._safe_unzip`'s checks, the same as a
@@ -10,10 +10,10 @@ before the cheap checks pass:
    text files, the declared and the really written sizes under the cap, no member that inflates more than 200x
    (20x above 8 MB);
 2. at most :data:`MAX_DICTIONARIES` folders with a ``cfg.json``, at most two levels deep;
-3. each ``cfg.json`` through :func:`viz_model.features.io.read_cfg` (types, ranges, the weights' size under the
+3. each ``cfg.json`` through :func:`viz_model.features.saelens.read_cfg` (types, ranges, the weights' size under the
    memory cap), then the hook: it must be a hook of the loaded model whose width is the dictionary's ``d_in``
    (and, for a transcoder, ``hook_name_out`` with ``d_out``);
-4. the weights through :func:`viz_model.features.io.load_dictionary` (header, shapes, dtypes, NaN/inf);
+4. the weights through :func:`viz_model.features.saelens.load_dictionary` (header, shapes, dtypes, NaN/inf);
 5. a top-context index that cannot be read or points at ids outside the model's vocabulary is removed (the
    dictionary stays usable without it).
 """
@@ -29,7 +29,7 @@ import torch
 from viz_model.loading.sources import MAX_UPLOAD_MB, _own_root, _safe_unzip, clean_stale_uploads
 from viz_model.loading.weights import CheckpointError
 from viz_model.features.index import CORPUS_FILE, INDEX_FILE, load_index
-from viz_model.features.io import CFG_FILE, DictionaryError, load_dictionary, read_cfg
+from viz_model.features.saelens import CFG_FILE, DictionaryError, load_dictionary, read_cfg
 
 MAX_DICTIONARIES = 64  # dictionaries in one upload (one per layer of a large model, with room)
 

@@ -13,7 +13,7 @@ import torch
 from viz_model import VizTransformer
 from viz_model.placement import weight
 
-from viz_ui.analysis.trace import Trace
+from viz_ui.analysis.text_trace import Trace
 
 
 def residual_norms(trace: Trace, n_layers: int) -> tuple[np.ndarray, list[str]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from viz_ui.analysis.trace import Trace, tokenizer_errors
+from viz_ui.analysis.text_trace import Trace, tokenizer_errors
 
 
 def cross_patterns(trace: Trace, n_layers: int) -> np.ndarray:

@@ -63,7 +63,7 @@ def positional_sentence(cfg: Config) -> str:
 
 
 def tokenizer_sentence(kind: str) -> str:
-    """How this kind of tokenizer (:func:`viz_ui.analysis.trace.tokenizer_kind`: ``byte-level BPE``, ``BPE``,
+    """How this kind of tokenizer (:func:`viz_ui.analysis.text_trace.tokenizer_kind`: ``byte-level BPE``, ``BPE``,
     ``WordPiece``, ``Unigram``, ...) cuts text and how its pieces are drawn, in one or two sentences."""
     if kind.startswith("none"):
         return "This checkpoint has no tokenizer: the text is typed as token ids, each shown as #id."

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from viz_model import Step, VizTransformer, iter_generate, next_token_probs
 
 from viz_ui.analysis.numeric import entropy_bits
-from viz_ui.analysis.trace import mask_positions, tokenizer_errors  # noqa: F401  (mask_positions: pages import it from here)
+from viz_ui.analysis.text_trace import mask_positions, tokenizer_errors  # noqa: F401  (mask_positions: pages import it from here)
 
 
 def is_pattern(name: str) -> bool:

@@ -15,7 +15,7 @@ from viz_model import VizTransformer
 from viz_model.components import attn_divisor
 from viz_model.placement import weight
 
-from viz_ui.analysis.trace import Trace
+from viz_ui.analysis.text_trace import Trace
 
 
 @dataclass

@@ -10,7 +10,7 @@ from viz_model import VizTransformer
 from viz_model.head_scores import diagonal_score, repeated_scores
 
 from viz_ui.analysis.numeric import grid_block, pool_blocks
-from viz_ui.analysis.trace import Trace
+from viz_ui.analysis.text_trace import Trace
 
 SCORE_NAMES = ("previous-token", "first-token", "duplicate-token", "induction")
 

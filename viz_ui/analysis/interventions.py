@@ -4,7 +4,7 @@ corrupted text; direct logit attribution. Every number comes from :mod:`viz_mode
 (``ablation``, ``patching``, ``attribution``) and ``run_with_hooks``.
 
 Encoder-decoder models: the runs are the decoder's, over the tokens the app shows (the start token and the greedy
-output of the clean source, see :func:`viz_ui.analysis.trace.run_trace`), with the source as ``src_tokens``; ablated heads
+output of the clean source, see :func:`viz_ui.analysis.text_trace.run_trace`), with the source as ``src_tokens``; ablated heads
 are decoder self-attention heads.
 """
 
@@ -21,7 +21,7 @@ import torch
 from viz_model import VizTransformer, ablation, attribution, generate, patching
 from viz_model.interventions.batching import copies_per_pass
 
-from viz_ui.analysis.trace import Trace, encode_text, token_limit
+from viz_ui.analysis.text_trace import Trace, encode_text, token_limit
 
 Head = tuple[int, int]
 SITES = {"resid_pre": "residual stream entering the layer (resid_pre)", "attn_out": "attention output (attn_out)",
@@ -332,7 +332,7 @@ def corruption_candidates(text: str, limit: int = 48) -> list[str]:
 
 def text_ids(model: VizTransformer, tokenizer, text: str) -> list[int]:
     """The ids the app runs for ``text`` (the source, for an encoder-decoder): the tokenizer's, cut to the
-    trace's token limit (see :func:`viz_ui.analysis.trace.run_trace`)."""
+    trace's token limit (see :func:`viz_ui.analysis.text_trace.run_trace`)."""
     return list(encode_text(tokenizer, text).ids[:token_limit(model.cfg)[0]])
 
 

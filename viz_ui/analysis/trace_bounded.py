@@ -14,7 +14,7 @@ and recomputes a block's other hooks when one is read, by running that one block
 its recorded input: the very operations on the very numbers of the forward pass, so every value is bit-identical
 to a plain capture's float32 (tests/test_trace_bounded.py). The last ``n_cached`` layers read stay in a
 least-recently-used cache. Attention scores and patterns are derived from the layer's q and k as in a plain long
-trace (:class:`viz_ui.analysis.trace.Arrays`).
+trace (:class:`viz_ui.analysis.text_trace.Arrays`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import uuid
 
 import streamlit as st
 
-from viz_model.features.io import DictionaryError
+from viz_model.features.saelens import DictionaryError
 from viz_model.features.job import DictionaryJob, DictSettings, check_size
 from viz_model.features.upload import new_set_folder, unpack_dictionaries
 from viz_model.loading.sources import MAX_UPLOAD_MB

@@ -2,7 +2,7 @@
 for the loaded model, the dictionaries and their top-context indexes loaded once per server, and each text's feature
 activations cached per (model, text, dictionaries).
 
-A *dictionary set* is one or more dictionary folders in SAELens's layout (``viz_model.features.io``), usually one per
+A *dictionary set* is one or more dictionary folders in SAELens's layout (``viz_model.features.saelens``), usually one per
 layer, that read the same model: the shipped set of a shipped model (``assets/dictionaries/<model file stem>/``), and
 sets trained or uploaded in this session (kept in this session's state only, like uploaded models).
 """
@@ -18,7 +18,7 @@ import torch
 
 from viz_model.features.dictionary import SparseDictionary
 from viz_model.features.index import FeatureIndex, load_index
-from viz_model.features.io import load_dictionary, shipped_dictionaries
+from viz_model.features.saelens import load_dictionary, shipped_dictionaries
 
 from viz_ui.app.state import resolve
 

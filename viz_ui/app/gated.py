@@ -19,7 +19,7 @@ from viz_ui.analysis.numeric import PCA, fit_pca
 from viz_ui.app.state import estimate_seconds, flop_rate, get_trace, resolve
 from viz_model.feed_forward import disable_experts, force_expert, run_with_routing
 from viz_model.seq2seq import translate
-from viz_ui.analysis.trace import tokenizer_errors
+from viz_ui.analysis.text_trace import tokenizer_errors
 
 
 def repeated_scores_gated(path: str, text: str, where: Any = None) -> dict[str, np.ndarray] | None:

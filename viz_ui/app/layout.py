@@ -22,7 +22,7 @@ from viz_ui.views.figures import style_for_display
 from viz_ui.app.live_chart import Frames, clicked_point, live_chart
 from viz_ui.app.state import available_models, get_salient_head, get_trace, resolve
 from viz_ui.analysis.text import plain
-from viz_ui.analysis.trace import Trace
+from viz_ui.analysis.text_trace import Trace
 
 APP_NAME = "Inside a Transformer"
 ROOT = Path(__file__).resolve().parents[2]

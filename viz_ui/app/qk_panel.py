@@ -18,7 +18,7 @@ from viz_ui.app.gate import costly
 from viz_ui.views.qk import dominant_sentence, grid_frame, qk_code, qk_copies, qk_heatmap, qk_views, source_words, term_grid, top_pairs
 from viz_ui.app.state import estimate_seconds
 from viz_ui.analysis.text import plain
-from viz_ui.analysis.trace import Trace
+from viz_ui.analysis.text_trace import Trace
 
 
 def pick_key(container, trace: Trace, layer: int, head: int, query: int) -> int:

@@ -26,7 +26,7 @@ from viz_model.placement import weight
 from viz_model.tokenizer import IdTokenizer
 
 from viz_ui.app.gate import copy_seconds, flops_per_second
-from viz_ui.analysis.trace import Trace, run_trace, token_label
+from viz_ui.analysis.text_trace import Trace, run_trace, token_label
 from viz_ui.analysis.heads import overview_patterns, text_scores
 from viz_ui.views.overview import pool_signed, salient_head
 
@@ -205,7 +205,7 @@ def get_trace(path: str, text: str) -> Trace:
 
     Raises:
         ValueError: for a text that cannot be run, with a one-line reason, including any failure of the tokenizer
-            (see :func:`viz_ui.analysis.trace.encode_text`): Streamlit does not cache a call that raises, and the page shows
+            (see :func:`viz_ui.analysis.text_trace.encode_text`): Streamlit does not cache a call that raises, and the page shows
             the message while the session carries on.
     """
     model, tokenizer = resolve(path)

@@ -24,7 +24,7 @@ from viz_model.loading.timeline import TIMELINE_FILE, LoadedTimeline, load_timel
 from viz_ui.views.figures import attention_grid, attention_heatmap, grid_tiles
 from viz_ui.views.timeline import (curves_height, frame_window, grid_frame, grid_margins, head_frame, head_margins, loss_curves,
                             loss_step, score_curves)
-from viz_ui.analysis.trace import encode_text, token_label, tokenizer_errors
+from viz_ui.analysis.text_trace import encode_text, token_label, tokenizer_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "assets" / "timelines"

@@ -2,7 +2,7 @@
 (``from viz_model import load_model, ablation, patching, attribution``), from the same checkpoint and texts, and
 prints the numbers the page draws (no Streamlit). ``tests/test_intervention_views.py`` runs each string and compares.
 
-Texts become ids as in the app (:func:`viz_ui.analysis.trace.run_trace`): the tokenizer's ids with no BOS token added, cut to
+Texts become ids as in the app (:func:`viz_ui.analysis.text_trace.run_trace`): the tokenizer's ids with no BOS token added, cut to
 the first ``n`` tokens when the app cut them; an encoder-decoder's decoder reads the start token and the greedy
 output of the clean source (written out as ids), with the source as ``src_tokens``.
 """

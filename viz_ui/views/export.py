@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import plotly.graph_objects as go
 
-from viz_ui.analysis.trace import Trace
+from viz_ui.analysis.text_trace import Trace
 
 if TYPE_CHECKING:  # pandas is imported where a table is made: it costs ~0.25 s of the app's cold start
     import pandas as pd

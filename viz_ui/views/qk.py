@@ -18,7 +18,7 @@ from viz_model.interventions.cost import forward_flops
 from viz_ui.views.figures import DIVERGING, FONT, one_pass_figure
 from viz_ui.views.code_interventions import _ids, _load
 from viz_ui.analysis.interventions import Prompt
-from viz_ui.analysis.trace import Trace
+from viz_ui.analysis.text_trace import Trace
 
 OTHER = "other"
 TOP = 8  # query and key sources shown by name in the grid; the rest go to "other"

@@ -12,7 +12,7 @@ from viz_model.loading.limits import count_params
 from viz_model.training.live import Progress, TrainSettings, setting, train_bytes
 
 from viz_ui.views.figures import _layout
-from viz_ui.analysis.trace import run_trace
+from viz_ui.analysis.text_trace import run_trace
 
 STATUS_WORDS = {"preparing": "Training the tokenizer…", "training": "Training", "done": "Done",
                 "cancelled": "Cancelled", "timed out": "Stopped at the time limit", "failed": "Failed"}
