@@ -202,9 +202,14 @@ def test_long_traces_store_float16_and_derive_the_attention_exactly(overrides):
     n = LONG_INPUT + 20
     text = " ".join(str(i % 300) for i in range(n))
     trace = run_trace(model, IdTokenizer(model.cfg.d_vocab), text)
-    raw = dict.__getitem__(trace.arrays, "blocks.1.hook_resid_post")
-    assert raw.dtype == np.float16 and trace.arrays["blocks.1.hook_resid_post"].dtype == np.float32
-    assert dict.__getitem__(trace.arrays, "hook_logits").dtype == np.float32  # logits stay exact
+    raw = dict.__getitem__(trace.arrays, "blocks.0.hook_resid_post")
+    assert raw.dtype == np.float16 and trace.arrays["blocks.0.hook_resid_post"].dtype == np.float32
+    # logits stay exact: the rows decoded in the pass are float32, and the others are decoded on read from the last
+    # block's output, which is kept in float32 for that
+    assert dict.__getitem__(trace.arrays, "blocks.1.hook_resid_post").dtype == np.float32
+    assert dict.__getitem__(trace.arrays, "hook_logits").dtype == np.float32
+    np.testing.assert_allclose(np.asarray(trace.arrays["hook_logits"]), model(torch.tensor(trace.ids)[None])[0].detach(),
+                               rtol=1e-5, atol=1e-5)
     _, cache = model.run_with_cache(torch.tensor(trace.ids).unsqueeze(0))
     np.testing.assert_allclose(trace.arrays["blocks.1.hook_resid_post"], cache["blocks.1.hook_resid_post"][0],
                                rtol=2e-3, atol=2e-3)

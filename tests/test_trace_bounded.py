@@ -153,3 +153,33 @@ def test_a_trace_is_bounded_when_its_plain_capture_would_pass_the_budget(monkeyp
     assert run_trace(model, tok, TEXT).arrays.layers is None  # a few hundred KB: plain
     monkeypatch.setenv("VIZ_TRACE_MB", "0.05")
     assert run_trace(model, tok, TEXT).arrays.layers is not None
+
+
+@pytest.mark.parametrize("family", ["gpt2", "sandwich", "bert"])
+def test_a_plain_trace_decodes_only_the_rows_read(family):
+    """A plain trace's pass unembeds only the last position (and the [MASK]s): the other rows are decoded when read,
+    one row from the last block's output, or all at once for the whole array, which is then kept. Every row is the
+    full forward pass's (float32 summation order apart), the final norm's hooks hold every position, and the trace
+    survives a pickle round trip."""
+    from viz_ui.analysis.trace_bounded import LogitRows
+    model = small_model(**FAMILIES[family])
+    trace = run_trace(model, IdTokenizer(model.cfg.d_vocab), TEXT, bounded=False)
+    logits = trace.arrays["hook_logits"]
+    ids = torch.tensor(trace.ids)[None]
+    with torch.no_grad():
+        want, cache = model.run_with_cache(ids)
+    want = want[0].numpy()
+    n = len(trace.ids)
+    assert isinstance(logits, LogitRows) and set(logits.kept) == {n - 1} and logits.shape == want.shape
+    assert trace.arrays["ln_final.hook_normalized"].shape[0] == n
+    np.testing.assert_array_equal(trace.arrays["ln_final.hook_normalized"], cache["ln_final.hook_normalized"][0])
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(logits[-1], want[-1], rtol=1e-5, atol=1e-5 * scale)
+    np.testing.assert_allclose(logits[3], want[3], rtol=1e-5, atol=1e-5 * scale)  # one row, computed on read
+    assert logits.nbytes < want.nbytes / 4  # nothing but a few rows held yet
+    copy = pickle.loads(pickle.dumps(trace)).arrays["hook_logits"]
+    whole = np.asarray(logits)
+    np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5 * scale)
+    assert np.array_equal(whole[-1], logits.kept[n - 1]) and logits.nbytes >= want.nbytes  # kept whole now
+    assert logits[5] is not None and np.array_equal(logits[5], whole[5])
+    np.testing.assert_allclose(np.asarray(copy), want, rtol=1e-5, atol=1e-5 * scale)

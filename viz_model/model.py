@@ -178,14 +178,24 @@ class VizTransformer(HookedModule):
         """
         if not self.has_lm_head:
             raise ValueError("this model has no language-model head (it outputs hidden states, not logits)")
+        return self.unembed(self.final_hidden(resid))
+
+    def final_hidden(self, resid: torch.Tensor) -> torch.Tensor:
+        """What the unembedding reads, ``[..., d_model]``, from residual-stream vectors ``[..., d_model]``: the final
+        norm (if any) and the masked-LM transform (BERT), each per position (the first half of :meth:`decode`)."""
         # a view's float32 CPU vectors into a bfloat16 (or CUDA) model: computed as the model computes
         resid = resid.to(device=self.device, dtype=self.dtype)
         if self.ln_final is not None:
             resid = self.ln_final(resid)
         if self.mlm_head is not None:
             resid = self.mlm_head(resid)
+        return resid
+
+    def unembed(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits ``[..., d_vocab]`` from :meth:`final_hidden`'s output: ``x W_U + b_U``, soft-capped when
+        ``logit_softcap`` is set (the second half of :meth:`decode`)."""
         W_U = self.W_unembed
-        logits = resid.to(W_U.device) @ W_U  # the same device unless a device map placed the head elsewhere
+        logits = hidden.to(W_U.device) @ W_U  # the same device unless a device map placed the head elsewhere
         logits = logits if self.b_U is None else logits + weight(self, "b_U")
         return logits if self.cfg.logit_softcap is None else soft_cap(logits, self.cfg.logit_softcap)
 
@@ -213,9 +223,13 @@ class VizTransformer(HookedModule):
 
     def forward(self, tokens: torch.Tensor, kv_cache: KVCache | None = None,
                 token_type_ids: torch.Tensor | None = None, src_tokens: torch.Tensor | None = None,
-                encoder_out: torch.Tensor | None = None) -> torch.Tensor:
+                encoder_out: torch.Tensor | None = None, logit_positions: Sequence[int] | None = None) -> torch.Tensor:
         """Logits ``[batch, pos, d_vocab]`` for ids ``[batch, pos]`` (hidden states ``[batch, pos, d_model]``
         when the model has no language-model head).
+
+        ``logit_positions``: None (every position), or the only positions to decode, the other rows NaN (as
+        :meth:`forward_from`'s): on a 128k vocabulary the unembedding of 64 positions is a fifth of a 1 B model's
+        forward pass, and the attention views read none of it.
 
         With ``kv_cache``, ``tokens`` are the positions that follow those already in the cache; the
         cache is extended, and the logits are those of the new positions only. ``token_type_ids``
@@ -245,7 +259,7 @@ class VizTransformer(HookedModule):
             resid = self.ln_embed(resid)
         if self.rel_pos is not None:
             self.rel_pos(tokens.shape[1], offset + tokens.shape[1])  # recorded once (hook_bias); every layer adds it
-        return self._blocks_and_head(self.drop(resid), 0, kv_cache, encoder_out)
+        return self._blocks_and_head(self.drop(resid), 0, kv_cache, encoder_out, logit_positions)
 
     def _blocks_and_head(self, resid: torch.Tensor, start_layer: int, kv_cache: KVCache | None,
                          encoder_out: torch.Tensor | None, logit_positions: Sequence[int] | None = None) -> torch.Tensor:
@@ -261,7 +275,8 @@ class VizTransformer(HookedModule):
             logits = self.decode(resid)
         else:
             rows = list(logit_positions)
-            decoded = self.decode(resid[:, rows])
+            hidden = self.final_hidden(resid)  # every position: the final norm's hooks record all of them
+            decoded = self.unembed(hidden[:, rows])
             logits = decoded.new_full((*resid.shape[:2], decoded.shape[-1]), float("nan"))
             logits[:, rows] = decoded
         logits = self.hook_logits(logits)

@@ -296,9 +296,24 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str, bounded: b
         if bounded:
             arrays = _bounded(model, ids, names, keep, mask_positions(tokenizer, ids), model_ref or Held(model))
             return Trace(arrays=arrays, **common)
-        _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=keep, **small)
-        return Trace(arrays=_arrays(cache, model, derive=bool(small) or _derive(model, len(ids), len(ids), budget)),
-                     **common)
+        # the unembedding is deferred: only the last position's row and the [MASK]s' are decoded now (the start
+        # page, the output page's default and a masked model's answers read them); the other rows on first read
+        # (LogitRows), from the last block's output kept in float32
+        rows = sorted({len(ids) - 1, *mask_positions(tokenizer, ids)}) if model.has_lm_head else None
+        final = f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"
+        if small and rows:
+            small["keep_float32"] = (*small["keep_float32"], final)
+        _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=keep, logit_positions=rows, **small)
+        final_resid = cache[final][0].detach().cpu().clone() if rows else None
+        arrays = _arrays(cache, model, derive=bool(small) or _derive(model, len(ids), len(ids), budget))
+        if rows:
+            logits = arrays["hook_logits"]
+            kept = {p: logits[p].copy() for p in rows}
+            for row in kept.values():
+                row.flags.writeable = False  # traces are shared between sessions
+            arrays["hook_logits"] = LogitRows(kept, final_resid, model.cfg.d_vocab,
+                                              model_ref or Held(model), keep_all=True)
+        return Trace(arrays=arrays, **common)
     cfg = model.cfg
     steps = generate(model, [cfg.decoder_start_id], n_ctx - 1, 0.0, src_ids=ids)
     out = [s.token_id for s in steps]
@@ -367,7 +382,8 @@ def _bounded(model: VizTransformer, ids: list[int], names: list[list[str]], keep
     inner = {n for layer in names for n in layer} | {n for n in model.hook_dict if n.startswith("blocks.")}
     outer = [n for n in model.hook_dict if keep(n) and n not in inner and n != "hook_logits"]
     resid_names = [f"blocks.{i}.hook_resid_pre" for i in range(n_layers)] + [f"blocks.{n_layers - 1}.hook_resid_post"]
-    logits, cache = model.run_with_cache(torch.tensor([ids]), names_filter=[*outer, *resid_names])
+    rows = sorted({len(ids) - 1, *masks}) if model.has_lm_head else None  # the only rows decoded now (LogitRows)
+    logits, cache = model.run_with_cache(torch.tensor([ids]), names_filter=[*outer, *resid_names], logit_positions=rows)
     out = Arrays()
     for name in outer:
         out[name] = host_array(cache.take(name)[0])
@@ -375,7 +391,6 @@ def _bounded(model: VizTransformer, ids: list[int], names: list[list[str]], keep
     del cache
     kept_bytes = resid.nbytes + sum(a.nbytes for a in out.values())
     if model.has_lm_head:
-        rows = sorted({len(ids) - 1, *masks})
         kept = {p: host_array(logits[0, p].float().clone()) for p in rows}
         out["hook_logits"] = LogitRows(kept, resid[-1], model.cfg.d_vocab, model_ref)
         kept_bytes += sum(r.nbytes for r in kept.values())

@@ -137,7 +137,7 @@ class Layers:
 
 
 class LogitRows:
-    """The logits of a bounded trace, ``[pos, d_vocab]`` float32, read a row at a time: ``rows[pos]``.
+    """The logits of a trace, ``[pos, d_vocab]`` float32, read a row at a time: ``rows[pos]``.
 
     ``kept`` rows (position → ``[d_vocab]``) are the forward pass's own; any other row is computed on read from
     the residual stream leaving the last block (``final`` ``[pos, d_model]``) with the model's own
@@ -145,16 +145,23 @@ class LogitRows:
     same operations on the same numbers, equal to the full pass's row up to float32 summation order (a
     matrix-vector product adds in another order than the pass's matrix product; measured below 1e-5 relative).
     ``np.asarray(rows)`` and ``rows.astype(dtype)`` build the whole ``[pos, d_vocab]`` array.
+
+    ``keep_all`` (a plain trace's logits, short enough to hold whole): the first read of the whole array decodes
+    every missing row in one batched product (the forward pass's own computation, deferred) and keeps the result;
+    rows read one at a time before that are computed one at a time. Without it (a bounded trace: 1,024 positions
+    of a 128k vocabulary would be 512 MB) only the last :data:`LOGIT_CACHE_ROWS` rows read stay cached.
     """
 
     ndim = 2
     dtype = np.dtype(np.float32)
 
     def __init__(self, kept: dict[int, np.ndarray], final: torch.Tensor, d_vocab: int,
-                 model_ref: Callable[[], VizTransformer]) -> None:
-        self.kept, self.final, self.model_ref = kept, final, model_ref
+                 model_ref: Callable[[], VizTransformer], keep_all: bool = False) -> None:
+        self.kept, self.final, self.model_ref, self.keep_all = kept, final, model_ref, keep_all
         self.shape = (final.shape[0], d_vocab)
         self.cache = _Lru(LOGIT_CACHE_ROWS)
+        self._all: np.ndarray | None = None
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -164,6 +171,8 @@ class LogitRows:
             pos = int(key) + (self.shape[0] if key < 0 else 0)
             if not 0 <= pos < self.shape[0]:
                 raise IndexError(f"position {key} is outside the trace's {self.shape[0]} tokens")
+            if self._all is not None:
+                return self._all[pos]
             return self.kept[pos] if pos in self.kept else self.cache.get(pos, lambda: self._row(pos))
         return np.asarray(self)[key]
 
@@ -172,18 +181,44 @@ class LogitRows:
         model = self.model_ref()
         return host_array(model.decode(self.final[pos:pos + 1].to(model.device))[0].float())
 
+    @torch.no_grad()
+    def _whole(self) -> np.ndarray:
+        with self._lock:  # sessions share traces: the first reader decodes, the others wait and reuse it
+            if self._all is None:
+                model = self.model_ref()
+                out = model.decode(self.final.to(model.device)).float().cpu().numpy()
+                for pos, row in self.kept.items():  # the forward pass's own rows stay as they were
+                    out[pos] = row
+                out.flags.writeable = False
+                self._all = out
+            return self._all
+
     def astype(self, dtype, **kwargs) -> np.ndarray:
         """Every row, ``[pos, d_vocab]``, as ``dtype`` (as ``ndarray.astype``: the MoE page's softmax uses it)."""
         return np.asarray(self).astype(dtype, **kwargs)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        out = np.stack([self[i] for i in range(self.shape[0])]) if self.shape[0] else np.zeros(self.shape, np.float32)
+        if self.keep_all:
+            out = self._whole()
+        else:
+            out = np.stack([self[i] for i in range(self.shape[0])]) if self.shape[0] else np.zeros(self.shape, np.float32)
         return out if dtype is None else out.astype(dtype)
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the kept rows and the cached ones (the residual it decodes is counted by the trace)."""
-        return sum(r.nbytes for r in self.kept.values()) + sum(r.nbytes for r in self.cache.values())
+        """Bytes held: the kept rows, the cached ones and the whole array once built (the residual it decodes is
+        counted by the trace)."""
+        held = sum(r.nbytes for r in self.kept.values()) + sum(r.nbytes for r in self.cache.values())
+        return held + (self._all.nbytes if self._all is not None else 0)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
 
 def layer_names(model: VizTransformer, keep: Callable[[str], bool], skip: Callable[[str], bool]) -> list[list[str]]:
