@@ -129,6 +129,35 @@ def test_students_follow_the_teachers_text_page_and_head_and_may_stop_and_catch_
     assert student.selectbox(key="head").value == 1 and f"Following class {code}" in texts(student)
 
 
+def test_a_view_whose_rerun_was_lost_is_applied_again(monkeypatch):
+    """The rerun a student's poll asks for (the teacher's page and link) can be replaced by one the browser asked for
+    meanwhile with its old page and link (Streamlit merges pending rerun requests, the newer page and query string
+    winning). Emulated: the poll applies the view but its rerun does nothing, and the next run comes for another
+    page with the old link. That run notices and applies the view again: the teacher's page, head and text."""
+    import streamlit as st
+
+    teacher, code = start_class()
+    student = session({"class": code})
+    teacher.switch_page("pages/attention.py").run()
+    run(teacher.selectbox(key="head").set_value(5))
+    run(student)
+    assert student.title[0].value == "Attention" and student.selectbox(key="head").value == 5
+    old = dict(student.query_params)
+    run(teacher.text_area(key="text").set_value(TEXT))
+    run(teacher.selectbox(key="head").set_value(2))
+    with monkeypatch.context() as lost:
+        lost.setattr(st, "switch_page", lambda *args, **kwargs: None)
+        lost.setattr(st, "rerun", lambda *args, **kwargs: None)
+        run(student)  # the poll applied the new view; its rerun never came
+    student.query_params.clear()
+    student.query_params.update(old)  # the browser's request: the old link, and another page
+    student.switch_page("pages/tokens.py")
+    run(student)
+    assert student.title[0].value == "Attention" and student.selectbox(key="head").value == 2
+    assert student.query_params["head"] == "2" and student.text_area(key="text").value == TEXT
+    assert student.query_params["class"] == code and f"Following class {code}" in texts(student)
+
+
 def test_a_wrong_or_ended_class_is_one_line_and_the_app_goes_on():
     student = session({"class": "ZZZZZZ"})
     assert [w.value for w in student.warning] == [

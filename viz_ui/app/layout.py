@@ -16,7 +16,7 @@ from viz_model.loading.dtypes import dtype_name
 from viz_model.tokenizer import IdTokenizer
 
 from viz_ui.app.navigation import PAGES
-from viz_ui.classroom.ui import class_bar, publish_view, question_area, sidebar_controls
+from viz_ui.classroom.ui import check_applied, class_bar, publish_view, question_area, sidebar_controls
 from viz_ui.views.export import figure_csv, trace_npz
 from viz_ui.views.figures import style_for_display
 from viz_ui.app.live_chart import Frames, clicked_point, live_chart
@@ -303,6 +303,7 @@ def setup_page(title: str, intro: str) -> AppState:
     lecture = _truthy(st.session_state.get("_lecture", st.query_params.get("lecture", "")))
     st.set_page_config(page_title=f"{title} · {APP_NAME}", page_icon=str(ROOT / "assets" / "icon.png"), layout="wide",
                        initial_sidebar_state="collapsed" if lecture else "auto")
+    check_applied()  # a student's screen: did the teacher's last view arrive? (before any widget writes the link)
     models = available_models()
     if not models:
         st.error("No model found in assets/models. Train one with `python -m viz_model.training` (see the README).")

@@ -49,6 +49,28 @@ def student_bar(cls: ClassSession) -> None:
     _poll()
 
 
+MAX_ATTEMPTS = 3  # times one view is applied again when its page or link did not arrive
+
+
+def check_applied() -> None:
+    """At the start of a student's full run after a view was applied (call before any widget writes to the link):
+    when this run shows another page, or a link without the view's parameters, the rerun that would have shown the
+    view was lost (the browser's poll asked for a rerun of the old page with the old link while it was pending, and
+    Streamlit kept the newer request's page and query string): the view is applied again in this run's poll, up to
+    :data:`MAX_ATTEMPTS` times."""
+    cls = current()
+    if cls is None or cls.teacher or cls.expect is None:
+        return
+    page, link = cls.expect
+    shown = st.query_params.to_dict()
+    if page == current_page() and all(shown.get(key) == value for key, value in link.items()):
+        cls.expect, cls.attempts = None, 0
+    elif not cls.following or cls.attempts >= MAX_ATTEMPTS:
+        cls.expect, cls.attempts = None, 0  # given up: the student's Catch up applies the view again
+    else:
+        cls.version = 0  # not shown: this run's poll applies the latest view again
+
+
 def _set_following(following: bool) -> None:
     cls = current()
     if cls is None:
@@ -95,9 +117,12 @@ def _poll() -> None:
 def apply_view(cls: ClassSession, view: object, version: int) -> None:
     """Show the teacher's ``view`` as opening its link would: forget the shared values it and the previous view
     name, give the session the view's parameters as its link, then switch to the view's page or rerun this one.
-    A view that is not a dict of strings is ignored (the version is still marked seen)."""
+    A view that is not a dict of strings is ignored (the version is still marked seen). The page and link it should
+    show are checked at the next full run (:func:`_check_applied`)."""
+    cls.attempts = cls.attempts + 1 if cls.expect is not None else 1
     cls.version = version
     if not isinstance(view, dict) or not isinstance(view.get("params"), dict):
+        cls.expect, cls.attempts = None, 0
         return
     params = {str(k): str(v) for k, v in view["params"].items() if isinstance(v, (str, int, float))}
     own = st.query_params.to_dict()
@@ -108,7 +133,9 @@ def apply_view(cls: ClassSession, view: object, version: int) -> None:
     cls.applied = params
     link = student_params(params, own, cls.code)
     page = view.get("page")
-    if page in {p for p, _, _ in PAGES} and page != current_page():
+    known = page in {p for p, _, _ in PAGES}
+    cls.expect = (page if known else current_page(), link)
+    if known and page != current_page():
         st.switch_page(page, query_params=link)
     st.query_params.from_dict(link)
     st.rerun()

@@ -34,6 +34,11 @@ class ClassSession:
     following: bool = True  # student: applies the teacher's views
     version: int = 0  # student: the view version last applied (0: none yet)
     applied: dict = field(default_factory=dict)  # student: the parameters of the view last applied
+    # student: (page, link) the last applied view must show at the next full run, and how often it was applied: a
+    # rerun the view asked for can be replaced by one the browser asked for with the old page and link (Streamlit
+    # merges pending rerun requests, the newer page and query string winning), and is then applied again
+    expect: tuple | None = None
+    attempts: int = 0
     published: dict | None = None  # teacher: the view last published
     question: tuple | None = None  # (question id, revealed) last drawn, to notice a new question or a reveal
     answers: dict = field(default_factory=dict)  # question id -> this screen's answer (shown back to the student)

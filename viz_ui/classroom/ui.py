@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-from viz_ui.classroom.follow import student_bar
+from viz_ui.classroom.follow import check_applied, student_bar
 from viz_ui.classroom.questions import question_area
 from viz_ui.classroom.session import MESSAGE, current, sync
 from viz_ui.classroom.teacher import class_controls, publish_view, teacher_bar
 
-__all__ = ["class_bar", "publish_view", "question_area", "sidebar_controls"]
+__all__ = ["check_applied", "class_bar", "publish_view", "question_area", "sidebar_controls"]
 
 
 def sidebar_controls() -> None:
