@@ -33,6 +33,7 @@ server always sends whole messages.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -61,7 +62,7 @@ class Shown:
     run_id: str
     fragment_id: str
     widget_id: str = ""
-    hash: str = ""  # the server's hash of the element's message: equal elements have equal hashes
+    hash: str = ""  # a figure: the SHA-1 of its JSON; any other element: the server's hash of its message
 
     @property
     def text(self) -> str:
@@ -303,6 +304,11 @@ class StClient:
             self.errors.append(f"exception on screen: {text.splitlines()[0] if text else ''}")
         elif etype == "plotly_chart":
             kind, text = "plotly", el.plotly_chart.spec
+        elif etype == "bidi_component" and "viz_live_chart" in el.bidi_component.component_name:
+            try:  # a live chart (viz_ui/app/live_chart.py): the figure is in the component's data
+                kind, text = "plotly", json.loads(el.bidi_component.json).get("figure", "")
+            except (ValueError, AttributeError):
+                kind, text = "plotly", ""
         elif etype in WIDGETS:
             widget = getattr(el, etype)
             kind, text, wid = f"widget:{etype}", widget.label, widget.id
@@ -310,7 +316,10 @@ class StClient:
                 self.widget_values.pop(wid, None)  # the server set it: it knows the value
         else:
             kind, text = etype or "", ""
-        self.shown[path] = Shown(kind, text, self._run_id, delta.fragment_id, wid, msg.hash)
+        # a figure is known by its JSON (the message's hash also covers a live chart's revision, Python's str hash,
+        # which differs between replicas)
+        digest = hashlib.sha1(text.encode()).hexdigest() if kind == "plotly" else msg.hash
+        self.shown[path] = Shown(kind, text, self._run_id, delta.fragment_id, wid, digest)
 
     # ---- auto-reruns (st.fragment(run_every=...)) -----------------------------------------------------------
     def _start_auto(self, fragment_id: str, interval: float) -> None:
