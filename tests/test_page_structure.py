@@ -1,4 +1,4 @@
-"""Pages say what they need (issue 26): a function in ``pages/*.py`` takes what it works on as arguments, it does
+"""Pages say what they need (issue 26): a function in ``app.py`` (the start page) or ``pages/*.py`` takes what it works on as arguments, it does
 not read the page's module-level variables (the model, the trace, a selection) as hidden parameters."""
 
 import ast
@@ -9,7 +9,7 @@ import pytest
 
 from conftest import ROOT
 
-PAGES = sorted((ROOT / "pages").glob("*.py"))
+PAGES = [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py"))]  # the start page and the others
 COMPREHENSIONS = {"listcomp", "setcomp", "dictcomp", "genexpr"}
 
 
