@@ -5,6 +5,7 @@ globals (issue 26)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import streamlit as st
 from tokenizers import Tokenizer
@@ -57,9 +58,9 @@ class PageContext:
     def lecture(self) -> bool:
         return self.app.display.lecture
 
-    @property
+    @cached_property  # read once per context: each read of Streamlit's data cache is a copy of d_vocab strings
     def vocab(self) -> list[str]:
-        """Every vocabulary id's token as shown on the pages, ``[d_vocab]`` (cached per model)."""
+        """Every vocabulary id's token as shown on the pages, ``[d_vocab]``."""
         return get_vocab_labels(self.app.model_path)
 
 
