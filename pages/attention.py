@@ -9,97 +9,111 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 from viz_ui.analysis.explain import score_formula, score_sentence
 from viz_ui.views.export import pattern_table, pooled_pattern_table
 from viz_ui.views.figures import attention_grid, attention_heatmap
-from viz_ui.app.layout import (pick_layer_head, pick_position, position_window, require_trace, set_shared, setup_page,
-                           show_figure, side_by_side)
+from viz_ui.app.layout import pick_layer_head, pick_position, position_window, set_layer_head, show_figure, side_by_side
+from viz_ui.app.page import PageContext, open_page
 from viz_ui.app.qk_panel import cell_click, pick_key, qk_section
 from viz_ui.app.state import get_overview
 from viz_ui.analysis.head_steps import future_share, unmasked_view
 
-state = setup_page("Attention",
-                   "In every layer, each head lets every token gather information from the tokens it may see. "
-                   "Row = the token that asks (query), column = the token it looks at (key); each row sums to 1.")
-trace = require_trace(state)
-cfg = state.model.cfg
-patterns, block = get_overview(state.model_path, state.text)
-st.markdown("This model is a **decoder**: a token sees itself and the tokens before it (causal mask)."
-            if cfg.causal else "This model is an **encoder**: every token sees every token of the text (no mask).")
-
-
-def _open_head() -> None:
+def open_head(n_heads: int) -> None:
     """on_select of the all-heads grid: the clicked tile becomes the layer and head shown below."""
     points = st.session_state["attn_grid"].selection.points
     if points and points[0].get("curve_number") == 1:  # the clickable tile points, not the heatmap
-        layer, head = divmod(points[0]["point_index"], cfg.n_heads)
-        set_shared("layer", layer)
-        set_shared("head", head)
+        set_layer_head(*divmod(points[0]["point_index"], n_heads))
 
 
-grid, pooled = attention_grid(patterns, pooled_by=block, labels=trace.labels)
-n = trace.n_tokens
-show_figure(grid, state, "attention_all_heads",
-            data=lambda: (pattern_table(patterns, trace.labels, cfg.causal) if block == 1 else
-                          pooled_pattern_table(patterns, block, n, n)), select_key="attn_grid", on_select=_open_head)
-st.caption("Click a head to show it below; hover a head for its strongest query → key pair.")
-if pooled:
-    st.caption(f"{trace.n_tokens} tokens are too many to draw per cell in {cfg.n_layers * cfg.n_heads} small "
-               "maps: each cell of the overview is the largest weight in a block of cells. "
-               "The single-head view below shows every cell.")
+def all_heads(ctx: PageContext) -> None:
+    """Every layer's and head's pattern at once, as clickable tiles."""
+    trace, cfg, n = ctx.trace, ctx.cfg, ctx.trace.n_tokens
+    patterns, block = get_overview(ctx.path, ctx.text)
+    st.markdown("This model is a **decoder**: a token sees itself and the tokens before it (causal mask)."
+                if cfg.causal else "This model is an **encoder**: every token sees every token of the text (no mask).")
+    grid, pooled = attention_grid(patterns, pooled_by=block, labels=trace.labels)
+    show_figure(grid, ctx.app, "attention_all_heads",
+                data=lambda: (pattern_table(patterns, trace.labels, cfg.causal) if block == 1 else
+                              pooled_pattern_table(patterns, block, n, n)), select_key="attn_grid",
+                on_select=lambda: open_head(cfg.n_heads))
+    st.caption("Click a head to show it below; hover a head for its strongest query → key pair.")
+    if pooled:
+        st.caption(f"{trace.n_tokens} tokens are too many to draw per cell in {cfg.n_layers * cfg.n_heads} small "
+                   "maps: each cell of the overview is the largest weight in a block of cells. "
+                   "The single-head view below shows every cell.")
 
-st.subheader("One head")
-c1, c2, c3 = st.columns([1, 1, 2])
-layer, head = pick_layer_head(state, c1, c2)
-kind = c3.radio("Show", ["weights (after softmax)", "scores (scaled, masked, before softmax)"],
-                horizontal=True, key="attn_kind")
-if kind.startswith("weights"):
-    matrix = trace.arrays[f"blocks.{layer}.attn.hook_pattern"][head]
-    title = f"Layer {layer}, head {head}: attention weights softmax({score_formula(cfg)})"
-    st.markdown("Each row is a probability distribution: how much of each "
-                + ("earlier token's" if cfg.causal else "token's") + " value vector the query token takes.")
-else:
-    matrix = trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head]
-    title = f"Layer {layer}, head {head}: scores {score_formula(cfg)} (d_k = {cfg.d_head})"
-    st.markdown(score_sentence(cfg)
-                + (" Blank cells above the diagonal are masked with −∞: a token may not look at tokens after it, and "
-                   "softmax turns −∞ into 0." if cfg.causal else " This encoder masks nothing: every cell is a score."))
-c4, c5 = st.columns(2)
-query = pick_position(c4, trace, "Query token (the one that asks)")
-key = pick_key(c5, trace, layer, head, query)
-a, b = position_window(st, trace, centre=query)
-labels = trace.labels[a:b]
-if (a, b) != (0, n) and kind.startswith("weights"):
-    inside = float(matrix[a:b, a:b].sum() / max(1e-9, matrix[a:b].sum()))
-    st.caption(f"In this window, {inside:.0%} of these rows' attention falls on keys inside it; the other "
-               f"{1 - inside:.0%} goes to keys outside positions {a}–{b - 1}" + (" (often position 0)" if a > 0 else "")
-               + ", so the map can look pale. Move the window, or see whole rows on page 3a.")
-show_figure(attention_heatmap(matrix[a:b, a:b], labels, title, "weights" if kind.startswith("weights") else "scores",
-                              offset=a, clickable=True), state, f"attention_L{layer}_H{head}", select_key="attn_head",
-            on_select=cell_click("attn_head"))
-st.caption("Click a cell (or pick the query and key above) to see below why the head gives it this score.")
-qk_section(state, trace, layer, head, query, key, "attention")
 
-if cfg.causal:
+def one_head(ctx: PageContext) -> tuple[int, int, tuple[int, int]]:
+    """One head's weights or scores, with its query-key panel; returns its layer, head and the drawn window
+    ``(start, stop)`` of positions."""
+    trace, cfg, n = ctx.trace, ctx.cfg, ctx.trace.n_tokens
+    st.subheader("One head")
+    c1, c2, c3 = st.columns([1, 1, 2])
+    layer, head = pick_layer_head(ctx.app, c1, c2)
+    kind = c3.radio("Show", ["weights (after softmax)", "scores (scaled, masked, before softmax)"],
+                    horizontal=True, key="attn_kind")
+    if kind.startswith("weights"):
+        matrix = trace.arrays[f"blocks.{layer}.attn.hook_pattern"][head]
+        title = f"Layer {layer}, head {head}: attention weights softmax({score_formula(cfg)})"
+        st.markdown("Each row is a probability distribution: how much of each "
+                    + ("earlier token's" if cfg.causal else "token's") + " value vector the query token takes.")
+    else:
+        matrix = trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head]
+        title = f"Layer {layer}, head {head}: scores {score_formula(cfg)} (d_k = {cfg.d_head})"
+        st.markdown(score_sentence(cfg)
+                    + (" Blank cells above the diagonal are masked with −∞: a token may not look at tokens after it, and "
+                       "softmax turns −∞ into 0." if cfg.causal else " This encoder masks nothing: every cell is a score."))
+    c4, c5 = st.columns(2)
+    query = pick_position(c4, trace, "Query token (the one that asks)")
+    key = pick_key(c5, trace, layer, head, query)
+    a, b = position_window(st, trace, centre=query)
+    labels = trace.labels[a:b]
+    if (a, b) != (0, n) and kind.startswith("weights"):
+        inside = float(matrix[a:b, a:b].sum() / max(1e-9, matrix[a:b].sum()))
+        st.caption(f"In this window, {inside:.0%} of these rows' attention falls on keys inside it; the other "
+                   f"{1 - inside:.0%} goes to keys outside positions {a}–{b - 1}" + (" (often position 0)" if a > 0 else "")
+                   + ", so the map can look pale. Move the window, or see whole rows on page 3a.")
+    show_figure(attention_heatmap(matrix[a:b, a:b], labels, title, "weights" if kind.startswith("weights") else "scores",
+                                  offset=a, clickable=True), ctx.app, f"attention_L{layer}_H{head}", select_key="attn_head",
+                on_select=cell_click("attn_head"))
+    st.caption("Click a cell (or pick the query and key above) to see below why the head gives it this score.")
+    qk_section(ctx.app, trace, layer, head, query, key, "attention")
+    return layer, head, (a, b)
+
+
+def masked_vs_unmasked(ctx: PageContext, layer: int, head: int, window: tuple[int, int]) -> None:
+    """What a decoder's causal mask changes for this head: scores without and with it, weights without it."""
+    trace, cfg, model = ctx.trace, ctx.cfg, ctx.model
+    a, b = window
+    labels = trace.labels[a:b]
     st.subheader("Masked vs unmasked")
     st.markdown(f"What the causal mask changes for this head. Left: the scores {score_formula(cfg)} for *every* "
                 "pair, as if the mask were not there; middle: the same scores with −∞ above the diagonal (what the "
                 "model uses); right: the weights softmax would give without the mask. Without it, a token would take "
                 "information from tokens that come after it, which a decoder cannot know when it generates text."
-                + (f" This layer also has a sliding window of {state.model.blocks[layer].attn.cfg.attn_window}: the "
-                   "middle panel hides keys that far back too." if state.model.blocks[layer].attn.cfg.attn_window
+                + (f" This layer also has a sliding window of {model.blocks[layer].attn.cfg.attn_window}: the "
+                   "middle panel hides keys that far back too." if model.blocks[layer].attn.cfg.attn_window
                    else f" This model's other layers ({', '.join(map(str, cfg.window_layers))}) also have a sliding "
                    f"window of {cfg.attn_window}; this one does not." if cfg.window_layers else "")
                 + (f" {score_sentence(cfg)} All three panels use these scores; only the mask differs."
                    if cfg.attn_scale is not None or cfg.attn_softcap is not None or cfg.rel_pos_buckets else ""))
     raw, free = unmasked_view(trace, cfg, layer, head)
-    m1, m2, m3 = side_by_side(state, 3)
+    m1, m2, m3 = side_by_side(ctx.app, 3)
     with m1:
-        show_figure(attention_heatmap(raw[a:b, a:b], labels, "Scores without mask", "scores", offset=a), state,
+        show_figure(attention_heatmap(raw[a:b, a:b], labels, "Scores without mask", "scores", offset=a), ctx.app,
                     f"scores_unmasked_L{layer}_H{head}")
     with m2:
         show_figure(attention_heatmap(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head][a:b, a:b], labels,
-                                      "Scores with the causal mask", "scores", offset=a), state,
+                                      "Scores with the causal mask", "scores", offset=a), ctx.app,
                     f"scores_masked_L{layer}_H{head}")
     with m3:
-        show_figure(attention_heatmap(free[a:b, a:b], labels, "Weights without mask", "weights", offset=a), state,
+        show_figure(attention_heatmap(free[a:b, a:b], labels, "Weights without mask", "weights", offset=a), ctx.app,
                     f"weights_unmasked_L{layer}_H{head}")
     st.caption(f"Without the mask this head would put on average {future_share(free):.1%} "
                "of each token's attention on later tokens; with it, exactly 0%.")
+
+
+ctx = open_page("Attention",
+                "In every layer, each head lets every token gather information from the tokens it may see. "
+                "Row = the token that asks (query), column = the token it looks at (key); each row sums to 1.")
+all_heads(ctx)
+shown = one_head(ctx)
+if ctx.cfg.causal:
+    masked_vs_unmasked(ctx, *shown)

@@ -15,11 +15,35 @@ from viz_ui.analysis import costs
 from viz_ui.app.gate import cached_result, combine, costly
 from viz_ui.analysis.interventions import (N_GENERATE, AblationView, Prompt, ablation_means, ablation_view, attribution_view,
                             corrupted_prompt, default_corruption, fitting_corruptions, head_effects, metric_for,
-                            parse_heads, patch_lens, patching_sweep, patching_values, prompt_of)
+                            Head, patch_lens, patching_sweep, patching_values, prompt_of)
+from viz_ui.app.layout import get_shared, set_shared
 from viz_ui.app.state import estimate_seconds, get_trace, resolve
 from viz_model import attribution
 
 SITES = ("resid_pre", "attn_out", "mlp_out", "head")
+_EFFECT_MAP_N = "_effect_map_n"  # how many clicks the effect map had: its chart key, renewed at each click
+_CORRUPT_FOR = "_corrupt_for"  # (clean text, default corrupted text) the corrupted text last followed
+
+
+def effect_map_key() -> str:
+    """The widget key of the ablation's per-head effect map; :func:`renew_effect_map_key` gives it a new one."""
+    return f"effect_map_{st.session_state.setdefault(_EFFECT_MAP_N, 0)}"
+
+
+def renew_effect_map_key() -> None:
+    """After a click on the effect map: a fresh chart key, so that the chart forgets the clicked point."""
+    st.session_state[_EFFECT_MAP_N] = st.session_state.get(_EFFECT_MAP_N, 0) + 1
+
+
+def follow_corruption(text: str, default: str) -> None:
+    """Keep the shared corrupted text (``corrupt``) on ``default``, the corruption found for the clean ``text``,
+    until the user edits it: when the clean text changed, or when the search ended and the corrupted text was still
+    the previous default."""
+    before = st.session_state.get(_CORRUPT_FOR)
+    if before != (text, default):
+        if before is not None and (before[0] != text or get_shared("corrupt") == before[1]):
+            set_shared("corrupt", default)
+        st.session_state[_CORRUPT_FOR] = (text, default)
 
 
 def get_prompt(path: str, text: str) -> Prompt:
@@ -43,31 +67,30 @@ def _means(path: str, text: str, kind: str, mean_text: str):
     return ablation_means(model, get_prompt(path, mean_text or text))
 
 
-def ablation_gated(path: str, text: str, heads: str, kind: str, mean_text: str, pos: int,
+def ablation_gated(path: str, text: str, heads: tuple[Head, ...], kind: str, mean_text: str, pos: int,
                    where: Any = None) -> AblationView | None:
-    """:func:`viz_ui.analysis.interventions.ablation_view` for the heads written as ``"L0H1,L2H3"``; ``mean_text``: the
-    reference text of mean ablation (empty: ``text`` itself). None while its button waits."""
+    """:func:`viz_ui.analysis.interventions.ablation_view` with ``heads`` (sorted ``(layer, head)`` pairs, part of the
+    cache key as they are) switched off; ``mean_text``: the reference text of mean ablation (empty: ``text`` itself).
+    None while its button waits."""
     model, _ = resolve(path)
 
     def compute(progress) -> AblationView:
-        hs = parse_heads(heads, model.cfg.n_layers, model.cfg.n_heads)
-        return ablation_view(model, get_prompt(path, text), hs, kind, _means(path, text, kind, mean_text), pos)
+        return ablation_view(model, get_prompt(path, text), list(heads), kind, _means(path, text, kind, mean_text), pos)
 
     copies = costs.ablation_copies(model, N_GENERATE) + (kind == "mean")
     return costly("ablation", (path, text, heads, kind, mean_text, pos), estimate_seconds(path, text, copies), compute,
                   "Run the model without these heads", where)
 
 
-def head_effects_gated(path: str, text: str, heads: str, kind: str, mean_text: str, pos: int, token_id: int,
-                       where: Any = None) -> np.ndarray | None:
-    """:func:`viz_ui.analysis.interventions.head_effects`, with ``heads`` ablated in every run: ``[n_layers, n_heads]``.
-    None while its button waits."""
+def head_effects_gated(path: str, text: str, heads: tuple[Head, ...], kind: str, mean_text: str, pos: int,
+                       token_id: int, where: Any = None) -> np.ndarray | None:
+    """:func:`viz_ui.analysis.interventions.head_effects`, with ``heads`` (sorted ``(layer, head)`` pairs) ablated in
+    every run: ``[n_layers, n_heads]``. None while its button waits."""
     model, _ = resolve(path)
 
     def compute(progress) -> np.ndarray:
-        hs = parse_heads(heads, model.cfg.n_layers, model.cfg.n_heads)
         return head_effects(model, get_prompt(path, text), token_id, pos, kind, _means(path, text, kind, mean_text),
-                            hs, progress)
+                            list(heads), progress)
 
     copies = costs.head_effects_copies(model, len(get_prompt(path, text).ids)) + (kind == "mean")
     return costly("head_effects", (path, text, heads, kind, mean_text, pos, token_id),

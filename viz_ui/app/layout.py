@@ -21,6 +21,7 @@ from viz_ui.views.export import figure_csv, trace_npz
 from viz_ui.views.figures import style_for_display
 from viz_ui.app.live_chart import Frames, clicked_point, live_chart
 from viz_ui.app.state import available_models, get_salient_head, get_trace, resolve
+from viz_ui.analysis.interventions import Head, head_name, parse_heads
 from viz_ui.analysis.text import plain
 from viz_ui.analysis.text_trace import Trace
 
@@ -267,6 +268,47 @@ def remember(key: str) -> None:
 def set_shared(key: str, value: str) -> None:
     """Change a shared value from code (e.g. a button that appends generated text)."""
     st.session_state["_" + key] = value
+
+
+def get_shared(key: str, default=None):
+    """The session's current value of the shared ``key`` (as :func:`set_shared` or its widget left it), or
+    ``default`` when no page has drawn it yet."""
+    return st.session_state.get("_" + key, default)
+
+
+# ---- the shared selections' public setters: a click callback changes a selection through these -----------------
+
+def set_layer_head(layer: int, head: int) -> None:
+    """Select ``layer`` and ``head`` in the shared ``layer`` and ``head`` selectors (:func:`pick_layer_head`)."""
+    set_shared("layer", int(layer))
+    set_shared("head", int(head))
+
+
+def set_position(position: int) -> None:
+    """Select the token ``position`` in the shared ``query`` selector (:func:`pick_position`)."""
+    set_shared("query", int(position))
+
+
+def set_ablated_heads(heads) -> None:
+    """Switch off exactly ``heads`` (``(layer, head)`` pairs) in the shared ``ablate`` selector
+    (:func:`pick_ablated_heads`); the order does not matter."""
+    set_shared("ablate", [head_name(*h) for h in sorted({(int(a), int(b)) for a, b in heads})])
+
+
+def pick_ablated_heads(container, n_layers: int, n_heads: int, **kwargs) -> tuple[Head, ...]:
+    """The shared "Heads switched off" multiselect (kept in the link as ``ablate=L0H1,L2H3``): the chosen heads as
+    sorted ``(layer, head)`` pairs, a hashable value for the cached functions' keys. ``kwargs`` go to
+    ``container.multiselect``."""
+    names = [head_name(l, h) for l in range(n_layers) for h in range(n_heads)]
+
+    def as_names(value) -> list[str]:  # a head list, or its link form "L0H1,L2H3", as sorted names
+        text = ",".join(value) if isinstance(value, list) else str(value)
+        return [head_name(*h) for h in parse_heads(text, n_layers, n_heads)]
+
+    chosen = shared_widget(container.multiselect, "Heads switched off", names, key="ablate", default=[],
+                           cast=as_names, valid=lambda v: isinstance(v, list) and set(v) <= set(names),
+                           to_link=lambda v: ",".join(as_names(v)), **kwargs)
+    return tuple(parse_heads(",".join(chosen), n_layers, n_heads))
 
 
 def _use_example() -> None:
