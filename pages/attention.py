@@ -9,8 +9,8 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 from viz_ui.analysis.explain import score_formula, score_sentence
 from viz_ui.views.export import pattern_table, pooled_pattern_table
 from viz_ui.views.figures import attention_grid, attention_heatmap
-from viz_ui.app.layout import (pick_layer_head, pick_position, position_window, require_trace, set_shared, setup_page,
-                           show_figure, side_by_side)
+from viz_ui.app.layout import (pick_layer_head, pick_position, position_window, require_trace, selected_points,
+                           set_shared, setup_page, show_figure, side_by_side)
 from viz_ui.app.qk_panel import cell_click, pick_key, qk_section
 from viz_ui.app.state import get_overview
 from viz_ui.analysis.head_steps import future_share, unmasked_view
@@ -27,7 +27,7 @@ st.markdown("This model is a **decoder**: a token sees itself and the tokens bef
 
 def _open_head() -> None:
     """on_select of the all-heads grid: the clicked tile becomes the layer and head shown below."""
-    points = st.session_state["attn_grid"].selection.points
+    points = selected_points("attn_grid")
     if points and points[0].get("curve_number") == 1:  # the clickable tile points, not the heatmap
         layer, head = divmod(points[0]["point_index"], cfg.n_heads)
         set_shared("layer", layer)

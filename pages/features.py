@@ -17,8 +17,8 @@ from viz_ui.app.features import dictionary, dictionary_sets, get_index, get_text
 from viz_ui.views.features import (contexts_html, feature_name, head_writes_figure, histogram_figure, strongest_map,
                                   text_features_heatmap, top_text_features)
 from viz_ui.views.figures import value_bar
-from viz_ui.app.layout import (pick_index, require_trace, set_shared, setup_page, shared_number, show_code,
-                           show_figure, show_table, side_by_side)
+from viz_ui.app.layout import (pick_index, require_trace, selected_points, set_shared, setup_page, shared_number,
+                           show_code, show_figure, show_table, side_by_side)
 from viz_ui.app.state import get_vocab_labels
 from viz_ui.analysis.text import plain
 
@@ -63,7 +63,7 @@ n = trace.n_tokens
 
 
 def _open_cell() -> None:
-    points = st.session_state["feature_map"].selection.points
+    points = selected_points("feature_map")
     if points and points[0].get("curve_number") == 1:
         row, pos = divmod(points[0]["point_index"], n)
         set_shared("flayer", row)
@@ -86,7 +86,7 @@ top = top_text_features(acts, 16)
 
 
 def _open_column() -> None:
-    points = st.session_state["feature_cols"].selection.points
+    points = selected_points("feature_cols")
     if points and points[0].get("curve_number") == 1:
         set_shared("feature", int(top[points[0]["point_index"]]))
 

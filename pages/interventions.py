@@ -25,7 +25,7 @@ from viz_ui.views.interventions import (component_bars, delta_bars, head_map, he
                                        top_bars)
 from viz_ui.app.patching_agreement import show_agreement
 from viz_ui.app.layout import (MAX_CHARS, pick_index, require_trace, set_shared, setup_page, shared_widget,
-                           shared_widget_key, show_code, show_figure,
+                           selected_points, shared_widget_key, show_code, show_figure,
                            show_link, show_table, side_by_side)
 from viz_ui.analysis.encoder_decoder import output_text
 from viz_ui.app.state import get_trace, get_vocab_labels
@@ -142,7 +142,7 @@ def ablation_part() -> None:
             select_key = f"effect_map_{counter}"
 
             def toggle() -> None:  # a click switches the head off, or back on; a fresh chart key forgets the selection
-                points = st.session_state[select_key].selection.points
+                points = selected_points(select_key)
                 if points and points[0].get("curve_number") == 1:
                     name = head_name(*divmod(points[0]["point_index"], cfg.n_heads))
                     now = set(st.session_state.get("_ablate", []))
@@ -322,7 +322,7 @@ def patching_part() -> None:
     layers = [f"L{i}" for i in range(cfg.n_layers)]
 
     def choose(site: str, width: int) -> None:  # on_select of a patching map: the clicked cell opens the patch lens
-        points = st.session_state[f"patch_{site}"].selection.points
+        points = selected_points(f"patch_{site}")
         if points and points[0].get("curve_number") == 1:
             layer, index = divmod(points[0]["point_index"], width)
             set_shared("cell", f"{site}:{layer}:{index}")

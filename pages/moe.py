@@ -12,7 +12,7 @@ from viz_ui.app.preload import preload_plotly
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
 from viz_ui.analysis.explain import dense_layers_note
-from viz_ui.app.layout import (pick_position, require_trace, set_shared, setup_page, shared_widget,
+from viz_ui.app.layout import (pick_position, require_trace, selected_points, set_shared, setup_page, shared_widget,
                            show_figure, show_link, side_by_side)
 from viz_ui.views.moe import (Routing, compare_bar, dense_weights, effect_by_position, expert_load, kl_bits,
                              layer_weights_heatmap, load_heatmap, moved_tokens, rerouted, router_probs_heatmap,
@@ -63,7 +63,7 @@ st.latex(rf"p = \mathrm{{softmax}}(x\,W_{{\mathrm{{router}}}}),\qquad \mathrm{{M
 
 def _clicked() -> None:
     """on_select of the token × layer map: the clicked cell's token and layer become the shared choices."""
-    points = st.session_state["moe_map"].selection.points
+    points = selected_points("moe_map")
     if points and points[0].get("curve_number") == 1:
         set_shared("query", int(points[0]["x"]))
         set_shared("layer", moe_layers[int(points[0]["y"])])  # row -> the model's layer
