@@ -11,6 +11,7 @@ from viz_ui.views.export import pattern_table, pooled_pattern_table
 from viz_ui.views.figures import attention_grid, attention_heatmap
 from viz_ui.app.layout import (pick_layer_head, pick_position, position_window, require_trace, selected_points,
                            set_shared, setup_page, show_figure, side_by_side)
+from viz_ui.app.live_chart import live_chart_source
 from viz_ui.app.qk_panel import cell_click, pick_key, qk_section
 from viz_ui.app.state import get_overview
 from viz_ui.analysis.head_steps import future_share, unmasked_view
@@ -72,7 +73,7 @@ if (a, b) != (0, n) and kind.startswith("weights"):
                f"{1 - inside:.0%} goes to keys outside positions {a}–{b - 1}" + (" (often position 0)" if a > 0 else "")
                + ", so the map can look pale. Move the window, or see whole rows on page 3a.")
 show_figure(attention_heatmap(matrix[a:b, a:b], labels, title, "weights" if kind.startswith("weights") else "scores",
-                              offset=a, clickable=True), state, f"attention_L{layer}_H{head}", select_key="attn_head",
+                              offset=a, clickable=live_chart_source() is None), state, f"attention_L{layer}_H{head}", select_key="attn_head",
             on_select=cell_click("attn_head"))
 st.caption("Click a cell (or pick the query and key above) to see below why the head gives it this score.")
 qk_section(state, trace, layer, head, query, key, "attention")

@@ -31,11 +31,13 @@ def pick_key(container, trace: Trace, layer: int, head: int, query: int) -> int:
 
 
 def cell_click(select_key: str):
-    """An ``on_select`` callback for an attention heatmap drawn with ``clickable=True``: the clicked cell's query and
-    key become the shared ``query`` and ``key``."""
+    """An ``on_select`` callback for an attention heatmap: the clicked cell's query and key become the shared
+    ``query`` and ``key``. A live chart reports a click on the heatmap itself; ``st.plotly_chart`` selects only the
+    points of a figure drawn with ``clickable=True`` (the heatmap's cells cannot be selected there). Either way the
+    point's ``x`` is the key position and ``y`` the query position."""
     def pick() -> None:
         points = selected_points(select_key)
-        if points and points[0].get("curve_number") == 1:  # the clickable cell points, not the heatmap
+        if points and points[0].get("x") is not None and points[0].get("y") is not None:
             set_shared("query", int(points[0]["y"]))
             set_shared("key", int(points[0]["x"]))
     return pick
