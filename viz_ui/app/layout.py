@@ -500,14 +500,15 @@ def show_figure(fig: go.Figure, state: AppState, view: str, data=None, select_ke
     (static serving off), the figure is shown with ``st.plotly_chart``, clickable under ``select_key`` (or ``live``)."""
     d = state.display
     filename = f"{_file_stem(state.model_name)}_{view}"
-    if not styled:
-        style_for_display(fig, d.scale, d.theme)
     config = {"displaylogo": False, "displayModeBar": not d.lecture,
               "toImageButtonOptions": {"format": d.export, "scale": 3 if d.export == "png" else 1, "filename": filename}}
     # as Streamlit's own charts: clicks select (no box or lasso), no upload to Plotly's cloud
     live_config = dict(config, modeBarButtonsToRemove=["lasso2d", "select2d", "sendChartToCloud"])
     live = live or select_key or f"chart_{view}"
-    if live_chart(fig, live_config, live, on_click=on_select, frames=frames) is None:
+    if live_chart(fig, live_config, live, on_click=on_select, frames=frames,
+                  style=None if styled else (d.scale, d.theme)) is None:
+        if not styled:
+            style_for_display(fig, d.scale, d.theme)
         select_key = select_key or (live if on_select else None)
         if select_key:
             st.plotly_chart(fig, theme=None, config=config, key=select_key, on_select=on_select, selection_mode="points")
