@@ -94,13 +94,13 @@ if cfg.causal:
     m1, m2, m3 = side_by_side(state, 3)
     with m1:
         show_figure(attention_heatmap(raw[a:b, a:b], labels, "Scores without mask", "scores", offset=a), state,
-                    f"scores_unmasked_L{layer}_H{head}")
+                    f"scores_unmasked_L{layer}_H{head}", live="scores_unmasked")
     with m2:
         show_figure(attention_heatmap(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head][a:b, a:b], labels,
                                       "Scores with the causal mask", "scores", offset=a), state,
-                    f"scores_masked_L{layer}_H{head}")
+                    f"scores_masked_L{layer}_H{head}", live="scores_masked")
     with m3:
         show_figure(attention_heatmap(free[a:b, a:b], labels, "Weights without mask", "weights", offset=a), state,
-                    f"weights_unmasked_L{layer}_H{head}")
+                    f"weights_unmasked_L{layer}_H{head}", live="weights_unmasked")
     st.caption(f"Without the mask this head would put on average {future_share(free):.1%} "
                "of each token's attention on later tokens; with it, exactly 0%.")

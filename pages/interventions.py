@@ -177,12 +177,12 @@ def ablation_part() -> None:
     with left:
         table = prob_diff_table(view.intact, view.ablated, vocab)
         show_figure(prob_diff_bars(table, f"Intact vs {key.replace(',', ', ')} off"), state,
-                    f"ablation_output_{key}", data=lambda: table)
+                    f"ablation_output_{key}", data=lambda: table, live="ablation_output")
     with right:
         changes = biggest_changes(view.intact, view.ablated, vocab)
         if len(changes):
             show_figure(delta_bars(changes, "Largest rises and falls"), state, f"ablation_delta_{key}",
-                        data=lambda: changes)
+                        data=lambda: changes, live="ablation_delta")
             st.caption("Over the whole vocabulary; changes under 0.1 percentage point are left out.")
         else:
             st.info("No token's probability changed by 0.1 percentage point or more.")
