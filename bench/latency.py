@@ -28,14 +28,16 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 from collections import defaultdict
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, urlparse
 
 import numpy as np
 
@@ -63,16 +65,29 @@ def texts(n_tokens: int, count: int, skip: int = 0) -> list[str]:
     return [tok.decode(ids[i * 7:i * 7 + n_tokens]) for i in range(skip, skip + count)]
 
 
-def tick_for(text: str) -> str:
-    """The first tick label ("pos token") of the text's single-head heatmap: position 0, or the start of the
-    128-position window around the last token for longer texts."""
+def tick_for(text: str, query: int | None = None) -> str:
+    """The first tick label ("pos token") of the text's single-head heatmap: position 0, or, for a text longer than
+    128 tokens, the start of the 128-position window around the query position (``query``, the one in the page's
+    link, kept from one text to the next while it fits; by default the last token), as page 3 places it."""
     from viz_model import load_model
     from viz_ui.analysis.trace import token_label
     from viz_ui.app.layout import SQUARE_SIDE
     _, tok = load_model()
     ids = tok.encode(text).ids
-    start = max(0, len(ids) - SQUARE_SIDE)
+    n = len(ids)
+    centre = n - 1 if query is None or not 0 <= query < n else query
+    start = min(max(0, centre - SQUARE_SIDE // 2), n - SQUARE_SIDE) if n > SQUARE_SIDE else 0
     return f"{start} {token_label(tok, ids[start])}"
+
+
+def query_of(page, shown: str) -> int:
+    """The query position page 3 holds while it shows the text ``shown``: the one in its link, else the default
+    (the last token). The page keeps it for the next text while it fits (then it is in the link)."""
+    from viz_model import load_model
+    value = parse_qs(urlparse(page.url).query).get("query")
+    if value and value[0].isdigit():
+        return int(value[0])
+    return len(load_model()[1].encode(shown).ids) - 1
 
 
 # The clock starts at the event's own timestamp and stops two animation frames after the awaited text appeared in a
@@ -99,10 +114,16 @@ ARM = """([selector, text, event]) => {
 
 
 def timed(page, action, selector: str, text: str, event: str = "keydown") -> float:
-    """Milliseconds from ``event`` (fired by ``action()``) to the frame that shows ``text`` in ``selector``."""
+    """Milliseconds from ``event`` (fired by ``action()``) to the frame that shows ``text`` in ``selector``; NaN (and
+    a line on stderr) when it did not appear within 30 s (counted as a miss in the table)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     page.evaluate(ARM, [selector, text, event])
     action()
-    page.wait_for_function("window.__done !== null", timeout=120_000)
+    try:
+        page.wait_for_function("window.__done !== null", timeout=30_000)
+    except PlaywrightTimeout:
+        print(f"missed: {text!r} never appeared in {selector} ({page.url})", file=sys.stderr, flush=True)
+        return math.nan
     return page.evaluate("window.__done")
 
 
@@ -113,12 +134,13 @@ def typing(page, url: str, n: int, repeats: int, skip: int) -> list[float]:
     expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=120_000)
     box = page.get_by_label("Text", exact=True)
     expect(box).not_to_have_value("", timeout=60_000)
-    out, previous = [], tick_for(box.input_value())
+    shown = box.input_value()
+    out, previous = [], tick_for(shown, query_of(page, shown))
     for text in texts(n, repeats * 4, skip):
-        tick = tick_for(text)
+        tick = tick_for(text, query_of(page, shown))
         if tick == previous:
             continue  # the view would not visibly change
-        previous = tick
+        previous, shown = tick, text
         box.fill(text)
         out.append(timed(page, lambda: box.press("Control+Enter"), ".js-plotly-plot", tick))
         page.wait_for_timeout(400)  # let the rest of the page settle before the next try
@@ -282,19 +304,23 @@ def main() -> None:
                 got = side_run(browser, urls[side], args, skip=r * 40)
                 for row, v in got.items():
                     times[row, side] += v
+                    kept = [x for x in v if not math.isnan(x)]
                     rounds.append({"round": r + 1, "side": side, "row": row, "load (1 min)": load,
-                                   "median ms": statistics.median(v), "tries": len(v)})
+                                   "median ms": statistics.median(kept) if kept else math.nan, "tries": len(kept),
+                                   "missed": len(v) - len(kept)})
+                    print(rounds[-1], file=sys.stderr, flush=True)
         browser.close()
     show("Each round (median of its tries)", rounds)
     table = []
     for row in dict.fromkeys(row for row, _ in times):
         line = {"interaction": row}
         for side in sides:
-            v = times[row, side]
-            line[f"{side} median"] = statistics.median(v)
-            line[f"{side} p90"] = float(np.percentile(v, 90))
+            v = [x for x in times[row, side] if not math.isnan(x)]
+            line[f"{side} median"] = statistics.median(v) if v else math.nan
+            line[f"{side} p90"] = float(np.percentile(v, 90)) if v else math.nan
         line["goal ≤ ms"] = GOALS.get(row, "")
         line["tries"] = len(times[row, "now"])
+        line["missed (before / now)"] = " / ".join(str(sum(map(math.isnan, times[row, side]))) for side in sides)
         table.append(line)
     loads = [x["load (1 min)"] for x in rounds]
     show(f"Interaction latency, ms: before = {sides['before']}, now = {sides['now']}; Chromium {VIEWPORT['width']}×"
