@@ -13,7 +13,7 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 from viz_ui.analysis.explain import positional_sentence, score_formula
 from viz_ui.views.figures import topk_bar
 from viz_ui.analysis.generation import mask_positions
-from viz_ui.app.layout import set_layer_head, set_shared, show_figure, side_by_side
+from viz_ui.app.layout import selected_points, set_layer_head, set_shared, show_figure, side_by_side
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.views.overview import map_targets, model_map, output_distribution, thumbnail_side
 from viz_ui.app.state import get_mlp_thumbnails, get_overview, model_card
@@ -25,7 +25,7 @@ TARGET_PAGES = {"input": "pages/embeddings.py", "head": "pages/attention.py", "m
 
 def open_clicked(n_layers: int, n_heads: int) -> None:
     """on_select of the model map: remember the clicked head (shared layer/head) and the page to open."""
-    points = st.session_state["model_map"].selection.points
+    points = selected_points("model_map")
     if not points or points[0].get("curve_number") != 2 + n_layers:  # only the clickable overlay
         return
     kind, layer, head = map_targets(n_layers, n_heads)[points[0]["point_index"]]

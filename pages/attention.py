@@ -9,7 +9,9 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 from viz_ui.analysis.explain import score_formula, score_sentence
 from viz_ui.views.export import pattern_table, pooled_pattern_table
 from viz_ui.views.figures import attention_grid, attention_heatmap
-from viz_ui.app.layout import pick_layer_head, pick_position, position_window, set_layer_head, show_figure, side_by_side
+from viz_ui.app.layout import (pick_layer_head, pick_position, position_window, selected_points, set_layer_head,
+                           show_figure, side_by_side)
+from viz_ui.app.live_chart import live_chart_source
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.app.qk_panel import cell_click, pick_key, qk_section
 from viz_ui.app.state import get_overview
@@ -17,7 +19,7 @@ from viz_ui.analysis.head_steps import future_share, unmasked_view
 
 def open_head(n_heads: int) -> None:
     """on_select of the all-heads grid: the clicked tile becomes the layer and head shown below."""
-    points = st.session_state["attn_grid"].selection.points
+    points = selected_points("attn_grid")
     if points and points[0].get("curve_number") == 1:  # the clickable tile points, not the heatmap
         set_layer_head(*divmod(points[0]["point_index"], n_heads))
 
@@ -71,7 +73,7 @@ def one_head(ctx: PageContext) -> tuple[int, int, tuple[int, int]]:
                    f"{1 - inside:.0%} goes to keys outside positions {a}–{b - 1}" + (" (often position 0)" if a > 0 else "")
                    + ", so the map can look pale. Move the window, or see whole rows on page 3a.")
     show_figure(attention_heatmap(matrix[a:b, a:b], labels, title, "weights" if kind.startswith("weights") else "scores",
-                                  offset=a, clickable=True), ctx.app, f"attention_L{layer}_H{head}", select_key="attn_head",
+                                  offset=a, clickable=live_chart_source() is None), ctx.app, f"attention_L{layer}_H{head}", select_key="attn_head",
                 on_select=cell_click("attn_head"))
     st.caption("Click a cell (or pick the query and key above) to see below why the head gives it this score.")
     qk_section(ctx.app, trace, layer, head, query, key, "attention")
@@ -98,14 +100,14 @@ def masked_vs_unmasked(ctx: PageContext, layer: int, head: int, window: tuple[in
     m1, m2, m3 = side_by_side(ctx.app, 3)
     with m1:
         show_figure(attention_heatmap(raw[a:b, a:b], labels, "Scores without mask", "scores", offset=a), ctx.app,
-                    f"scores_unmasked_L{layer}_H{head}")
+                    f"scores_unmasked_L{layer}_H{head}", live="scores_unmasked")
     with m2:
         show_figure(attention_heatmap(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head][a:b, a:b], labels,
                                       "Scores with the causal mask", "scores", offset=a), ctx.app,
-                    f"scores_masked_L{layer}_H{head}")
+                    f"scores_masked_L{layer}_H{head}", live="scores_masked")
     with m3:
         show_figure(attention_heatmap(free[a:b, a:b], labels, "Weights without mask", "weights", offset=a), ctx.app,
-                    f"weights_unmasked_L{layer}_H{head}")
+                    f"weights_unmasked_L{layer}_H{head}", live="weights_unmasked")
     st.caption(f"Without the mask this head would put on average {future_share(free):.1%} "
                "of each token's attention on later tokens; with it, exactly 0%.")
 

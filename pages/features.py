@@ -19,7 +19,7 @@ from viz_ui.app.features import TextFeatures, dictionary, dictionary_sets, get_i
 from viz_ui.views.features import (contexts_html, feature_name, head_writes_figure, histogram_figure, strongest_map,
                                   text_features_heatmap, top_text_features)
 from viz_ui.views.figures import value_bar
-from viz_ui.app.layout import (pick_index, set_position, set_shared, shared_number, show_code, show_figure, show_table,
+from viz_ui.app.layout import (pick_index, selected_points, set_position, set_shared, shared_number, show_code, show_figure, show_table,
                            side_by_side)
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.analysis.text import plain
@@ -73,7 +73,7 @@ def quality(ctx: PageContext, loaded: Loaded) -> None:
 
 def open_cell(ids: np.ndarray, n: int) -> None:
     """on_select of the strongest-feature map: the clicked cell's dictionary, feature and position."""
-    points = st.session_state["feature_map"].selection.points
+    points = selected_points("feature_map")
     if points and points[0].get("curve_number") == 1:
         row, pos = divmod(points[0]["point_index"], n)
         set_shared("flayer", row)
@@ -98,7 +98,7 @@ def strongest(ctx: PageContext, loaded: Loaded) -> None:
 
 def open_column(top: np.ndarray) -> None:
     """on_select of one dictionary's top features: the clicked column's feature."""
-    points = st.session_state["feature_cols"].selection.points
+    points = selected_points("feature_cols")
     if points and points[0].get("curve_number") == 1:
         set_shared("feature", int(top[points[0]["point_index"]]))
 

@@ -26,7 +26,7 @@ from viz_ui.analysis.interventions import (METHODS, AblationView, Head, attribut
 from viz_ui.views.interventions import (component_bars, delta_bars, head_map, heatmap_frame, patch_map, prob_diff_bars,
                                        top_bars)
 from viz_ui.app.patching_agreement import show_agreement
-from viz_ui.app.layout import (MAX_CHARS, pick_ablated_heads, pick_index, set_ablated_heads, set_shared, shared_widget,
+from viz_ui.app.layout import (MAX_CHARS, pick_ablated_heads, pick_index, selected_points, set_ablated_heads, set_shared, shared_widget,
                            shared_widget_key, show_code, show_figure, show_link, show_table, side_by_side)
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.analysis.encoder_decoder import output_text
@@ -96,7 +96,7 @@ def pick_token(ctx: PageContext, options: list[int], default: int, label: str, h
 
 def toggle_head(select_key: str, heads: tuple[Head, ...], n_heads: int) -> None:
     """on_select of the effect map: the clicked head is switched off, or back on; a fresh chart key forgets the click."""
-    points = st.session_state[select_key].selection.points
+    points = selected_points(select_key)
     if points and points[0].get("curve_number") == 1:
         set_ablated_heads(set(heads) ^ {divmod(points[0]["point_index"], n_heads)})
         renew_effect_map_key()
@@ -140,12 +140,12 @@ def ablated_output(ctx: PageContext, at: Prediction, heads: tuple[Head, ...], vi
     with left:
         table = prob_diff_table(view.intact, view.ablated, vocab)
         show_figure(prob_diff_bars(table, f"Intact vs {key.replace(',', ', ')} off"), ctx.app,
-                    f"ablation_output_{key}", data=lambda: table)
+                    f"ablation_output_{key}", data=lambda: table, live="ablation_output")
     with right:
         changes = biggest_changes(view.intact, view.ablated, vocab)
         if len(changes):
             show_figure(delta_bars(changes, "Largest rises and falls"), ctx.app, f"ablation_delta_{key}",
-                        data=lambda: changes)
+                        data=lambda: changes, live="ablation_delta")
             st.caption("Over the whole vocabulary; changes under 0.1 percentage point are left out.")
         else:
             st.info("No token's probability changed by 0.1 percentage point or more.")
@@ -338,7 +338,7 @@ def pick_cell(ctx: PageContext) -> tuple[str, int, int] | None:
 
 def choose_cell(site: str, width: int) -> None:
     """on_select of a patching map: the clicked cell opens the patch lens."""
-    points = st.session_state[f"patch_{site}"].selection.points
+    points = selected_points(f"patch_{site}")
     if points and points[0].get("curve_number") == 1:
         layer, index = divmod(points[0]["point_index"], width)
         set_shared("cell", f"{site}:{layer}:{index}")

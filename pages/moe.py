@@ -12,7 +12,7 @@ from viz_ui.app.preload import preload_plotly
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
 from viz_ui.analysis.explain import dense_layers_note
-from viz_ui.app.layout import (pick_position, require_trace, set_position, set_shared, shared_widget, show_figure,
+from viz_ui.app.layout import (pick_position, require_trace, selected_points, set_position, set_shared, shared_widget, show_figure,
                            show_link, side_by_side)
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.views.moe import (Routing, compare_bar, dense_weights, effect_by_position, expert_load, kl_bits,
@@ -62,7 +62,7 @@ def how_routing_works(ctx: PageContext) -> None:
 
 def clicked(moe_layers: list[int]) -> None:
     """on_select of the token × layer map: the clicked cell's token and layer become the shared choices."""
-    points = st.session_state["moe_map"].selection.points
+    points = selected_points("moe_map")
     if points and points[0].get("curve_number") == 1:
         set_position(int(points[0]["x"]))
         set_shared("layer", moe_layers[int(points[0]["y"])])  # row -> the model's layer

@@ -1,13 +1,12 @@
 """Every page of the app on the shipped model, driven through Streamlit's AppTest."""
 
-import json
 
 import numpy as np
 import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, plotly_array
+from conftest import ROOT, plotly_array, shown_figures
 from viz_model import load_model
 
 PAGES = ["pages/walkthrough.py", "pages/tokens.py", "pages/embeddings.py", "pages/attention.py", "pages/head_steps.py", "pages/head_view.py", "pages/heads.py", "pages/block.py",
@@ -28,7 +27,7 @@ def open_page(page: str | None = None, text: str | None = None, query: dict | No
 
 
 def figures(at: AppTest) -> list[dict]:
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    return shown_figures(at)
 
 
 def figure_titled(at: AppTest, start: str) -> dict:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, plotly_array
+from conftest import ROOT, plotly_array, shown_figures
 from viz_model import load_model
 from viz_ui.classroom import class_store
 from viz_ui.classroom.reveal import (answer_probabilities, continuation, normalise_answer, reveal_figure,
@@ -200,8 +200,7 @@ def test_a_next_token_question_is_answered_anonymously_and_revealed_beside_the_m
     model, tok = load_model()
     expected = answer_probabilities(model, tok, tok.encode(TEXT).ids, TEXT, ["girl", "<b>dog</b>"])
     for screen in (teacher, *[run(s) for s in students]):
-        fig = next(json.loads(c.proto.spec) for c in screen.get("plotly_chart")
-                   if json.loads(c.proto.spec)["layout"]["title"]["text"] == "3 answers")
+        fig = next(f for f in shown_figures(screen) if f["layout"]["title"]["text"] == "3 answers")
         assert fig["layout"]["yaxis"]["ticktext"] == ["girl", "&lt;b&gt;dog&lt;/b&gt;"]
         assert fig["data"][0]["text"] == ["2 · 67%", "1 · 33%"]
         assert plotly_array(fig["data"][1]["x"]) == pytest.approx([p for p, _ in expected], rel=1e-4)
@@ -219,7 +218,7 @@ def test_a_multiple_choice_question_lists_every_choice_and_marks_the_correct_one
     student.radio(key=f"class_a_{qid}").set_value("L1H3")
     run(button(student, "Send").click())
     run(button(run(teacher), "Reveal").click())
-    fig = json.loads(run(student).get("plotly_chart")[0].proto.spec)
+    fig = shown_figures(run(student))[0]
     assert fig["layout"]["yaxis"]["ticktext"] == ["L0H1", "L1H3", "L2H0"] and len(fig["data"]) == 1
     assert fig["data"][0]["text"] == ["0 · 0%", "1 · 100%", "0 · 0%"]
     assert "Correct: “L1H3”" in " ".join(c.value for c in student.caption)

@@ -3,6 +3,7 @@ family-specific wording, and the walkthrough's navigation."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -16,12 +17,13 @@ LECTURE = {"lecture": "true"}
 
 
 def in_columns(node) -> list:
-    """Every plotly chart drawn inside a column (st.columns) below ``node``."""
+    """Every Plotly figure (a live chart, or ``st.plotly_chart``) drawn inside a column (st.columns) below ``node``."""
     found, stack = [], [(node, False)]
     while stack:
         n, inside = stack.pop()
         inside = inside or getattr(n, "type", "") == "column"
-        if getattr(n, "type", "") == "plotly_chart" and inside:
+        kind = getattr(n, "type", "")
+        if inside and (kind == "plotly_chart" or kind == "bidi_component" and "figure" in json.loads(n.proto.json)):
             found.append(n)
         children = getattr(n, "children", None) or {}
         stack.extend((c, inside) for c in (children.values() if isinstance(children, dict) else children))

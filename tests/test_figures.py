@@ -6,8 +6,8 @@ import pytest
 from conftest import plotly_array
 from viz_ui.analysis.numeric import grid_block, pool_blocks
 from viz_ui.views.figures import (MAX_LABELLED_TICKS, attention_grid, attention_heatmap, layer_head_heatmap,
-                            matrix_heatmap, pca_scatter, position_curves, position_ticks, style_for_display,
-                            topk_bar)
+                            matrix_heatmap, pca_scatter, plain_figure, position_curves, position_ticks,
+                            style_for_display, style_plain, topk_bar)
 from viz_ui.analysis.numeric import cosine_similarity, entropy_bits, fit_pca
 from viz_ui.views.tables import token_chips_html, token_table, topk_table
 
@@ -135,6 +135,36 @@ def test_style_for_display_scales_every_font():
     assert fig.layout.font.size == 30 and fig.layout.xaxis.tickfont.size == 30
     assert fig.data[0].textfont.size == 28
     assert fig.layout.paper_bgcolor == "#0e1117" and fig.layout.font.color == "#f2f2f2"
+
+
+@pytest.mark.parametrize("scale, theme", [(1.0, "light"), (1.6, "dark")])
+def test_a_live_chart_s_plain_figure_is_plotly_s_own_json(scale, theme):
+    """What a live chart sends (plain_figure, styled by style_plain, without Plotly's copy and validation) is the JSON
+    Plotly writes for the figure styled by style_for_display: heatmaps with NaN and hover labels (object arrays),
+    a clickable overlay, tiles with texts, bars, subplots' axes."""
+    import json
+
+    import plotly.io as pio
+    from plotly.subplots import make_subplots
+    rng = np.random.default_rng(0)
+    pats = rng.random((2, 3, 6, 6)).astype(np.float32)
+    scores = np.where(np.tril(np.ones((6, 6), bool)), rng.normal(size=(6, 6)), -np.inf)
+    labels, per_head = [f"t{i}" for i in range(6)], rng.random((2, 3))
+
+    def subplots():
+        fig = make_subplots(rows=1, cols=2)
+        fig.add_bar(x=[1, 2], y=np.array([0.5, 0.25]), row=1, col=1, textfont=dict(size=11))
+        fig.add_scatter(x=np.arange(3), y=np.array([1.0, np.nan, 2.0]), row=1, col=2)
+        return fig
+
+    builders = [lambda: attention_heatmap(pats[0, 1], labels, "w", clickable=True),
+                lambda: attention_heatmap(scores, labels, "s", kind="scores", offset=3),
+                lambda: attention_grid(pats)[0], lambda: topk_bar(labels[:3], np.array([0.5, 0.3, 0.2]), "p", 1),
+                lambda: layer_head_heatmap(per_head, "l"), subplots]
+    for build in builders:
+        ours = json.loads(pio.json.to_json_plotly(style_plain(plain_figure(build()), scale, theme)))
+        theirs = json.loads(pio.to_json(style_for_display(build(), scale, theme), validate=False))
+        assert ours == theirs
 
 
 def test_the_overview_pooled_one_layer_at_a_time_draws_the_same_figure():

@@ -5,7 +5,6 @@ page offers exact and attribution patching and their correlation."""
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 import viz_ui.app.gated as gated_state
 import viz_ui.app.interventions as intervention_state
-from conftest import ROOT, plotly_array
+from conftest import ROOT, plotly_array, shown_figures
 from viz_model import ablation, load_model, patching
 from viz_ui.app import gate
 from viz_ui.analysis.interventions import metric_for
@@ -66,8 +65,7 @@ def gate_button(at: AppTest, name: str):
 
 
 def figure(at: AppTest, start: str) -> dict | None:
-    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    return next((f for f in specs if f["layout"]["title"]["text"].startswith(start)), None)
+    return next((f for f in shown_figures(at) if f["layout"]["title"]["text"].startswith(start)), None)
 
 
 def test_gate_words_and_threshold(monkeypatch):
@@ -185,10 +183,10 @@ def test_other_pages_wait_for_their_button(monkeypatch, page, name, module, func
     calls = spy(monkeypatch, module, function)
     at = open_page(page)
     assert calls == []
-    charts = len(at.get("plotly_chart"))
+    charts = len(shown_figures(at))
     gate_button(at, name).click().run()
     assert not at.exception and len(calls) == 1
-    assert len(at.get("plotly_chart")) > charts
+    assert len(shown_figures(at)) > charts
     if title:
         assert figure(at, title) is not None
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 import viz_model
-from conftest import ROOT, plotly_array
+from conftest import ROOT, plotly_array, shown_figures
 from viz_model import ablation, load_model, patching
 from viz_ui.analysis.text_trace import token_label
 
@@ -33,8 +32,7 @@ def page(**query) -> AppTest:
 
 
 def figure(at: AppTest, start: str) -> dict:
-    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    return next(f for f in specs if f["layout"]["title"]["text"].startswith(start))
+    return next(f for f in shown_figures(at) if f["layout"]["title"]["text"].startswith(start))
 
 
 def exported(at: AppTest, shipped, monkeypatch) -> dict:
@@ -137,7 +135,7 @@ def test_texts_of_different_token_counts_get_a_clear_message_and_both_token_list
     assert "has 9 tokens and the corrupted one 10" in at.error[0].value
     table = at.table[0].value if at.table else at.dataframe[0].value
     assert list(table["differs"]).count("◆ differs") == 1 and table["corrupted"].iloc[-1] == "·the"
-    assert not at.get("plotly_chart")
+    assert not shown_figures(at)
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +163,7 @@ def test_the_exported_attribution_script_prints_the_pages_numbers(attribution_pa
 
 def test_the_encoder_decoder_model_ablates_and_patches_and_refuses_attribution_with_its_reason():
     at = page(model="dates-iso", text="3 March 2021", ablate="L1H2")
-    assert at.get("plotly_chart") and not at.error
+    assert shown_figures(at) and not at.error
     assert any("ablated:" in c.value for c in at.code)  # the whole output, generated under the ablation
     at.radio(key="part").set_value("attribution").run()
     assert not at.exception

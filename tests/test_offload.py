@@ -272,13 +272,12 @@ def test_app_settings_from_the_command_line_and_the_environment(monkeypatch):
 def test_the_app_runs_a_model_with_blocks_on_disk(tmp_path, monkeypatch):
     """``streamlit run app.py -- --model PATH --max-memory cpu=N --offload-folder DIR``: the attention page draws the
     pattern of a head whose block is on disk as the whole model computes it, and Cause and effect renders."""
-    import json
     import shutil
 
     import numpy as np
     from streamlit.testing.v1 import AppTest
 
-    from conftest import ROOT, plotly_array
+    from conftest import ROOT, plotly_array, shown_figures
 
     path = tmp_path / "offloaded.safetensors"  # a path of its own: the app's model cache is keyed by path
     shutil.copy(ROOT / "assets" / "models" / "tinystories-6l.safetensors", path)
@@ -299,13 +298,12 @@ def test_the_app_runs_a_model_with_blocks_on_disk(tmp_path, monkeypatch):
     at.selectbox(key="layer").set_value(layer).run()
     at.selectbox(key="head").set_value(1).run()
     _, cache = whole.run_with_cache(torch.tensor([tok.encode(text).ids]))
-    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    shown = next(f for f in specs if f["layout"]["title"]["text"].startswith(f"Layer {layer}, head 1"))
+    shown = next(f for f in shown_figures(at) if f["layout"]["title"]["text"].startswith(f"Layer {layer}, head 1"))
     np.testing.assert_allclose(plotly_array(shown["data"][0]["z"]), cache[f"blocks.{layer}.attn.hook_pattern"][0, 1],
                                atol=1e-5)
     at.switch_page("pages/interventions.py").run()
     assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
-    assert at.get("plotly_chart")
+    assert shown_figures(at)
     from test_app import PAGES
     for page in PAGES:  # every other page reads the placed model too (weights on the step-by-step, block,
         at.switch_page(page).run()  # embeddings and inspector pages)

@@ -1,12 +1,10 @@
 """Click callbacks change the shared selections through their public setters (viz_ui.app.layout: set_ablated_heads,
 set_layer_head), and the pages show the new selection: driven through Streamlit's AppTest with a click on a figure
-reported as the browser reports it (the chart's selection state)."""
-
-import json
+reported as the browser reports it (the live chart's click event)."""
 
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
+from conftest import ROOT, report_component_event, shown_figures
 
 TEXT = "Sue gave Tom a red ball. He said"
 
@@ -21,22 +19,19 @@ def open_page(page: str, **query) -> AppTest:
 
 
 def click(at: AppTest, key_start: str, point_index: int, curve_number: int = 1) -> AppTest:
-    """Run the app as a click on point ``point_index`` of trace ``curve_number`` of the figure whose widget key starts
-    with ``key_start`` makes Streamlit run it (st.plotly_chart's selection, as its frontend sends it)."""
-    chart = next(c for c in at.get("plotly_chart") if c.proto.id.rsplit("-", 1)[-1].startswith(key_start))
-    widgets = at._tree.get_widget_states()
-    state = widgets.widgets.add()
-    state.id = chart.proto.id
-    point = {"curve_number": curve_number, "point_number": point_index, "point_index": point_index}
-    state.string_value = json.dumps({"selection": {"points": [point], "point_indices": [point_index], "box": [],
-                                                   "lasso": []}})
-    at = at._run(widgets)
+    """Run the app as a click on point ``point_index`` of trace ``curve_number`` of the figure whose key starts with
+    ``key_start`` makes Streamlit run it: a live chart's click event (viz_ui/app/live_chart.js), as its JavaScript
+    sends it."""
+    chart = next(c for c in at.get("bidi_component") if c.proto.id.rsplit("-", 1)[-1].startswith(key_start))
+    key = chart.proto.id.rsplit("-", 1)[-1]
+    at = report_component_event(at, key, "click", {"curve_number": curve_number, "point_index": point_index,
+                                                   "x": None, "y": None})
     assert not at.exception, [e.value for e in at.exception]
     return at
 
 
 def titles(at: AppTest) -> list[str]:
-    return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    return [fig["layout"]["title"]["text"] for fig in shown_figures(at) if "text" in fig["layout"].get("title", {})]
 
 
 def test_a_click_on_the_effect_map_switches_the_head_off_and_a_second_click_back_on():

@@ -1,14 +1,13 @@
 """The Steering & feature ablation page on the shipped model, driven through Streamlit's AppTest, with a small
 dictionary trained for the test (the page's numbers are compared with direct calls of the library)."""
 
-import json
 
 import numpy as np
 import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, plotly_array
+from conftest import ROOT, plotly_array, shown_figures
 from viz_model import load_model
 from viz_model.features import save_dictionary
 from viz_model.features.train import collect_activations, token_windows, train_on_activations
@@ -61,8 +60,7 @@ def continuation(at: AppTest) -> tuple[str, str]:
 
 
 def bars(at: AppTest, start: str) -> dict:
-    spec = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
-                if json.loads(c.proto.spec)["layout"]["title"]["text"].startswith(start))
+    spec = next(f for f in shown_figures(at) if f["layout"]["title"]["text"].startswith(start))
     return spec
 
 

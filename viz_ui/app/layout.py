@@ -513,20 +513,25 @@ def show_figure(fig: go.Figure, state: AppState, view: str, data=None, select_ke
     ``select_key`` and ``on_select``: a clickable figure (Streamlit point selection under that widget key; the
     callback reads :func:`selected_points` of ``select_key``). ``styled``: the figure was built styled for
     this display (``viz_ui.views.figures.one_pass_figure`` with ``display=(scale, theme)``), not to be styled again.
-    ``live``: the key of a chart redrawn in place (:mod:`viz_ui.app.live_chart`; the same key at every rerun) for a
-    figure that changes at every move of a slider; a click calls ``on_select``, and ``select_key`` is ``live``.
-    ``frames``: with ``live``, the chart follows a step scrubber in the browser (:class:`viz_ui.app.live_chart.Frames`,
-    built styled as ``fig``); ``fig`` is then the figure of the server's step (shown where live charts cannot be
-    drawn, and the CSV's source). Where this server cannot draw live charts, the figure is shown as any other."""
+    Every figure is a live chart (:mod:`viz_ui.app.live_chart`): it stays in the page and a rerun updates it in place
+    (``Plotly.react``), where ``st.plotly_chart`` would draw a changed figure anew, twice (issue 26; bench/latency.py).
+    ``live``: the chart's key, by default ``select_key``, else ``chart_{view}``; give one that stays the same when
+    ``view`` names a choice (a layer, a head), so that another choice updates the chart instead of drawing a new one.
+    A click calls ``on_select``. ``frames``: the chart follows a step scrubber in the browser
+    (:class:`viz_ui.app.live_chart.Frames`, built styled as ``fig``); ``fig`` is then the figure of the server's step
+    (shown where live charts cannot be drawn, and the CSV's source). Where this server cannot draw live charts
+    (static serving off), the figure is shown with ``st.plotly_chart``, clickable under ``select_key`` (or ``live``)."""
     d = state.display
     filename = f"{_file_stem(state.model_name)}_{view}"
-    if not styled:
-        style_for_display(fig, d.scale, d.theme)
     config = {"displaylogo": False, "displayModeBar": not d.lecture,
               "toImageButtonOptions": {"format": d.export, "scale": 3 if d.export == "png" else 1, "filename": filename}}
     # as Streamlit's own charts: clicks select (no box or lasso), no upload to Plotly's cloud
     live_config = dict(config, modeBarButtonsToRemove=["lasso2d", "select2d", "sendChartToCloud"])
-    if live is None or live_chart(fig, live_config, live, on_click=on_select, frames=frames) is None:
+    live = live or select_key or f"chart_{view}"
+    if live_chart(fig, live_config, live, on_click=on_select, frames=frames,
+                  style=None if styled else (d.scale, d.theme)) is None:
+        if not styled:
+            style_for_display(fig, d.scale, d.theme)
         select_key = select_key or (live if on_select else None)
         if select_key:
             st.plotly_chart(fig, theme=None, config=config, key=select_key, on_select=on_select, selection_mode="points")

@@ -134,6 +134,33 @@ function redraw(div) {
     });
 }
 
+// Charts the server sent are drawn one per task, those in view first: the browser paints each as soon as it is
+// drawn, instead of after every chart of the rerun (a rerun of page 3 redraws seven; the one the user looks at
+// waited for all of them, bench/latency.py). Step changes and fullscreen are drawn at once.
+const pending = new Set();
+let draining = false;
+
+function drainOne() {
+  const divs = [...pending].filter(div => div.isConnected);
+  pending.clear();
+  if (!divs.length) {
+    draining = false;
+    return;
+  }
+  const next = divs.find(div => div.__vizInView !== false) || divs[0];
+  for (const div of divs) if (div !== next) pending.add(div);
+  redraw(next);
+  setTimeout(drainOne, 0);
+}
+
+function schedule(div) {
+  pending.add(div);
+  if (!draining) {
+    draining = true;
+    setTimeout(drainOne, 0);
+  }
+}
+
 export default function (component) {
   const {data, parentElement, setTriggerValue} = component;
   let div = parentElement.querySelector(":scope > .viz-live-chart");
@@ -150,6 +177,8 @@ export default function (component) {
       width = w;
     });
     div.__vizResize.observe(div);
+    div.__vizView = new IntersectionObserver(entries => { div.__vizInView = entries[entries.length - 1].isIntersecting; });
+    div.__vizView.observe(div);
     div.addEventListener("fullscreenchange", () => redraw(div));
     div.__vizOnStep = event => {
       const shown = div.__vizShown;
@@ -167,9 +196,11 @@ export default function (component) {
                     channel: data.channel, index: data.index, first: data.first, frames,
                     framesRevision: data.framesRevision};
   if (shown && JSON.stringify(shown.config) !== JSON.stringify(data.config)) div.__vizDrawn = undefined;
-  redraw(div);
+  schedule(div);
   return () => {
+    pending.delete(div);
     div.__vizResize.disconnect();
+    div.__vizView.disconnect();
     window.removeEventListener("viz-step", div.__vizOnStep);
     if (window.Plotly) window.Plotly.purge(div);
   };

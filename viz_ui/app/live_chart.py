@@ -27,6 +27,8 @@ import plotly.graph_objects as go
 import plotly.io
 import streamlit as st
 
+from viz_ui.views.figures import plain_figure, style_plain
+
 ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "static"  # Streamlit serves the folder beside the main script (app.py) as app/static/
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -89,14 +91,17 @@ class Frames:
     json: str
 
 
-def live_chart(fig: go.Figure, config: dict, key: str, on_click=None, frames: Frames | None = None) -> dict | None:
+def live_chart(fig: go.Figure, config: dict, key: str, on_click=None, frames: Frames | None = None,
+               style: tuple[float, str] | None = None) -> dict | None:
     """Draw ``fig`` in the live chart ``key`` (the same key at every rerun: the browser keeps the chart and
     updates it in place). ``config``: Plotly's config (mode bar, export). ``on_click``: a callback run when a
     point is clicked; it reads :func:`clicked_point`. ``frames``: draw ``frames.figure`` with the frame of the step
     the scrubber ``frames.channel`` shows (``fig`` is not sent): the browser redraws the chart from the next
     frame as soon as the step changes there (Plotly.react with the new arrays; a frame that changes the layout only
     is drawn with Plotly.relayout, a few ms); a step without a frame here shows the chart faded until the server
-    sends frames that hold it.
+    sends frames that hold it. ``style``: ``(scale, theme)`` to style the figure sent as
+    :func:`viz_ui.views.figures.style_for_display` would (on its plain dict, :func:`viz_ui.views.figures.style_plain`);
+    None: sent as it is.
 
     Returns:
         The component's result (``.click`` is the last click, for one rerun), or None when live charts are not
@@ -105,7 +110,8 @@ def live_chart(fig: go.Figure, config: dict, key: str, on_click=None, frames: Fr
     src = live_chart_source()
     if src is None:
         return None
-    figure = plotly.io.to_json(fig if frames is None else frames.figure, validate=False)
+    plain = plain_figure(fig if frames is None else frames.figure)  # no deep copy, no validation: see plain_figure
+    figure = plotly.io.json.to_json_plotly(plain if style is None else style_plain(plain, *style))
     data = {"figure": figure, "config": config, "src": src, "clickable": on_click is not None,
             "revision": str(hash(figure))}
     if frames is not None:

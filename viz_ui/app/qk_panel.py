@@ -13,7 +13,7 @@ from viz_model.tokenizer import IdTokenizer
 
 from viz_ui.views.figures import _plain as fig_text
 from viz_ui.analysis.interventions import prompt_of
-from viz_ui.app.layout import AppState, pick_index, set_shared, show_code, show_figure
+from viz_ui.app.layout import AppState, pick_index, selected_points, set_shared, show_code, show_figure
 from viz_ui.app.gate import costly
 from viz_ui.views.qk import dominant_sentence, grid_frame, qk_code, qk_copies, qk_heatmap, qk_views, source_words, term_grid, top_pairs
 from viz_ui.app.state import estimate_seconds
@@ -31,11 +31,13 @@ def pick_key(container, trace: Trace, layer: int, head: int, query: int) -> int:
 
 
 def cell_click(select_key: str):
-    """An ``on_select`` callback for an attention heatmap drawn with ``clickable=True``: the clicked cell's query and
-    key become the shared ``query`` and ``key``."""
+    """An ``on_select`` callback for an attention heatmap: the clicked cell's query and key become the shared
+    ``query`` and ``key``. A live chart reports a click on the heatmap itself; ``st.plotly_chart`` selects only the
+    points of a figure drawn with ``clickable=True`` (the heatmap's cells cannot be selected there). Either way the
+    point's ``x`` is the key position and ``y`` the query position."""
     def pick() -> None:
-        points = st.session_state[select_key].selection.points
-        if points and points[0].get("curve_number") == 1:  # the clickable cell points, not the heatmap
+        points = selected_points(select_key)
+        if points and points[0].get("x") is not None and points[0].get("y") is not None:
             set_shared("query", int(points[0]["y"]))
             set_shared("key", int(points[0]["x"]))
     return pick
