@@ -16,7 +16,7 @@ from viz_model.tokenizer import IdTokenizer
 from viz_ui.analysis.cost import attention_cost, cost_lengths, quadratic_fit
 from viz_ui.views.figures import cost_curve, layer_table_heatmap, value_bar
 from viz_ui.analysis.inspector import architecture_table, parameter_table
-from viz_ui.app.layout import set_shared, setup_page, show_figure, show_link
+from viz_ui.app.layout import set_shared, setup_page, show_figure, show_link, show_table
 from viz_ui.app.gated import weight_stats_gated
 from viz_ui.app.state import MAX_SESSION_MODELS, add_session_model, load_settings, session_models, upload_hash
 from viz_ui.analysis.text import error_line, plain, recoverable
@@ -94,7 +94,7 @@ model, cfg = state.model, state.model.cfg
 st.subheader(f"Architecture: {plain(state.model_name)}")
 left, right = st.columns([1, 1])
 with left:
-    st.dataframe(architecture_table(model), hide_index=True, width="stretch")
+    show_table(architecture_table(model), state, hide_index=True)
 with right:
     params = parameter_table(model)
     show_figure(value_bar(params["component"].tolist(), params["parameters"].to_numpy(),
@@ -115,7 +115,7 @@ if stats is not None:
     show_figure(layer_table_heatmap(table.abs().to_numpy(), table.columns.tolist(), f"{stat} of each weight matrix, per layer",
                                     stat), state, f"weight_{stat}", data=lambda: stats)
     with st.expander("All statistics as a table"):
-        st.dataframe(stats, hide_index=True)
+        show_table(stats, state, height=420, hide_index=True)
 
 st.subheader("Why long contexts are expensive")
 st.markdown(f"Self-attention compares every token with every other: for n tokens each head computes an n × n "

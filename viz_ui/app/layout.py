@@ -359,11 +359,12 @@ def show_table(data, state: AppState, height: int | None = None, **kwargs) -> No
     Normally an interactive ``st.dataframe`` (sorting, its own CSV toolbar). In lecture mode, and whenever the
     app's theme differs from the theme Streamlit itself draws with (the dataframe grid is drawn on a canvas in
     Streamlit's colours, which CSS cannot reach), a static HTML ``st.table`` instead: it scales with the lecture
-    font, follows the theme's colours and has no download toolbar. ``height`` (px) then bounds a scrolled box.
+    font, follows the theme's colours and has no download toolbar. ``height`` (px) then bounds a scrolled box;
+    ``hide_index`` holds for both, the other ``kwargs`` (``column_config``, …) for the interactive table only.
     """
     if state.display.lecture or state.display.css_theme:
         box = st.container(height=height) if height else st.container()
-        box.table(data)
+        box.table(data, hide_index=kwargs.get("hide_index"))
     else:
         st.dataframe(data, height=height or "auto", **kwargs)
 
