@@ -96,7 +96,7 @@ if cfg.causal:
                     f"scores_unmasked_L{layer}_H{head}")
     with m2:
         show_figure(attention_heatmap(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head][a:b, a:b], labels,
-                                      "Scores with the causal mask", "scores", offset=a), state,
+                                      "Scores with mask", "scores", offset=a), state,
                     f"scores_masked_L{layer}_H{head}")
     with m3:
         show_figure(attention_heatmap(free[a:b, a:b], labels, "Weights without mask", "weights", offset=a), state,

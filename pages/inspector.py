@@ -97,9 +97,9 @@ with left:
     show_table(architecture_table(model), state, hide_index=True)
 with right:
     params = parameter_table(model)
-    show_figure(value_bar(params["component"].tolist(), params["parameters"].to_numpy(),
-                          f"Parameters per component ({model.n_params():,} in all)", "parameters"),
-                state, "parameters", data=lambda: params)
+    bars = value_bar(params["component"].tolist(), params["parameters"].to_numpy(), "Parameters per component",
+                     "parameters").update_layout(title_subtitle_text=f"{model.n_params():,} in all")  # fits half a 1280 px window
+    show_figure(bars, state, "parameters", data=lambda: params)
     st.caption("Tied matrices (W_U = W_Eᵀ) count once. Attention per layer: W_Q is d_model × n_heads·d_head, "
                f"W_K and W_V d_model × n_kv_heads·d_head ({cfg.n_kv_heads} key/value heads), W_O n_heads·d_head × d_model.")
 
