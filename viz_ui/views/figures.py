@@ -169,7 +169,7 @@ def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 25
         xaxis=dict(tickmode="array", tickvals=tiles.cols, ticktext=[f"H{i}" for i in range(n_heads)], constrain="domain",
                    side="top", showgrid=False, zeroline=False, scaleanchor="y"),  # tick labels H0.. name the heads
         title=dict(text=title, x=0), font=FONT, height=max(300, min(1100, 90 + 110 * n_layers)),
-        margin=dict(l=10, r=10, t=60, b=10))
+        margin=dict(l=10, r=10, t=90, b=10))  # the head labels on top, under the title and the mode bar's band
     heatmap = dict(type="heatmap", z=tiles.canvas, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, hoverongaps=False,
                    colorbar=dict(title="weight"), hovertemplate="weight %{z:.3f}<extra></extra>")
     xs = [tiles.cols[h] for _ in range(n_layers) for h in range(n_heads)]
