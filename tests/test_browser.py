@@ -537,13 +537,13 @@ def light_surfaces(page, selector: str) -> list[dict]:
 
 
 def assert_titles_clear(page, url: str) -> None:
-    """Every figure has a mode bar (drawn on hover; its box is laid out all along) that covers none of its titles, and
-    no title sticks out of its figure."""
+    """Every figure has a mode bar (drawn on hover; its box is laid out all along) that covers none of its titles; no
+    title sticks out of its figure or runs into another of its texts (tick labels on top, annotations, legend)."""
     figures = figure_titles(page)
     assert any(fig["titles"] for fig in figures), url
     for fig in figures:
         assert fig["modebar"] and fig["modebar"]["right"] > fig["modebar"]["left"], (url, fig)
-        assert not fig["covered"] and not fig["cut"], (url, fig["titles"], fig["modebar"])
+        assert not fig["covered"] and not fig["cut"] and not fig["crowded"], (url, fig["titles"], fig["modebar"])
 
 
 @pytest.mark.parametrize("size", [(1280, 800), (1920, 1080)])
@@ -551,7 +551,7 @@ def test_dark_theme_draws_tables_and_selects_dark_and_no_mode_bar_covers_a_title
     """In the dark theme (painted by CSS over Streamlit's light one): the inspector's tables are HTML tables in dark
     colours (not the canvas grid, drawn in the light theme's colours), every select and multiselect box is dark with
     its arrow box and the area beside its chips, and so are their open lists; every text at least 4.5:1. On pages of
-    figures, in every width of column, no mode bar covers a figure's title."""
+    figures, in every width of column, no mode bar covers a figure's title, and no title is cut or crowded."""
     page = browser.new_page(viewport={"width": size[0], "height": size[1]})
     for slug in ("", "attention", "inspector", "interventions"):
         url = f"{server}/{slug}?theme=dark"

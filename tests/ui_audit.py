@@ -129,8 +129,9 @@ SURFACES_JS = r"""
 }
 """
 
-# Each Plotly figure's mode bar (its toolbar) and titles (title, subtitle), as boxes relative to the figure: which
-# titles the bar overlaps, and which stick out of the figure (cut).
+# Each Plotly figure's mode bar (its toolbar) and titles (title, subtitle), as boxes: which titles the bar overlaps,
+# which stick out of the figure (cut), and which overlap another text of the figure (crowded: a tick label, an
+# annotation, a legend entry).
 TITLES_JS = r"""
 () => [...document.querySelectorAll('.js-plotly-plot')].map(gd => {
   const box = e => { const r = e.getBoundingClientRect(); return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
@@ -138,10 +139,14 @@ TITLES_JS = r"""
   const titles = [...gd.querySelectorAll('.gtitle, .gtitle-subtitle')].filter(t => (t.textContent || '').trim())
     .map(t => ({text: t.textContent.trim(), ...box(t)}));
   const m = bar ? box(bar) : null;
+  const others = [...gd.querySelectorAll('text')].filter(t => !t.closest('.gtitle, .gtitle-subtitle') && (t.textContent || '').trim())
+    .map(box).filter(b => b.right > b.left && b.bottom > b.top);  // tick labels, annotations, legend entries
   return {figure: fig, modebar: m, modebarOpacity: bar ? parseFloat(getComputedStyle(bar).opacity) : 0, titles: titles,
           covered: m ? titles.filter(t => t.left < m.right && m.left < t.right && t.top < m.bottom && m.top < t.bottom)
                           .map(t => t.text) : [],
-          cut: titles.filter(t => t.left < fig.left - 1 || t.right > fig.right + 1).map(t => t.text)};
+          cut: titles.filter(t => t.left < fig.left - 1 || t.right > fig.right + 1).map(t => t.text),
+          crowded: titles.filter(t => others.some(o => t.left < o.right - 1 && o.left < t.right - 1 && t.top < o.bottom - 1
+                                                      && o.top < t.bottom - 1)).map(t => t.text)};
 })
 """
 
@@ -155,7 +160,8 @@ def surfaces(page, selector: str) -> list[dict]:
 
 def figure_titles(page) -> list[dict]:
     """Each Plotly figure's box, its mode bar's box and opacity, its title boxes, the titles the mode bar covers
-    (``covered``) and those that stick out of the figure (``cut``)."""
+    (``covered``), those that stick out of the figure (``cut``) and those that overlap another text of the figure
+    (``crowded``)."""
     return page.evaluate(TITLES_JS)
 
 
