@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode
@@ -47,7 +48,14 @@ class Display:
 # theme (the sidebar's choice, or ?theme= in a link) is dark and Streamlit draws the light one (it paints the dark
 # theme over it, element by element), lecture.css in lecture mode. What depends on the display is set by one line of
 # CSS custom properties before them: --viz-caption-ink (captions' grey) and --viz-scale (lecture font scale).
-CSS = {name: (Path(__file__).with_name(f"{name}.css")).read_text(encoding="utf-8") for name in ("base", "dark", "lecture")}
+def _stylesheet(name: str) -> str:
+    """``name``.css beside this file, without its comments and line breaks (every script run sends the page's CSS:
+    in the dark theme 7.8 KB with them, 5.5 KB without). The files break lines only after ``,``, ``;``, ``{``, ``}``."""
+    text = (Path(__file__).with_name(f"{name}.css")).read_text(encoding="utf-8")
+    return re.sub(r"\s*\n\s*", "", re.sub(r"/\*.*?\*/", "", text, flags=re.S))
+
+
+CSS = {name: _stylesheet(name) for name in ("base", "dark", "lecture")}
 CAPTION_INK = {"light": "#4a4d57", "dark": "#c4c6cc"}  # 4.5:1 or more on each theme's background
 
 
