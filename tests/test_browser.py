@@ -557,6 +557,7 @@ def test_dark_theme_draws_tables_and_selects_dark_and_no_mode_bar_covers_a_title
         url = f"{server}/{slug}?theme=dark"
         page.goto(url)
         expect(page.locator("[data-testid=stMain] h1").first).to_be_visible(timeout=60_000)
+        expect(page.locator(".js-plotly-plot .gtitle").first).to_be_attached(timeout=60_000)  # a figure is drawn
         settled(page)
         assert_titles_clear(page, url)
         assert light_surfaces(page, SELECT_BOXES) == [], url
