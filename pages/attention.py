@@ -103,7 +103,7 @@ def masked_vs_unmasked(ctx: PageContext, layer: int, head: int, window: tuple[in
                     f"scores_unmasked_L{layer}_H{head}", live="scores_unmasked")
     with m2:
         show_figure(attention_heatmap(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head][a:b, a:b], labels,
-                                      "Scores with the causal mask", "scores", offset=a), ctx.app,
+                                      "Scores with mask", "scores", offset=a), ctx.app,
                     f"scores_masked_L{layer}_H{head}", live="scores_masked")
     with m3:
         show_figure(attention_heatmap(free[a:b, a:b], labels, "Weights without mask", "weights", offset=a), ctx.app,

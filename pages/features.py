@@ -153,7 +153,6 @@ def feature_card(ctx: PageContext, loaded: Loaded, row: int, top: np.ndarray) ->
             for ids_, vals, verb in ((up_ids, up, "raises"), (down_ids, down, "lowers")):
                 bars = value_bar([vocab[int(i)] for i in ids_], vals.numpy(), f"{name} {verb} the logit of",
                                  f"logit change per unit of activation ({what})")
-                bars.update_layout(modebar=dict(orientation="v"), margin=dict(r=40))
                 show_figure(bars, ctx.app, f"feature_{verb}_{name}")
             st.caption("The decoder direction W_dec[f] read through the final norm's weight and the unembedding W_U: its "
                        "direct effect on the logits, through no later layer.")

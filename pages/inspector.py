@@ -16,7 +16,7 @@ from viz_model.tokenizer import IdTokenizer
 from viz_ui.analysis.cost import attention_cost, cost_lengths, quadratic_fit
 from viz_ui.views.figures import cost_curve, layer_table_heatmap, value_bar
 from viz_ui.analysis.inspector import architecture_table, parameter_table
-from viz_ui.app.layout import set_shared, show_figure, show_link
+from viz_ui.app.layout import set_shared, show_figure, show_link, show_table
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.app.gated import weight_stats_gated
 from viz_ui.app.state import MAX_SESSION_MODELS, add_session_model, load_settings, session_models, upload_hash
@@ -106,12 +106,12 @@ def architecture(ctx: PageContext) -> None:
     st.subheader(f"Architecture: {plain(ctx.app.model_name)}")
     left, right = st.columns([1, 1])
     with left:
-        st.dataframe(architecture_table(model), hide_index=True, width="stretch")
+        show_table(architecture_table(model), ctx.app, hide_index=True)
     with right:
         params = parameter_table(model)
-        show_figure(value_bar(params["component"].tolist(), params["parameters"].to_numpy(),
-                              f"Parameters per component ({model.n_params():,} in all)", "parameters"),
-                    ctx.app, "parameters", data=lambda: params)
+        bars = value_bar(params["component"].tolist(), params["parameters"].to_numpy(), "Parameters per component",
+                         "parameters").update_layout(title_subtitle_text=f"{model.n_params():,} in all")  # fits half a 1280 px window
+        show_figure(bars, ctx.app, "parameters", data=lambda: params)
         st.caption("Tied matrices (W_U = W_Eᵀ) count once. Attention per layer: W_Q is d_model × n_heads·d_head, "
                    f"W_K and W_V d_model × n_kv_heads·d_head ({cfg.n_kv_heads} key/value heads), W_O n_heads·d_head × d_model.")
 
@@ -130,7 +130,7 @@ def weight_statistics(ctx: PageContext) -> None:
         show_figure(layer_table_heatmap(table.abs().to_numpy(), table.columns.tolist(), f"{stat} of each weight matrix, per layer",
                                         stat), ctx.app, f"weight_{stat}", data=lambda: stats)
         with st.expander("All statistics as a table"):
-            st.dataframe(stats, hide_index=True)
+            show_table(stats, ctx.app, height=420, hide_index=True)
 
 
 def attention_cost_part(ctx: PageContext) -> None:

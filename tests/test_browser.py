@@ -516,3 +516,77 @@ def test_clicking_a_token_s_strongest_feature_opens_its_card(server, browser):
     expect(page).to_have_url(re.compile(rf"feature={feature}\b"), timeout=60_000)
     expect(page.get_by_role("heading", name=f"Feature L4 F{feature}")).to_be_visible(timeout=60_000)
     page.close()
+
+
+# ---- Dark theme and mode bar (issue 26, item 5) --------------------------------------------------------------------
+
+from ui_audit import choose_option, figure_titles, surfaces  # noqa: E402
+
+# Relative luminance of a dark surface: the dark theme's widget grey #262730 is 0.02 and its page #0e1117 0.006; the light
+# theme's widget grey #f8f8f7 (what the multiselect's arrow box showed) is 0.94, white 1.
+DARK_SURFACE = 0.05
+SELECT_BOXES = "[data-testid=stSelectbox] .react-aria-ComboBox, [data-testid=stMultiSelect] .react-aria-ComboBox"
+
+
+def light_surfaces(page, selector: str) -> list[dict]:
+    """The boxes under ``selector`` that show a light colour (a chosen value's chip, in the primary colour, aside);
+    fails when nothing matches, so that a renamed element cannot pass unseen."""
+    found = surfaces(page, selector)
+    assert found, f"nothing matches {selector}"
+    return [s for s in found if s["luminance"] > DARK_SURFACE and not s["chip"]]
+
+
+def assert_titles_clear(page, url: str) -> None:
+    """Every figure has a mode bar (drawn on hover; its box is laid out all along) that covers none of its titles; no
+    title sticks out of its figure or runs into another of its texts (tick labels on top, annotations, legend)."""
+    figures = figure_titles(page)
+    assert any(fig["titles"] for fig in figures), url
+    for fig in figures:
+        assert fig["modebar"] and fig["modebar"]["right"] > fig["modebar"]["left"], (url, fig)
+        assert not fig["covered"] and not fig["cut"] and not fig["crowded"], (url, fig["titles"], fig["modebar"])
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (1920, 1080)])
+def test_dark_theme_draws_tables_and_selects_dark_and_no_mode_bar_covers_a_title(server, browser, size):
+    """In the dark theme (painted by CSS over Streamlit's light one): the inspector's tables are HTML tables in dark
+    colours (not the canvas grid, drawn in the light theme's colours), every select and multiselect box is dark with
+    its arrow box and the area beside its chips, and so are their open lists; every text at least 4.5:1. On pages of
+    figures, in every width of column, no mode bar covers a figure's title, and no title is cut or crowded."""
+    page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+    for slug in ("", "attention", "inspector", "interventions"):
+        url = f"{server}/{slug}?theme=dark"
+        page.goto(url)
+        expect(page.locator("[data-testid=stMain] h1").first).to_be_visible(timeout=60_000)
+        expect(page.locator(".js-plotly-plot .gtitle").first).to_be_attached(timeout=60_000)  # a figure is drawn
+        settled(page)
+        assert_titles_clear(page, url)
+        assert light_surfaces(page, SELECT_BOXES) == [], url
+        assert low_contrast(page) == [], url
+    # the inspector: the architecture table, and the weight statistics in their expander
+    page.goto(f"{server}/inspector?theme=dark")
+    settled(page)
+    page.get_by_text("All statistics as a table").click()
+    expect(page.locator("[data-testid=stTable]")).to_have_count(2)
+    assert page.locator("[data-testid=stDataFrame]").count() == 0
+    assert light_surfaces(page, "[data-testid=stTable]") == []
+    assert low_contrast(page) == []
+    # Cause and effect: a head switched off (a chip beside the multiselect's arrow), then each kind of open list
+    page.goto(f"{server}/interventions?theme=dark")
+    settled(page)
+    choose_option(page, "Heads switched off", "L0H1")
+    page.keyboard.press("Escape")
+    expect(page.locator("[data-testid=stMultiSelect] [data-tag]")).to_have_count(1)
+    settled(page)
+    assert light_surfaces(page, SELECT_BOXES) == []
+    for label, listbox in (("Heads switched off", "stMultiSelectDropdown"),
+                           ("Prediction after position", "stSelectboxVirtualDropdown")):
+        open_select(page, label)
+        page.wait_for_function("""(s) => { let e = document.querySelector(s);  // the list is there and has faded in
+            if (!e) return false;
+            for (; e; e = e.parentElement) if (getComputedStyle(e).opacity !== '1') return false; return true; }""",
+                               arg=f"[data-testid={listbox}]")
+        assert light_surfaces(page, f"[data-testid={listbox}]") == [], label
+        assert low_contrast(page) == [], label
+        page.keyboard.press("Escape")
+        expect(page.get_by_role("listbox")).to_have_count(0)
+    page.close()

@@ -1,5 +1,6 @@
-"""In-browser audits of a rendered page, for the browser tests and bench/: text contrast (WCAG 2.1), widths,
-horizontal scrolling, the sidebar's position, downloads and mode bars. Each function takes a Playwright page."""
+"""In-browser audits of a rendered page, for the browser tests and bench/: text contrast (WCAG 2.1), the colours of
+surfaces, widths, horizontal scrolling, the sidebar's position, downloads, mode bars and the titles under them. Each
+function takes a Playwright page."""
 
 from __future__ import annotations
 
@@ -18,11 +19,10 @@ def contrast(a: str, b: str) -> float:
     hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
     return (hi + 0.05) / (lo + 0.05)
 
-# For every visible element that holds text of its own: its colour and the colour behind it (the first ancestor
-# with an opaque enough background, blended over white/black page as needed), and the WCAG contrast ratio; texts in
-# open shadow roots (custom components) too.
-CONTRAST_JS = r"""
-(wholePage) => {
+
+# The colour behind an element: the backgrounds of it and its ancestors up to the first opaque one, blended over a
+# white page; out of open shadow roots (custom components) to their hosts.
+BACKGROUND_JS = r"""
   const parse = c => { const m = c.match(/rgba?\(([^)]+)\)/); if (!m) return null;
     const p = m[1].split(',').map(Number); return {r: p[0], g: p[1], b: p[2], a: p.length > 3 ? p[3] : 1}; };
   const lum = c => { const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
@@ -43,6 +43,12 @@ CONTRAST_JS = r"""
     for (let i = layers.length - 1; i >= 0; i--) bg = blend(layers[i], bg);
     return bg;
   };
+"""
+
+# For every visible element that holds text of its own: its colour and the colour behind it (BACKGROUND_JS), and the
+# WCAG contrast ratio; texts in open shadow roots (custom components) too.
+CONTRAST_JS = r"""
+(wholePage) => {""" + BACKGROUND_JS + r"""
   const out = [];
   const seen = new Set();
   const roots = [document.body, ...[...document.querySelectorAll('*')].filter(e => e.shadowRoot).map(e => e.shadowRoot)];
@@ -98,6 +104,65 @@ LAYOUT_JS = r"""
   };
 }
 """
+
+
+# Every visible element matching a selector, and all inside it: the colour behind it (BACKGROUND_JS: what its box shows)
+# and that colour's relative luminance. An element inside a clipping box of less than 2 × 2 px (a visually hidden
+# button for screen readers) shows nothing and is left out; one scrolled out of view is kept.
+SURFACES_JS = r"""
+(selector) => {""" + BACKGROUND_JS + r"""
+  const hidden = e => {
+    for (let a = e.parentElement; a && a !== document.body; a = a.parentElement) {
+      const st = getComputedStyle(a), r = a.getBoundingClientRect();
+      if ((st.overflow !== 'visible' || st.clip !== 'auto' || st.clipPath !== 'none') && (r.width < 2 || r.height < 2))
+        return true;
+    }
+    return false;
+  };
+  const els = [...document.querySelectorAll(selector)].flatMap(e => [e, ...e.querySelectorAll('*')]);
+  return els.filter(e => { const r = e.getBoundingClientRect(), st = getComputedStyle(e);
+      return r.width >= 1 && r.height >= 1 && st.visibility !== 'hidden' && st.display !== 'none' && !hidden(e); })
+    .map(e => { const bg = background(e), tid = e.closest('[data-testid]');
+      return {tag: e.tagName, testid: tid ? tid.getAttribute('data-testid') : '', role: e.getAttribute('role') || '',
+              chip: !!e.closest('[data-tag]'), background: `rgb(${Math.round(bg.r)}, ${Math.round(bg.g)}, ${Math.round(bg.b)})`,
+              luminance: Math.round(lum(bg) * 1000) / 1000}; });
+}
+"""
+
+# Each Plotly figure's mode bar (its toolbar) and titles (title, subtitle), as boxes: which titles the bar overlaps,
+# which stick out of the figure (cut), and which overlap another text of the figure (crowded: a tick label, an
+# annotation, a legend entry).
+TITLES_JS = r"""
+() => [...document.querySelectorAll('.js-plotly-plot')].map(gd => {
+  const box = e => { const r = e.getBoundingClientRect(); return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+  const fig = box(gd), bar = gd.querySelector('.modebar');
+  const titles = [...gd.querySelectorAll('.gtitle, .gtitle-subtitle')].filter(t => (t.textContent || '').trim())
+    .map(t => ({text: t.textContent.trim(), ...box(t)}));
+  const m = bar ? box(bar) : null;
+  const others = [...gd.querySelectorAll('text')].filter(t => !t.closest('.gtitle, .gtitle-subtitle') && (t.textContent || '').trim())
+    .map(box).filter(b => b.right > b.left && b.bottom > b.top);  // tick labels, annotations, legend entries
+  return {figure: fig, modebar: m, modebarOpacity: bar ? parseFloat(getComputedStyle(bar).opacity) : 0, titles: titles,
+          covered: m ? titles.filter(t => t.left < m.right && m.left < t.right && t.top < m.bottom && m.top < t.bottom)
+                          .map(t => t.text) : [],
+          cut: titles.filter(t => t.left < fig.left - 1 || t.right > fig.right + 1).map(t => t.text),
+          crowded: titles.filter(t => others.some(o => t.left < o.right - 1 && o.left < t.right - 1 && t.top < o.bottom - 1
+                                                      && o.top < t.bottom - 1)).map(t => t.text)};
+})
+"""
+
+
+def surfaces(page, selector: str) -> list[dict]:
+    """Every visible element matching the CSS ``selector`` and every one inside it, with the colour its box shows
+    (``background``: its own background blended over its ancestors', as :func:`low_contrast` computes it) and that
+    colour's WCAG relative ``luminance`` (0 black … 1 white); ``chip``: inside a multiselect's chosen-value chip."""
+    return page.evaluate(SURFACES_JS, selector)
+
+
+def figure_titles(page) -> list[dict]:
+    """Each Plotly figure's box, its mode bar's box and opacity, its title boxes, the titles the mode bar covers
+    (``covered``), those that stick out of the figure (``cut``) and those that overlap another text of the figure
+    (``crowded``)."""
+    return page.evaluate(TITLES_JS)
 
 
 def low_contrast(page, minimum: float = 4.5, whole_page: bool = True) -> list[dict]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode
@@ -44,63 +45,19 @@ class Display:
 
 
 # Streamlit draws its own light or dark theme (.streamlit/config.toml; the user's Settings menu; a link with
-# embed_options=dark_theme). When the app's theme (the sidebar's choice, or ?theme= in a link) differs from the
-# one Streamlit draws, this CSS paints the dark theme over Streamlit's light one, element by element. Colours are
-# Streamlit's own dark palette; every text colour is at least 4.5:1 on its background (tests/test_browser.py).
-DARK_BG, DARK_BG2, DARK_INK, DARK_MUTED, DARK_LINE = "#0e1117", "#262730", "#fafafa", "#c4c6cc", "#6b6f7b"
-DARK_CSS = (
-    "[data-testid=stApp],[data-testid=stSidebar],[data-testid=stHeader],[data-testid=stBottom]>div"
-    f"{{background:{DARK_BG};color:{DARK_INK}}}"
-    f"[data-testid=stSidebar]{{background:{DARK_BG2}}}"
-    "[data-testid=stApp] :is(p,h1,h2,h3,h4,h5,h6,label,span,li,td,th,summary,small,strong,em,code,a,div)"
-    f"{{color:{DARK_INK}}}"
-    f"[data-testid=stCaptionContainer],[data-testid=stCaptionContainer] *{{color:{DARK_MUTED} !important}}"
-    # form widgets, buttons of every kind, expanders, code: a dark surface with light text
-    "[data-testid=stApp] :is(textarea,input,[data-baseweb=select]>div,[data-baseweb=input],[data-baseweb=textarea],"
-    "[data-testid=stExpander] details,[data-testid=stExpander] summary,[data-testid=stCode] pre,[data-testid=stCode] code,"
-    "[data-testid=stBaseButton-secondary],[data-testid=stBaseButton-tertiary],[data-testid=stPageLink-NavLink],"
-    "[data-testid=stBaseLinkButton-secondary],[data-testid=stBaseButton-pills],[data-testid=stBaseButton-segmented_control],"
-    "[data-testid=stDownloadButton] button,[data-testid=stBaseButton-secondaryFormSubmit],[data-testid=stPopover] button,[data-testid=stNumberInputContainer] button,"
-    "[data-testid=stFileUploaderDropzone],[data-testid=stFileUploaderDropzone] button,[data-testid=stButtonGroup] button)"
-    f"{{background:{DARK_BG2} !important;color:{DARK_INK} !important;-webkit-text-fill-color:{DARK_INK};"
-    f"border-color:{DARK_LINE} !important}}"
-    # an open expander's header: Streamlit paints it with the light theme's near-white
-    f"[data-testid=stExpander] details[open]>summary{{background:{DARK_BG2} !important}}"
-    "[data-testid=stApp] :is([data-testid=stBaseButton-pillsActive],[data-testid=stBaseButton-segmented_controlActive],"
-    "[data-testid=stButtonGroup] button[kind*=Active])"
-    f"{{background:#5c1a16 !important;color:{DARK_INK} !important;border-color:#ff8a80 !important}}"
-    "[data-testid=stApp] :is([data-testid=stBaseButton-primary],[data-testid=stBaseLinkButton-primary])"
-    "{background:#ff8a80 !important;color:#111 !important;border-color:#ff8a80 !important}"
-    "[data-testid=stApp] :is([data-testid=stBaseButton-primary],[data-testid=stBaseLinkButton-primary]) *"
-    "{color:#111 !important;-webkit-text-fill-color:#111}"  # inside an expander too (details sets the fill colour)
-    # a disabled button of any kind must not look pressable: the page's own background, muted text
-    f"[data-testid=stApp] button:disabled,[data-testid=stApp] button:disabled *{{background:{DARK_BG} !important;"
-    f"color:{DARK_MUTED} !important;-webkit-text-fill-color:{DARK_MUTED};border-color:{DARK_LINE} !important}}"
-    # progress bars: a dark track and the dark palette's primary colour (Streamlit's track is near-white)
-    f"[data-testid=stProgressBarTrack]{{background:{DARK_LINE} !important}}"
-    "[data-testid=stProgressBarTrack]>div{background:#ff8a80 !important}"
-    f"[data-testid=stApp] svg:not(.main-svg):not(.main-svg *){{color:{DARK_INK};stroke:currentColor}}"
-    f"[data-testid=stTooltipIcon] svg,[data-testid=stTooltipHoverTarget] svg{{color:{DARK_MUTED} !important}}"
-    # static tables (show_table draws st.table here, whose HTML follows these colours)
-    f"[data-testid=stTable] table,[data-testid=stTable] th,[data-testid=stTable] td{{background:{DARK_BG};"
-    f"color:{DARK_INK} !important;border-color:{DARK_LINE} !important}}"
-    f"[data-testid=stTable] th{{background:{DARK_BG2}}}"
-    # menus and tooltips open in a layer outside the app
-    f"[data-baseweb=popover] :is(ul,li,div),[data-baseweb=tooltip] *{{background:{DARK_BG2};color:{DARK_INK}}}"
-    f"[data-testid=stTooltipContent] *{{color:{DARK_INK}}}"
-    "[data-baseweb=select]>div div{background:transparent !important}"  # the select's arrow box, not white
-    # Streamlit ≥ 1.6x draws select and multiselect boxes without baseweb's select: the box holding the input
-    # and the arrow button is painted with the light theme's grey
-    "[data-testid=stApp] :is([data-testid=stSelectbox],[data-testid=stMultiSelect]) div:has(> input)"
-    f"{{background:{DARK_BG2} !important;border-color:{DARK_LINE} !important}}"
-    "[data-testid=stApp] :is([data-testid=stSelectbox],[data-testid=stMultiSelect]) button:not([data-testid=stTooltipIcon] *) svg{stroke:none !important}"
-    f"[data-testid=stMarkdownContainer] code{{background:{DARK_BG2} !important;color:{DARK_INK} !important}}"
-    # alerts: Streamlit's light theme tints them faintly, too light under light text; darker tints of each kind
-    "[data-testid=stAlertContainer]{background:#1d2a3a !important}[data-testid=stMetricDelta]{background:#173a26 !important}"
-    "[data-testid=stAlertContainer]:has([data-testid=stAlertContentSuccess]){background:#173a26 !important}"
-    "[data-testid=stAlertContainer]:has([data-testid=stAlertContentWarning]){background:#3d3212 !important}"
-    "[data-testid=stAlertContainer]:has([data-testid=stAlertContentError]){background:#451a1a !important}"
-    "[data-testid=stApp] .tok,[data-testid=stApp] .tok sub{color:#111 !important}")
+# embed_options=dark_theme). The page's CSS lives beside this file: base.css on every page, dark.css when the app's
+# theme (the sidebar's choice, or ?theme= in a link) is dark and Streamlit draws the light one (it paints the dark
+# theme over it, element by element), lecture.css in lecture mode. What depends on the display is set by one line of
+# CSS custom properties before them: --viz-caption-ink (captions' grey) and --viz-scale (lecture font scale).
+def _stylesheet(name: str) -> str:
+    """``name``.css beside this file, without its comments and line breaks (every script run sends the page's CSS:
+    in the dark theme 7.8 KB with them, 5.5 KB without). The files break lines only after ``,``, ``;``, ``{``, ``}``."""
+    text = (Path(__file__).with_name(f"{name}.css")).read_text(encoding="utf-8")
+    return re.sub(r"\s*\n\s*", "", re.sub(r"/\*.*?\*/", "", text, flags=re.S))
+
+
+CSS = {name: _stylesheet(name) for name in ("base", "dark", "lecture")}
+CAPTION_INK = {"light": "#4a4d57", "dark": "#c4c6cc"}  # 4.5:1 or more on each theme's background
 
 
 def _truthy(value) -> bool:
@@ -135,28 +92,8 @@ def _display_controls() -> Display:
 
 
 def _apply_display(display: Display) -> None:
-    # less empty space above the title (Streamlit leaves 6rem): the landing page's model fits one screen
-    # Streamlit fades captions with opacity 0.6 (3.9:1 on white): full opacity and a grey that keeps 4.5:1 or more
-    ink = DARK_MUTED if display.theme == "dark" else "#4a4d57"
-    css = (".block-container{padding-top:3rem}"
-           # page links wrap instead of being cut ("3d · Residual stream & feed-forwar…")
-           "[data-testid=stSidebarNav] span,[data-testid=stPageLink-NavLink] span{white-space:normal !important;"
-           "overflow:visible !important;text-overflow:clip !important}"
-           f"[data-testid=stCaptionContainer]{{opacity:1 !important;color:{ink} !important}}"
-           # the slider's min and max labels are drawn at 40% opacity (2.6:1): full text colour
-           f"[data-testid=stSliderTickBar],[data-testid=stSliderTickBar] *{{color:{ink} !important}}"
-           # code blocks (commands in model cards) in one colour: the highlighter's cyan is 2.8:1 on its grey
-           "[data-testid=stCode] code span{color:inherit !important}"
-           + (DARK_CSS if display.css_theme else ""))
-    if display.lecture:
-        # Streamlit sizes its text in rem: scaling the root font scales the page's text and widgets. The sidebar
-        # starts folded (setup_page) and is wider only while open, so that folding moves it wholly off screen.
-        css += (f"html{{font-size:{16 * display.scale:.0f}px}}"
-                ".block-container{max-width:100%;padding-left:1.5rem;padding-right:1.5rem}"
-                f"[data-testid=stSidebar][data-collapsed=false]{{min-width:min({300 * display.scale:.0f}px,45vw)}}"
-                # Streamlit's own CSV toolbar over tables and the figures' mode bar: not in a lecture
-                "[data-testid=stElementToolbar]{display:none}"
-                "[data-testid=stApp]{overflow-x:hidden}")
+    css = (f":root{{--viz-caption-ink:{CAPTION_INK[display.theme]};--viz-scale:{display.scale:g}}}" + CSS["base"]
+           + (CSS["dark"] if display.css_theme else "") + (CSS["lecture"] if display.lecture else ""))
     st.html(f"<style>{css}</style>")
 
 
@@ -472,11 +409,12 @@ def show_table(data, state: AppState, height: int | None = None, **kwargs) -> No
     Normally an interactive ``st.dataframe`` (sorting, its own CSV toolbar). In lecture mode, and whenever the
     app's theme differs from the theme Streamlit itself draws with (the dataframe grid is drawn on a canvas in
     Streamlit's colours, which CSS cannot reach), a static HTML ``st.table`` instead: it scales with the lecture
-    font, follows the theme's colours and has no download toolbar. ``height`` (px) then bounds a scrolled box.
+    font, follows the theme's colours and has no download toolbar. ``height`` (px) then bounds a scrolled box;
+    ``hide_index`` holds for both, the other ``kwargs`` (``column_config``, …) for the interactive table only.
     """
     if state.display.lecture or state.display.css_theme:
         box = st.container(height=height) if height else st.container()
-        box.table(data)
+        box.table(data, hide_index=kwargs.get("hide_index"))
     else:
         st.dataframe(data, height=height or "auto", **kwargs)
 

@@ -29,9 +29,7 @@ def feature_name(hook: str, feature: int) -> str:
 
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
-    # the mode bar stands on the right, vertical: never over a title, however narrow the column
-    fig.update_layout(title=dict(text=title, x=0), font=FONT, height=height, margin=dict(l=10, r=40, t=60, b=10),
-                      modebar=dict(orientation="v"))
+    fig.update_layout(title=dict(text=title, x=0), font=FONT, height=height, margin=dict(l=10, r=10, t=60, b=10))
     return fig
 
 

@@ -174,7 +174,7 @@ def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 25
         xaxis=dict(tickmode="array", tickvals=tiles.cols, ticktext=[f"H{i}" for i in range(n_heads)], constrain="domain",
                    side="top", showgrid=False, zeroline=False, scaleanchor="y"),  # tick labels H0.. name the heads
         title=dict(text=title, x=0), font=FONT, height=max(300, min(1100, 90 + 110 * n_layers)),
-        margin=dict(l=10, r=10, t=60, b=10))
+        margin=dict(l=10, r=10, t=90, b=10))  # the head labels on top, under the title and the mode bar's band
     heatmap = dict(type="heatmap", z=tiles.canvas, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, hoverongaps=False,
                    colorbar=dict(title="weight"), hovertemplate="weight %{z:.3f}<extra></extra>")
     xs = [tiles.cols[h] for _ in range(n_layers) for h in range(n_heads)]
@@ -438,18 +438,28 @@ def cost_curve(n: np.ndarray, measured: np.ndarray, fitted: np.ndarray, memory_m
     return _layout(fig, title, height=440)
 
 
+# Plotly draws its mode bar (the figure's toolbar: camera, zoom, …) over the figure's top right corner, 2 px from the
+# top, one row of 22 px buttons: a long title, or a short one in a narrow figure, ran under it. Every figure's title
+# therefore starts below that band, at the same place whatever the figure's width, font scale or theme; its
+# automargin grows the top margin when a title (two lines, a subtitle, a lecture font) needs more room above the plot.
+MODEBAR_BAND = 34  # px: the mode bar ends 28 px from the top; a title set this far down starts 4 px above it (measured)
+TITLE_BELOW_MODEBAR = dict(yref="container", y=1, yanchor="top", pad=dict(t=MODEBAR_BAND), automargin=True)
+
+
 def display_layout(font_size: float, height: float | None, axes, scale: float = 1.0, theme: str = "light",
                    top: float = 60) -> dict:
     """The layout that :func:`style_for_display` gives a figure, as a dict: fonts of ``font_size * scale`` px in the
     theme's ink, the theme's background (and template, when dark), ``height`` (px; Plotly's 450 when None) grown
-    with ``scale``, the top margin (``top`` px, scaled); ``axes``: the layout's axis names (``"xaxis"``,
-    ``"yaxis2"``, …), whose tick fonts follow. :func:`one_pass_figure` merges it into a layout dict."""
+    with ``scale``, the top margin (``top`` px, scaled), the title below the mode bar's band (:data:`MODEBAR_BAND`
+    px, not scaled: the mode bar is not); ``axes``: the layout's axis names (``"xaxis"``, ``"yaxis2"``, …), whose
+    tick fonts follow. :func:`one_pass_figure` merges it into a layout dict."""
     ink = "#000000" if theme == "light" else "#f2f2f2"
     size = round(font_size * scale)
     patch = {"template": f"viz_{theme}"} if theme != "light" else {}  # figures start from viz_light (pio default)
     patch.update(font=dict(size=size, color=ink), paper_bgcolor="#ffffff" if theme == "light" else "#0e1117",
                  plot_bgcolor="#ffffff" if theme == "light" else "#0e1117",
-                 height=round((height or 450) * (1 + (scale - 1) * 0.6)), margin=dict(t=round(top * scale)))
+                 height=round((height or 450) * (1 + (scale - 1) * 0.6)), margin=dict(t=round(top * scale)),
+                 title=TITLE_BELOW_MODEBAR)
     patch.update({axis: dict(tickfont=dict(size=size, color=ink)) for axis in axes})
     return patch
 
@@ -470,6 +480,8 @@ def one_pass_figure(data: list[dict], layout: dict, patch: dict | None = None,
     (:func:`merge_layout`), then, given ``display = (scale, theme)``, styled as :func:`style_for_display` would
     style it (show it with ``show_figure(..., styled=True)``)."""
     layout = merge_layout(layout, patch)
+    if isinstance(layout.get("title"), str):  # a title given as its text: merged with the display's title settings
+        layout["title"] = {"text": layout["title"]}
     if display is not None:
         scale, theme = display
         axes = sorted({"xaxis", "yaxis"} | {k for k in layout if k.startswith(("xaxis", "yaxis"))})
@@ -510,8 +522,9 @@ def style_plain(figure: dict, scale: float = 1.0, theme: str = "light") -> dict:
     Plotly's validation (10-20 ms a figure): a new dict, sharing the arrays of ``figure``."""
     layout = figure["layout"]
     axes = sorted({"xaxis", "yaxis"} | {k for k in layout if k.startswith(("xaxis", "yaxis"))})
+    top = max(60, (layout.get("margin") or {}).get("t") or 0)  # as style_for_display: a figure's own larger top margin
     patch = display_layout((layout.get("font") or {}).get("size") or FONT["size"], layout.get("height"), axes, scale,
-                           theme)
+                           theme, top)
     if "template" in patch:
         patch["template"] = _template(patch["template"])
     layout = {**merge_layout(layout, {k: v for k, v in patch.items() if k != "template"}),
@@ -524,12 +537,14 @@ def style_plain(figure: dict, scale: float = 1.0, theme: str = "light") -> dict:
 def style_for_display(fig: go.Figure, scale: float = 1.0, theme: str = "light") -> go.Figure:
     """Scale every font of a figure by ``scale`` and apply a high-contrast ``"light"`` or a ``"dark"`` theme.
 
-    Used by lecture mode: text sizes (layout, titles, ticks, colour bars, cell and bar texts) and the
-    height grow with ``scale``; the figure is changed in place and returned. The layout's part is
-    :func:`display_layout`, set in one update (each Plotly update validates again).
+    Used by lecture mode: text sizes (layout, titles, ticks, colour bars, cell and bar texts), the height and the
+    top margin (the figure's own when over 60 px) grow with ``scale``; the title starts below the mode bar. The
+    figure is changed in place and returned. The layout's part is :func:`display_layout`, set in one update (each
+    Plotly update validates again).
     """
     axes = [k for k in fig.layout if k.startswith(("xaxis", "yaxis")) and fig.layout[k] is not None]
-    fig.update_layout(display_layout(fig.layout.font.size or FONT["size"], fig.layout.height, axes, scale, theme))
+    top = max(60, fig.layout.margin.t or 0)  # a figure with tick labels on top, under the title, sets more
+    fig.update_layout(display_layout(fig.layout.font.size or FONT["size"], fig.layout.height, axes, scale, theme, top))
     for trace in fig.data:
         textfont = getattr(trace, "textfont", None)
         if textfont is not None and textfont.size:

@@ -124,7 +124,8 @@ def model_map(x: np.ndarray, patterns: np.ndarray, mlp: list[np.ndarray], mlp_na
                      side="top", showgrid=False, zeroline=False)  # thumbnails stretch to the width: one screen
     height = max(320, min(760, 70 + 62 * (n_layers + 1)))
     fig = _layout(fig, title, height=height)
-    fig.update_layout(margin=dict(l=10, r=10, t=50 if title else 30, b=10), dragmode=False, clickmode="event+select")
+    # the column labels on top, under the title and the mode bar (viz_ui.views.figures.MODEBAR_BAND)
+    fig.update_layout(margin=dict(l=10, r=10, t=90 if title else 60, b=10), dragmode=False, clickmode="event+select")
     return fig
 
 

@@ -47,8 +47,7 @@ def compare_bars(table: pd.DataFrame, title: str, after_name: str) -> go.Figure:
     fig.update_xaxes(title=f"probability (Δp = {after_name} − intact)",
                      range=[0, min(1.0, top * 1.3 + 0.02)])
     fig.update_layout(barmode="group", legend=dict(orientation="h", y=-0.22))
-    # the mode bar vertical at the right: never over the title in a half-width column
-    return _layout(fig, title, height=max(320, 120 + 44 * k)).update_layout(margin=dict(r=80), modebar=dict(orientation="v"))
+    return _layout(fig, title, height=max(320, 120 + 44 * k)).update_layout(margin=dict(r=80))  # room for Δp text
 
 
 def kl_figure(kl: np.ndarray, labels: list[str], title: str, marked: int | None = None) -> go.Figure:

@@ -68,6 +68,11 @@ def grid_margins(n_layers: int, scale: float = 1.0) -> dict:
     return dict(l=round(_text_px(len(f"L{n_layers - 1}"), scale) + _title_px(scale)) + SLACK, r=_colour_bar_px(scale))
 
 
+# The top margin (px, before scaling) of the loss and score curves, the same for both so that their plots line up:
+# the title starts below the mode bar (viz_ui.views.figures.MODEBAR_BAND), then the score curves' subplot labels.
+CURVES_TOP = 84
+
+
 def curve_margins(height: int, scale: float = 1.0, rows: int = 2) -> dict:
     """Margins (px) for :func:`loss_curves` and :func:`score_curves` (``height`` px before scaling; the same bottom
     margin, so that the two figures' step axes line up side by side) at font ``scale``: the y axis's tick labels (up
@@ -75,7 +80,7 @@ def curve_margins(height: int, scale: float = 1.0, rows: int = 2) -> dict:
     sizes high), whose top Plotly places 30 % of the plot's height under the plot."""
     f = _font_px(scale)
     legend = rows * (2 * f + 2) + 6
-    plot = height * (1 + (scale - 1) * 0.6) - 60 * scale  # before the bottom margin
+    plot = height * (1 + (scale - 1) * 0.6) - CURVES_TOP * scale  # before the bottom margin
     return dict(l=round(_text_px(3, scale) + _title_px(scale)) + SLACK, b=round((legend + 0.3 * plot) / 1.3) + SLACK)
 
 
@@ -177,7 +182,7 @@ def loss_curves(steps: list[int], train: list[float] | None, valid: list[float] 
                                hovertemplate=f"step %{{customdata:,}}<br>{name} %{{y:.3f}}<extra></extra>"))
     scale = 1.0 if display is None else display[0]
     layout = dict(title=dict(text="Loss", x=0), font=FONT, height=height,
-                  margin=dict(curve_margins(height, scale, legend_rows), r=10, t=60),
+                  margin=dict(curve_margins(height, scale, legend_rows), r=10, t=CURVES_TOP),
                   xaxis=dict(title="step (log scale)", range=list(_log_range(steps)), **_log_ticks(steps[-1])),
                   yaxis=dict(title="loss (nats/token)"), shapes=_marks(None, phase, ["x"]),
                   legend=dict(orientation="h", y=-0.3), modebar=dict(remove=NARROW_MODEBAR))
@@ -218,10 +223,10 @@ def score_curves(steps: list[int], scores: dict[str, np.ndarray], phase: tuple[i
     annotations = [dict(text=f"{kind} score", x=sum(d) / 2, y=1.0, xref="paper", yref="paper", xanchor="center",
                         yanchor="bottom", showarrow=False) for kind, d in zip(kinds, domains)]
     layout.update(title=dict(text="Head-type scores across training", x=0), font=FONT, height=height,
-                  margin=dict(curve_margins(height, scale, legend_rows), r=10, t=60),
+                  margin=dict(curve_margins(height, scale, legend_rows), r=10, t=CURVES_TOP),
                   yaxis=dict(range=[0, 1.02], title="score"),
                   annotations=annotations, shapes=_marks(None, phase, axes), legend=dict(orientation="h", y=-0.3),
-                  modebar=dict(remove=["zoomin", "zoomout", "autoscale"]))  # room for the title beside it
+                  modebar=dict(remove=["zoomin", "zoomout", "autoscale"]))  # a shorter bar in a half-width column
     return one_pass_figure(traces, layout, display=display)
 
 
