@@ -57,7 +57,7 @@ def test_logit_lens_last_row_is_the_models_output(traced):
     model, trace = traced
     ids, probs, names = logit_lens(model, trace)
     assert ids.shape == probs.shape == (model.cfg.n_layers + 1, trace.n_tokens) and names[0] == "embeddings"
-    out = torch.softmax(torch.tensor(trace.arrays["hook_logits"]), -1)
+    out = torch.softmax(torch.tensor(np.asarray(trace.arrays["hook_logits"])), -1)
     np.testing.assert_array_equal(ids[-1], out.argmax(-1).numpy())
     np.testing.assert_allclose(probs[-1], out.max(-1).values.numpy(), rtol=1e-5)
     # the first row decodes the embeddings: ln_final(E + P) @ W_U, computed here by hand
