@@ -279,9 +279,10 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str, bounded: b
     # hooks (experts.{e}.*) hold only the tokens routed to that expert, [n_routed, d_mlp], not [pos, ...]: the
     # layer's hook_post holds the same values per position
     keep = lambda name: name != "hook_probs" and ".experts." not in name  # noqa: E731
-    # long inputs: every value is kept in float16 but the logits and the q and k the attention is derived from
-    # (hook_rot_q/k under rotary positions; see Arrays), which stay float32 (a GPT-2-small trace at 1,024 tokens
-    # would otherwise hold 1.5 GB); views convert what they draw back to float32
+    # long inputs: every value is kept in float16 but the logits, the q and k the attention is derived from
+    # (hook_rot_q/k under rotary positions; see Arrays) and the last block's output the other logit rows are decoded
+    # from (below), which stay float32 (a GPT-2-small trace at 1,024 tokens would otherwise hold 1.5 GB); views
+    # convert what they draw back to float32
     small = {}
     if len(ids) > LONG_INPUT:  # q and k stay float32: the scores and patterns are derived from them (see Arrays)
         qk = {n for name in model.hook_dict if name.endswith("hook_attn_scores") for n in model.score_inputs(name)[1:]}
