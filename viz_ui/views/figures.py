@@ -7,6 +7,7 @@ rows instead of being merged by Plotly's categorical axis.
 from __future__ import annotations
 
 import base64
+import copy
 import functools
 import math
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
+from _plotly_utils.basevalidators import ColorscaleValidator
 from _plotly_utils.utils import is_homogeneous_array, is_skipped_key, to_typed_array_spec
 
 from viz_ui.analysis.numeric import grid_block, pool_blocks
@@ -490,7 +492,44 @@ def one_pass_figure(data: list[dict], layout: dict, patch: dict | None = None,
         layout = merge_layout(layout, display_layout(size, layout.get("height"), axes, scale, theme, max(60, top)))
         data = [merge_layout(t, {"textfont": {"size": round(t["textfont"]["size"] * scale)}})
                 if (t.get("textfont") or {}).get("size") else t for t in data]
-    return go.Figure(dict(data=data, layout=layout))
+    # not validated: validation turned every string array (the hover labels) into an object array and deep-copied
+    # it one string at a time, 15-20 ms a 64 x 64 heatmap, four of them on every rerun of page 3 (issue 26). The two
+    # shorthands plotly.py's validation would expand, and plotly.js does not read, are expanded here; a test checks
+    # that every figure built here writes the same JSON as the validated figure.
+    return go.Figure(dict(data=[_expanded(t) for t in data], layout=_expanded(layout)), _validate=False)
+
+
+@functools.cache
+def _colorscale(name: str) -> tuple:
+    """A plotly.py colour scale name (``"Blues"``, ``"RdBu_r"``) as the ``((fraction, colour), ...)`` pairs its
+    validation writes (plotly.js knows other scales under some of these names, and no ``_r`` names)."""
+    return tuple(map(tuple, ColorscaleValidator("colorscale", "heatmap").validate_coerce(name)))
+
+
+_ITEM_LISTS = {"annotations", "shapes", "images", "selections", "sliders", "updatemenus"}
+
+
+def _expanded(obj):
+    """A trace or layout dict with the shorthands plotly.py's validation expands expanded as it would: a ``title``
+    given as its text becomes ``{"text": ...}``, a ``colorscale`` given by name becomes its list of stops, a
+    ``template`` given by name becomes the template (:func:`_template`), an empty list of shapes or annotations is
+    left out. Nested
+    dicts are new; everything else is shared."""
+    if not isinstance(obj, dict):
+        return obj
+    out = {}
+    for key, value in obj.items():
+        if key in _ITEM_LISTS and isinstance(value, (list, tuple)) and not value:
+            continue  # validation leaves out an empty list of shapes or annotations
+        if key == "title" and isinstance(value, str):
+            value = {"text": value}
+        elif key == "colorscale" and isinstance(value, str):
+            value = [list(stop) for stop in _colorscale(value)]
+        elif key == "template":  # a template's name becomes the template (a copy: a figure's updates change it)
+            out[key] = copy.deepcopy(_template(value)) if isinstance(value, str) else value
+            continue
+        out[key] = _expanded(value) if isinstance(value, dict) else value
+    return out
 
 
 def plain_figure(fig: go.Figure) -> dict:
@@ -544,7 +583,12 @@ def style_for_display(fig: go.Figure, scale: float = 1.0, theme: str = "light") 
     """
     axes = [k for k in fig.layout if k.startswith(("xaxis", "yaxis")) and fig.layout[k] is not None]
     top = max(60, fig.layout.margin.t or 0)  # a figure with tick labels on top, under the title, sets more
-    fig.update_layout(display_layout(fig.layout.font.size or FONT["size"], fig.layout.height, axes, scale, theme, top))
+    patch = display_layout(fig.layout.font.size or FONT["size"], fig.layout.height, axes, scale, theme, top)
+    # the template replaced, not merged into the figure's, and as the template, not its name (a figure of
+    # one_pass_figure is not validated, and plotly.js reads no template names)
+    if "template" in patch:
+        fig.layout.template = _expanded({"template": patch.pop("template")})["template"]
+    fig.update_layout(_expanded(patch))
     for trace in fig.data:
         textfont = getattr(trace, "textfont", None)
         if textfont is not None and textfont.size:
