@@ -146,11 +146,6 @@ function redraw(div) {
 // waited for all of them, bench/latency.py). Step changes and fullscreen are drawn at once.
 const pending = new Set();
 let draining = false;
-// a drawing goes before the messages and renders queued meanwhile (Chromium runs "user-blocking" tasks first): the
-// chart the server sent first is drawn before Streamlit has taken in the rest of the rerun (bench/latency.py)
-const post = globalThis.scheduler && scheduler.postTask
-  ? task => scheduler.postTask(task, {priority: "user-blocking"})
-  : task => setTimeout(task, 0);
 
 function drainOne() {
   const divs = [...pending].filter(div => div.isConnected);
@@ -162,14 +157,14 @@ function drainOne() {
   const next = divs.find(div => div.__vizInView !== false) || divs[0];
   for (const div of divs) if (div !== next) pending.add(div);
   redraw(next);
-  post(drainOne);
+  setTimeout(drainOne, 0);
 }
 
 function schedule(div) {
   pending.add(div);
   if (!draining) {
     draining = true;
-    post(drainOne);
+    setTimeout(drainOne, 0);
   }
 }
 
