@@ -87,14 +87,14 @@ def next_token(ctx: PageContext, sampling: Sampling, masks: list[int] | None) ->
     title = (f"Token at position {pos} (“{trace.labels[pos]}”), T = {temperature:g}" if masked_lm else
              f"Next token after “{trace.labels[pos]}” (position {pos}), T = {temperature:g}")
     show_figure(topk_bar(table["token"].tolist(), table["probability"].to_numpy(), title, highlight),
-                ctx.app, f"next_token_pos{pos}_T{temperature:g}")
+                ctx.app, f"next_token_pos{pos}_T{temperature:g}", live="next_token")
     if greedy:
         at_one = next_token_view(logits, 1.0, 0, 1.0).probs
         runners = topk_table(at_one, logits, vocab, 5)  # at T = 1 the order by probability is the order by logit
         show_figure(topk_bar(runners["token"].tolist(), runners["probability"].to_numpy(),
                              "For comparison: the 5 highest logits, with their probabilities at T = 1",
                              highlight=0, x_title="probability at T = 1"),
-                    ctx.app, f"next_token_pos{pos}_T1_compare")
+                    ctx.app, f"next_token_pos{pos}_T1_compare", live="next_token_compare")
     if len(table) < n_bars and not greedy:
         st.caption(f"{len(table)} token{'s' if len(table) > 1 else ''} left with a probability above 0 after "
                    "top-k / top-p; the others are not drawn.")
