@@ -84,10 +84,10 @@ def feed_forward(ctx: PageContext, layer: int, pos: int) -> None:
     post = trace.arrays[f"blocks.{layer}.mlp.hook_post"]
     wa, wb = position_window(st, trace, mlp_width(layer_cfg), pos)
     show_figure(matrix_heatmap(post[wa:wb], trace.labels[wa:wb], f"Hidden activations of layer {layer}  [{n} × {mlp_width(layer_cfg)}]",
-                               x_title="neuron", value_name="activation", offset=wa), ctx.app, f"mlp_post_L{layer}")
+                               x_title="neuron", value_name="activation", offset=wa), ctx.app, f"mlp_post_L{layer}", live="mlp_post")
     idx, vals = top_neurons(post[pos])
     show_figure(value_bar([unit_label(layer_cfg, i) for i in idx], vals, f"Most active neurons of layer {layer} for "
-                          f"{pos} {trace.labels[pos]}", f"activation (after {ACT_NAMES[cfg.mlp]}{' gate × linear' if cfg.mlp in ('swiglu', 'geglu') else ''})"), ctx.app, f"top_neurons_L{layer}_pos{pos}")
+                          f"{pos} {trace.labels[pos]}", f"activation (after {ACT_NAMES[cfg.mlp]}{' gate × linear' if cfg.mlp in ('swiglu', 'geglu') else ''})"), ctx.app, f"top_neurons_L{layer}_pos{pos}", live="top_neurons")
 
 
 ctx = open_page("Residual stream, add & norm, feed-forward",

@@ -110,12 +110,12 @@ def generation_steps(ctx: PageContext, patterns: np.ndarray, layer: int, answer:
     with g1:
         show_figure(cross_heatmap(patterns[layer, :, step, :], [f"H{h}" for h in range(cfg.n_heads)], src,
                                   f"Step {step}: cross-attention of decoder L{layer}, every head", y_title="head"),
-                    ctx.app, f"cross_step{step}_L{layer}")
+                    ctx.app, f"cross_step{step}_L{layer}", live="cross_step")
     with g2:
         view = next_token_view(trace.arrays["hook_logits"][step], temperature, 0, 1.0, out_ids[step])
         table = topk_table(view.probs, trace.arrays["hook_logits"][step], vocab, 8)
         show_figure(topk_bar(table["token"].tolist(), table["probability"].to_numpy(),
-                             f"Next token at step {step}, T = {temperature:g}"), ctx.app, f"dec_next_step{step}")
+                             f"Next token at step {step}, T = {temperature:g}"), ctx.app, f"dec_next_step{step}", live="dec_next_step")
     if temperature > 0:
         seed = shared_number(st.number_input, "Seed", "seed", 0, 2**31 - 1, 0, int)
         try:

@@ -95,7 +95,8 @@ def queries_keys_values(ctx: PageContext, h: Chosen) -> None:
         with tab:
             qa, qb = position_window(st, trace, cfg.d_head, query)
             show_figure(matrix_heatmap(mat[qa:qb], trace.labels[qa:qb], f"{name} for every token, layer {layer} head {head}",
-                                       x_title="d_head dimension", offset=qa), ctx.app, f"steps_{name}_L{layer}_H{head}")
+                                       x_title="d_head dimension", offset=qa), ctx.app, f"steps_{name}_L{layer}_H{head}",
+                        live=f"steps_{name}")
     st.markdown(f"The query of token {query}, **{plain(trace.labels[query])}** (first {SHOW_DIMS} of {cfg.d_head} numbers):")
     show_table(vector_table({f"q[{query}]": s.q[query]}, SHOW_DIMS).style.format(FMT), ctx.app)
 

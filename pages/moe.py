@@ -113,7 +113,7 @@ def router_probabilities(ctx: PageContext, routing: Routing, pos: int) -> None:
     chosen = dense_weights(routing, n_exp)[:, pos] > 0
     show_figure(router_probs_heatmap(routing.probs[:, pos], chosen, f"Router probabilities of {quoted} (✓ = chosen)",
                                      moe_layers),
-                ctx.app, f"moe_router_pos{pos}")
+                ctx.app, f"moe_router_pos{pos}", live="moe_router")
     st.caption(f"Each row is softmax(x W_router) in one {'mixture-of-experts ' if dense else ''}layer for this token: it sums to 1 over the {n_exp} experts; the "
                f"{k} largest are chosen. Click a cell of the map above to choose another token.")
 
@@ -168,7 +168,7 @@ def intervention_effect(ctx: PageContext, routing: Routing, pos: int, after: tup
     left, right = side_by_side(ctx.app, 2)
     with left:
         show_figure(compare_bar([vocab[i] for i in top], p_before[top], p_after[top],
-                                f"Output {what}: intact vs after"), ctx.app, f"moe_effect_pos{pos}")
+                                f"Output {what}: intact vs after"), ctx.app, f"moe_effect_pos{pos}", live="moe_effect")
     with right:
         show_figure(effect_by_position(kl, labels, "Output change per position (KL)", changed.any(0)),
                     ctx.app, "moe_effect_by_position")

@@ -88,7 +88,7 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
     st.markdown(dominant_sentence(terms, total))
     title = f"Score {query} {fig_text(trace.labels[query])} → {key} {fig_text(trace.labels[key])} by source"
     show_figure(qk_heatmap(grid, title), state, f"qk_{page}_L{layer}_H{head}_q{query}_k{key}",
-                data=lambda: grid_frame(grid))
+                data=lambda: grid_frame(grid), live=f"qk_{page}")
     st.caption(f"{len(terms)} terms in all; “other” sums the sources not named; the grid's cells sum to "
                f"{float(grid.values.sum()):.4f}"
                + (f", plus the relative position bias {grid.rel_pos:.4f}" if grid.rel_pos is not None else "")
@@ -104,7 +104,7 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
     summary_grid = term_grid(summary)
     show_figure(qk_heatmap(summary_grid, f"L{layer}H{head}, query {query} {fig_text(trace.labels[query])}: "
                            "weighted by its pattern"), state, f"qk_head_{page}_L{layer}_H{head}_q{query}",
-                data=lambda: grid_frame(summary_grid))
+                data=lambda: grid_frame(summary_grid), live=f"qk_head_{page}")
     show_code(state, f"qk_attribution_{page}",
               lambda: qk_code(state.model_path, state.text, prompt_of(trace), not isinstance(state.tokenizer, IdTokenizer),
                               trace.truncated, layer, head, query, key))
