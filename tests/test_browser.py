@@ -188,9 +188,17 @@ def test_output_controls_rerun_their_fragment_and_append_reruns_the_page(server,
     page.goto(server + "/output?text=Tom+had+a+red+ball.&seed=3&n_new=4")
     slider = page.get_by_role("slider", name="Temperature T (0 = greedy)")
     expect(slider).to_be_visible(timeout=60_000)
+    chart = page.locator(".js-plotly-plot").filter(has=page.locator(".gtitle", has_text=", T = 1"))
+    expect(chart).to_have_count(1, timeout=60_000)
+    drawn = chart.locator(".main-svg").first.element_handle()
     slider.focus()
     slider.press("ArrowRight")
     expect(page.locator(".js-plotly-plot .gtitle").filter(has_text="T = 1.05")).to_have_count(1, timeout=30_000)
+    # updated in place (Plotly.react), not drawn anew: the same SVG, with the new temperature in the export's file
+    # name (a chart key or an export option that named the temperature made a new chart at every move)
+    assert drawn.evaluate("svg => svg.isConnected")
+    assert page.locator(".js-plotly-plot").filter(has=page.locator(".gtitle", has_text="T = 1.05")).evaluate(
+        "div => div._context.toImageButtonOptions.filename").endswith("_T1.05")
     expect(page.locator("[data-testid=stSidebar] code").last).to_contain_text("temperature=1.05", timeout=30_000)
     assert page.locator("[data-testid=stSidebar] code").count() == 1  # redrawn in place, not added
 
