@@ -513,14 +513,18 @@ def test_clicking_a_token_s_strongest_feature_opens_its_card(server, browser):
     page.goto(server + "/features")
     settled(page)
     fig = page.locator(".js-plotly-plot").first  # each token's strongest feature, every layer
-    fig.scroll_into_view_if_needed()
-    # the cell (row 4, position 3) and the feature id written in it (the heatmap's text)
-    x, y, label = page.evaluate("""(el) => { const tr = el._fullData[el._fullData.length - 1], xa = el._fullLayout.xaxis,
-        ya = el._fullLayout.yaxis, r = el.getBoundingClientRect();
-        return [r.left + xa._offset + xa.l2p(3), r.top + ya._offset + ya.l2p(4), el._fullData[0].text[4][3]]; }""",
-                                fig.element_handle())
-    feature = label[1:]
-    for _ in range(6):  # a live chart takes clicks once drawn (its handler is attached after the first draw)
+
+    def cell() -> tuple[float, float, str]:
+        """Where the cell (row 4, position 3) is now, and the feature id written in it (the heatmap's text)."""
+        fig.scroll_into_view_if_needed()
+        return page.evaluate("""(el) => { const xa = el._fullLayout.xaxis, ya = el._fullLayout.yaxis,
+            r = el.getBoundingClientRect();
+            return [r.left + xa._offset + xa.l2p(3), r.top + ya._offset + ya.l2p(4), el._fullData[0].text[4][3]]; }""",
+                             fig.element_handle())
+
+    feature = cell()[2][1:]
+    for _ in range(6):  # a live chart takes clicks once drawn (its handler is attached after the first draw), and
+        x, y, _ = cell()  # the page above it may still move while the rest of the page is drawn
         page.mouse.click(x, y)
         try:
             expect(page).to_have_url(re.compile(rf"feature={feature}\b"), timeout=10_000)
