@@ -172,10 +172,14 @@ def test_figures_built_without_validation_write_plotly_s_validated_json(monkeypa
         with monkeypatch.context() as m:
             m.setattr(figures.go, "Figure", Validated)
             checked = build()
-        assert not fast._validate and checked._validate
         assert json.loads(pio.to_json(fast, validate=False)) == json.loads(pio.to_json(checked, validate=False))
         styled = [json.loads(pio.to_json(style_for_display(f, 1.3, "dark"), validate=False)) for f in (fast, checked)]
         assert styled[0] == styled[1]
+        # a caller's later update is validated as on any figure (a title given as its text gets its "text")
+        later = [json.loads(pio.to_json(f.update_layout(title="later"), validate=False)) for f in (fast, checked)]
+        assert later[0] == later[1] and later[0]["layout"]["title"]["text"] == "later"
+    # built without validation: the hover labels stay a numpy string array (validation made them an object array)
+    assert builders[0]().data[0].customdata.dtype.kind == "U"
 
 
 @pytest.mark.parametrize("scale, theme", [(1.0, "light"), (1.6, "dark")])

@@ -496,7 +496,12 @@ def one_pass_figure(data: list[dict], layout: dict, patch: dict | None = None,
     # it one string at a time, 15-20 ms a 64 x 64 heatmap, four of them on every rerun of page 3 (issue 26). The two
     # shorthands plotly.py's validation would expand, and plotly.js does not read, are expanded here; a test checks
     # that every figure built here writes the same JSON as the validated figure.
-    return go.Figure(dict(data=[_expanded(t) for t in data], layout=_expanded(layout)), _validate=False)
+    fig = go.Figure(dict(data=[_expanded(t) for t in data], layout=_expanded(layout)), _validate=False)
+    # validated again from here on: a caller's later update (``fig.update_layout(title="...")``) is expanded as on
+    # any figure, not stored as given
+    for obj in (fig, fig._layout_obj, *fig._data_objs):
+        obj._validate = True
+    return fig
 
 
 @functools.cache
