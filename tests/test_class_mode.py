@@ -158,6 +158,21 @@ def test_a_view_whose_rerun_was_lost_is_applied_again(monkeypatch):
     assert student.query_params["class"] == code and f"Following class {code}" in texts(student)
 
 
+def test_a_poll_asks_again_for_the_full_run_an_applied_view_never_got():
+    """A student's poll applied a view (its page and link) and asked for a full run that never came (no later run
+    checks it): after WAIT_POLLS more polls without a full run, a poll asks again, at most MAX_ATTEMPTS times in
+    all; a full run (check_applied) resets the count; a student exploring on their own is left alone."""
+    from viz_ui.classroom.follow import MAX_ATTEMPTS, WAIT_POLLS, rerun_overdue
+    from viz_ui.classroom.session import ClassSession
+    cls = ClassSession("ABC234", "student", expect=("pages/attention.py", {"head": "2"}), attempts=1)
+    asked = [rerun_overdue(cls) for _ in range(3 * (WAIT_POLLS + 1))]
+    assert asked == ([False] * WAIT_POLLS + [True]) * (MAX_ATTEMPTS - 1) + [False] * (WAIT_POLLS + 1)
+    assert cls.expect is None and cls.attempts == 0  # given up: Catch up applies the view again
+    assert not any(rerun_overdue(cls) for _ in range(5))  # nothing applied: nothing to ask for
+    exploring = ClassSession("ABC234", "student", following=False, expect=("pages/tokens.py", {}), attempts=1)
+    assert not any(rerun_overdue(exploring) for _ in range(5))
+
+
 def test_a_wrong_or_ended_class_is_one_line_and_the_app_goes_on():
     student = session({"class": "ZZZZZZ"})
     assert [w.value for w in student.warning] == [

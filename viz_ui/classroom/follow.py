@@ -63,6 +63,7 @@ def check_applied() -> None:
         return
     page, link = cls.expect
     shown = st.query_params.to_dict()
+    cls.waited = 0  # a full run came
     if page == current_page() and all(shown.get(key) == value for key, value in link.items()):
         cls.expect, cls.attempts = None, 0
     elif not cls.following or cls.attempts >= MAX_ATTEMPTS:
@@ -108,10 +109,34 @@ def _poll() -> None:
         st.rerun()
     if cls.following and version != cls.version and version > 0:
         apply_view(cls, store.view(cls.code), version)
+    elif rerun_overdue(cls):
+        st.rerun()
     seen = (question["id"], bool(question.get("revealed"))) if question else None
     if seen != cls.question:
         cls.question = seen  # the page's question area draws it (and sets it again)
         st.rerun()
+
+
+WAIT_POLLS = 2  # polls a student waits for the full run an applied view asked for before asking again
+
+
+def rerun_overdue(cls: ClassSession) -> bool:
+    """Called by each poll that applies no view: True (ask for a full run again, counted as an attempt) when a view
+    was applied and :data:`WAIT_POLLS` polls passed without a full run, up to :data:`MAX_ATTEMPTS` attempts. The
+    poll's rerun can be lost without any later full run: the page and link arrived, the page never reran (100
+    students on 3 replicas: 4-21 students per change on the attention page, bench/class_live.py), and
+    :func:`check_applied`, which runs at the start of a full run, never saw it."""
+    if cls.teacher or not cls.following or cls.expect is None:
+        return False
+    cls.waited += 1
+    if cls.waited <= WAIT_POLLS:
+        return False
+    cls.waited = 0
+    if cls.attempts >= MAX_ATTEMPTS:
+        cls.expect, cls.attempts = None, 0  # given up: the student's Catch up applies the view again
+        return False
+    cls.attempts += 1
+    return True
 
 
 def apply_view(cls: ClassSession, view: object, version: int) -> None:
@@ -120,7 +145,7 @@ def apply_view(cls: ClassSession, view: object, version: int) -> None:
     A view that is not a dict of strings is ignored (the version is still marked seen). The page and link it should
     show are checked at the next full run (:func:`_check_applied`)."""
     cls.attempts = cls.attempts + 1 if cls.expect is not None else 1
-    cls.version = version
+    cls.version, cls.waited = version, 0
     if not isinstance(view, dict) or not isinstance(view.get("params"), dict):
         cls.expect, cls.attempts = None, 0
         return

@@ -39,6 +39,7 @@ class ClassSession:
     # merges pending rerun requests, the newer page and query string winning), and is then applied again
     expect: tuple | None = None
     attempts: int = 0
+    waited: int = 0  # student: polls since the view was applied with no full run (its rerun never came)
     published: dict | None = None  # teacher: the view last published
     question: tuple | None = None  # (question id, revealed) last drawn, to notice a new question or a reveal
     answers: dict = field(default_factory=dict)  # question id -> this screen's answer (shown back to the student)
