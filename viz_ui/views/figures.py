@@ -493,9 +493,9 @@ def one_pass_figure(data: list[dict], layout: dict, patch: dict | None = None,
         data = [merge_layout(t, {"textfont": {"size": round(t["textfont"]["size"] * scale)}})
                 if (t.get("textfont") or {}).get("size") else t for t in data]
     # not validated: validation turned every string array (the hover labels) into an object array and deep-copied
-    # it one string at a time, 15-20 ms a 64 x 64 heatmap, four of them on every rerun of page 3 (issue 26). The two
-    # shorthands plotly.py's validation would expand, and plotly.js does not read, are expanded here; a test checks
-    # that every figure built here writes the same JSON as the validated figure.
+    # it one string at a time, 15-20 ms a 64 x 64 heatmap, four of them on every rerun of page 3 (issue 26). What
+    # plotly.py's validation would rewrite, and plotly.js does not read, is rewritten here (:func:`_expanded`); a
+    # test checks that every figure built here writes the same JSON as the validated figure.
     fig = go.Figure(dict(data=[_expanded(t) for t in data], layout=_expanded(layout)), _validate=False)
     # validated again from here on: a caller's later update (``fig.update_layout(title="...")``) is expanded as on
     # any figure, not stored as given
@@ -518,8 +518,7 @@ def _expanded(obj):
     """A trace or layout dict with the shorthands plotly.py's validation expands expanded as it would: a ``title``
     given as its text becomes ``{"text": ...}``, a ``colorscale`` given by name becomes its list of stops, a
     ``template`` given by name becomes the template (:func:`_template`), an empty list of shapes or annotations is
-    left out. Nested
-    dicts are new; everything else is shared."""
+    left out. Nested dicts are new; everything else is shared."""
     if not isinstance(obj, dict):
         return obj
     out = {}
@@ -588,12 +587,7 @@ def style_for_display(fig: go.Figure, scale: float = 1.0, theme: str = "light") 
     """
     axes = [k for k in fig.layout if k.startswith(("xaxis", "yaxis")) and fig.layout[k] is not None]
     top = max(60, fig.layout.margin.t or 0)  # a figure with tick labels on top, under the title, sets more
-    patch = display_layout(fig.layout.font.size or FONT["size"], fig.layout.height, axes, scale, theme, top)
-    # the template replaced, not merged into the figure's, and as the template, not its name (a figure of
-    # one_pass_figure is not validated, and plotly.js reads no template names)
-    if "template" in patch:
-        fig.layout.template = _expanded({"template": patch.pop("template")})["template"]
-    fig.update_layout(_expanded(patch))
+    fig.update_layout(display_layout(fig.layout.font.size or FONT["size"], fig.layout.height, axes, scale, theme, top))
     for trace in fig.data:
         textfont = getattr(trace, "textfont", None)
         if textfont is not None and textfont.size:
