@@ -305,9 +305,10 @@ PLAN = {  # part -> the implementations run, one fresh process each, one after t
 
 def run_child(part: str, impl: str, folder: Path, repeats: int) -> dict:
     import subprocess
-    # OMP_WAIT_POLICY=PASSIVE as the app sets it: spinning OpenMP threads slow everything on shared cores
+    # OMP_WAIT_POLICY=PASSIVE and THP_MEM_ALLOC_ENABLE=1 as the app sets them (viz_ui/__init__.py), for ours and for
+    # transformers alike: spinning OpenMP threads slow everything on shared cores; huge pages make fresh memory cheap
     # no memory setting: a model named by whoever runs the app is limited by the memory free (viz_model.loading.limits)
-    env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "PYTHONPATH": str(ROOT)}
+    env = {"OMP_WAIT_POLICY": "PASSIVE", "THP_MEM_ALLOC_ENABLE": "1", **os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, __file__, "child", "--part", "ablate" if part == "sweeps" else part, "--impl", impl,
            "--model", str(folder), "--repeats", str(repeats)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
