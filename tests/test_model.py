@@ -191,6 +191,27 @@ def test_scores_and_probs_read_from_the_cache_equal_what_the_forward_pass_comput
     assert set(only) == {n for n in names if n.endswith("attn.hook_attn_scores")}  # q and k stay private
 
 
+def test_large_traces_store_float16_at_any_length(monkeypatch):
+    """A short text whose blocks' hooks would hold more than HALF_ABOVE_MB in float32 (a 1 B model's) is stored
+    like a long one: float16, the attention derived exactly from the float32 q and k."""
+    from viz_model.tokenizer import IdTokenizer
+    import viz_ui.analysis.text_trace as text_trace
+    model = small_model(positional="rotary", n_kv_heads=2)
+    text = " ".join(str(i % 300) for i in range(20))
+    name = "blocks.0.hook_resid_post"
+    plain = text_trace.run_trace(model, IdTokenizer(model.cfg.d_vocab), text)
+    assert dict.__getitem__(plain.arrays, name).dtype == np.float32  # this small model's trace is far below 128 MB
+    monkeypatch.setattr(text_trace, "HALF_ABOVE_MB", 0.01)
+    trace = text_trace.run_trace(model, IdTokenizer(model.cfg.d_vocab), text)
+    assert dict.__getitem__(trace.arrays, name).dtype == np.float16
+    np.testing.assert_allclose(trace.arrays[name], plain.arrays[name], rtol=2e-3, atol=2e-3)
+    for kind in ("hook_attn_scores", "hook_pattern"):
+        hook = f"blocks.1.attn.{kind}"
+        assert not dict.__contains__(trace.arrays, hook)
+        assert np.array_equal(trace.arrays[hook], plain.arrays[hook]), hook
+    np.testing.assert_array_equal(np.asarray(trace.arrays["hook_logits"])[-1], np.asarray(plain.arrays["hook_logits"])[-1])
+
+
 @pytest.mark.parametrize("overrides", [dict(), dict(positional="rotary", n_kv_heads=2, attn_window=30)])
 def test_long_traces_store_float16_and_derive_the_attention_exactly(overrides):
     import pickle

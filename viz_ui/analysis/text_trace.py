@@ -21,6 +21,7 @@ from viz_ui.analysis.text import error_line, recoverable
 from viz_ui.analysis.trace_bounded import Held, Layers, LogitRows, host_array, layer_bytes, layer_names, recomputed
 
 LONG_INPUT = 256  # tokens beyond which a trace stores float16 (see run_trace)
+HALF_ABOVE_MB = 128  # a trace whose blocks' hooks would hold more in float32 stores float16 too (see run_trace)
 DEFAULT_TRACE_MB = 1024  # see trace_budget_bytes
 MAX_CACHED_LAYERS = 4  # recomputed layers a bounded trace keeps at most (see run_trace)
 
@@ -37,8 +38,8 @@ def trace_budget_bytes() -> int:
 
 
 class Arrays(dict):
-    """Hook name → array. Long traces keep float16 (see :func:`run_trace`); reading returns float32, so views
-    and tests always compute and draw in float32.
+    """Hook name → array. Long or large traces keep float16 (see :func:`run_trace`); reading returns float32, so
+    views and tests always compute and draw in float32.
 
     Long traces also leave the attention scores and patterns out (``derived``): reading ``...hook_attn_scores``
     or ``...hook_pattern`` recomputes that layer's ``[head_index, query_pos, key_pos]`` values from its recorded
@@ -253,6 +254,10 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str, bounded: b
     ``hook_logits``). Scores and patterns are derived on reading (see :class:`Arrays`) for long texts and whenever
     storing them for every layer would exceed the budget (many heads).
 
+    Float16: a long text (over ``LONG_INPUT`` tokens), or a trace whose blocks' hooks would hold more than
+    ``HALF_ABOVE_MB`` in float32 (a 64-token text on a 1 B model), stores every hook in float16 except the logits,
+    the q and k the attention is derived from, and the last block's output; reading returns float32.
+
     Encoder-decoder models: ``text`` is the source; the decoder's output is generated greedily (until the
     end token or the context is full) and the model is then run once over [start] + output, so every hook
     of the encoder, the decoder and the cross-attention is recorded for the model's own answer.
@@ -283,15 +288,19 @@ def run_trace(model: VizTransformer, tokenizer: Tokenizer, text: str, bounded: b
     # (hook_rot_q/k under rotary positions; see Arrays) and the last block's output the other logit rows are decoded
     # from (below), which stay float32 (a GPT-2-small trace at 1,024 tokens would otherwise hold 1.5 GB); views
     # convert what they draw back to float32
+    # large models store float16 at any length (HALF_ABOVE_MB): a 64-token trace of a 1.24 B model holds 200 MB in
+    # float32, 115 MB so; the cache keeps up to 32 traces, and faulting in fresh memory was half of that model's pass
+    # on this machine's VM (0.55 s instead of 1.2 s of kernel time per trace, bench/real_size.py)
+    names = None if model.cfg.is_encoder_decoder else layer_names(model, keep, score_kind)
     small = {}
-    if len(ids) > LONG_INPUT:  # q and k stay float32: the scores and patterns are derived from them (see Arrays)
+    if len(ids) > LONG_INPUT or (names and blocks_bytes(model, names, len(ids)) > HALF_ABOVE_MB * 2**20):
+        # q and k stay float32: the scores and patterns are derived from them (see Arrays)
         qk = {n for name in model.hook_dict if name.endswith("hook_attn_scores") for n in model.score_inputs(name)[1:]}
         small = {"store_dtype": torch.float16, "keep_float32": ("hook_logits", *sorted(qk))}
     if not model.cfg.is_encoder_decoder:
         labels = _labels(tokenizer, ids)
         common = dict(text=text, ids=np.array(ids, dtype=np.int64), labels=labels, offsets=list(enc.offsets[:n_ctx]),
                       n_tokens_total=len(enc.ids), **limits)
-        names = layer_names(model, keep, score_kind)
         if bounded is None:
             bounded = plain_bytes(model, names, len(ids), bool(small)) > trace_budget_bytes()
         if bounded:
@@ -340,12 +349,17 @@ def mask_positions(tokenizer, ids) -> list[int]:
     return []
 
 
+def blocks_bytes(model: VizTransformer, names: list[list[str]], n_tokens: int) -> int:
+    """What every block's hooks ``names`` (one list per layer, see :func:`layer_names`) hold for ``n_tokens`` tokens
+    in float32, in bytes, estimated from the first block's."""
+    return model.cfg.n_layers * layer_bytes(names[0], n_tokens, model) if names and names[0] else 0
+
+
 def plain_bytes(model: VizTransformer, names: list[list[str]], n_tokens: int, half: bool) -> int:
     """What a plain capture of ``n_tokens`` tokens keeps, in bytes, estimated: every block's hooks (float32, or
     float16 with ``half``: long texts, see :func:`run_trace`), the logits (float32) and the residual-sized hooks
     outside the blocks (about 4 per position)."""
-    per_layer = layer_bytes(names[0], n_tokens, model) if names and names[0] else 0
-    blocks = model.cfg.n_layers * per_layer // (2 if half else 1)
+    blocks = blocks_bytes(model, names, n_tokens) // (2 if half else 1)
     logits = n_tokens * model.cfg.d_vocab * 4 if model.has_lm_head else 0
     return blocks + logits + 4 * n_tokens * model.cfg.d_model * 4
 
