@@ -15,7 +15,22 @@ from viz_ui.analysis.generation import (attention_rows, continuation_text, gener
 from viz_ui.app.layout import pick_index, set_shared, shared_number, show_figure, show_link, show_table
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.views.tables import kv_table, steps_table, topk_table
+from viz_ui.views.output import TEMPERATURE_STEP, TEMPERATURES, next_token_title, temperature_frames, temperature_index
 from viz_ui.analysis.text import plain
+from viz_ui.app.live_chart import Frames
+from viz_ui.app.state import get_trace, get_vocab_labels
+
+TEMPERATURE_LABEL = "Temperature T (0 = greedy)"
+
+
+@st.cache_data(max_entries=32, ttl=3600, show_spinner=False)
+def get_temperature_frames(path: str, text: str, pos: int, top_k: int, top_p: float, n_bars: int, actual: int | None,
+                           masked_lm: bool, scale: float) -> str | None:
+    """:func:`viz_ui.views.output.temperature_frames` of the trace of ``text`` at position ``pos`` (once per text,
+    position and settings: a move of the temperature reads it again)."""
+    trace = get_trace(path, text)
+    return temperature_frames(trace.arrays["hook_logits"][pos], get_vocab_labels(path), trace.labels, pos, top_k, top_p,
+                              n_bars, actual, masked_lm, scale)
 
 class Sampling(NamedTuple):
     """The position whose prediction is shown and how it is sampled: temperature T (0 = greedy), top-k (0 = all)
@@ -46,7 +61,8 @@ def pick_sampling(ctx: PageContext, masks: list[int] | None) -> Sampling:
     else:
         pos = pick_index(c1, "Prediction after position", "query", trace.n_tokens, trace.n_tokens - 1,
                          lambda i: f"{i} {trace.labels[i]}")
-    temperature = shared_number(c2.slider, "Temperature T (0 = greedy)", "temperature", 0.0, 3.0, 1.0, float, step=0.05,
+    temperature = shared_number(c2.slider, TEMPERATURE_LABEL, "temperature", TEMPERATURES[0], TEMPERATURES[-1], 1.0, float,
+                                step=TEMPERATURE_STEP,
                                 help="Divides the logits before softmax: T < 1 sharpens the distribution, T > 1 flattens it.")
     top_k = shared_number(c3.number_input, "top-k (0 = all)", "top_k", 0, ctx.cfg.d_vocab, 0, int)
     top_p = shared_number(c4.slider, "top-p", "top_p", 0.05, 1.0, 1.0, float, step=0.05,
@@ -84,10 +100,15 @@ def next_token(ctx: PageContext, sampling: Sampling, masks: list[int] | None) ->
         st.markdown(f"**T = 0 is greedy: the highest-scoring token is taken**, here **{plain(table['token'][0])}** "
                     "(it gets probability 1, every other token 0, so there is nothing else to draw). The second chart "
                     "shows the runners-up by logit with their probabilities at T = 1, for comparison.")
-    title = (f"Token at position {pos} (“{trace.labels[pos]}”), T = {temperature:g}" if masked_lm else
-             f"Next token after “{trace.labels[pos]}” (position {pos}), T = {temperature:g}")
-    show_figure(topk_bar(table["token"].tolist(), table["probability"].to_numpy(), title, highlight),
-                ctx.app, f"next_token_pos{pos}_T{temperature:g}", live="next_token")
+    fig = topk_bar(table["token"].tolist(), table["probability"].to_numpy(),
+                   next_token_title(trace.labels, pos, temperature, masked_lm), highlight)
+    # the chart at every temperature of the slider: a move redraws it in the browser at once (viz_ui/views/output.py)
+    frames = get_temperature_frames(ctx.app.model_path, trace.text, pos, sampling.top_k, sampling.top_p, n_bars,
+                                    actual, masked_lm, ctx.display.scale)
+    show_figure(fig, ctx.app, f"next_token_pos{pos}_T{temperature:g}", live="next_token",
+                frames=None if frames is None else Frames(fig, "temperature", temperature_index(temperature), 0,
+                                                          len(TEMPERATURES), frames,
+                                                          (TEMPERATURE_LABEL, 0.0, TEMPERATURE_STEP)))
     if greedy:
         at_one = next_token_view(logits, 1.0, 0, 1.0).probs
         runners = topk_table(at_one, logits, vocab, 5)  # at T = 1 the order by probability is the order by logit

@@ -217,6 +217,42 @@ def test_output_controls_rerun_their_fragment_and_append_reruns_the_page(server,
     expect(page.locator("[data-testid=stMain] code").filter(has_text="⟨")).to_have_count(0, timeout=30_000)
 
 
+def test_the_next_token_chart_follows_the_temperature_in_the_browser(server, browser):
+    """The next-token chart holds a frame per temperature of the slider and draws the slider's value at once: with
+    every message from the page to the server dropped (no rerun can happen), the chart still shows each new
+    temperature, greedy T = 0 as one bar; the server's own rerun then agrees."""
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    cut = {"on": False}
+
+    def relay(ws):  # the page's websocket to Streamlit, through a relay that drops the page's messages when cut
+        to_server = ws.connect_to_server()
+        ws.on_message(lambda message: None if cut["on"] else to_server.send(message))
+
+    page.route_web_socket("**/_stcore/stream", relay)
+    page.goto(server + "/output?text=Tom+had+a+red+ball.")
+    slider = page.get_by_role("slider", name="Temperature T (0 = greedy)")
+    expect(slider).to_be_visible(timeout=60_000)
+    title = page.locator(".js-plotly-plot .gtitle").first
+    expect(title).to_contain_text(", T = 1", timeout=60_000)
+    chart = page.locator(".js-plotly-plot").first
+    n_bars = chart.locator(".bars .point").count()
+    assert n_bars > 1
+    cut["on"] = True
+    slider.focus()
+    for k in (1, 2):
+        slider.press("ArrowRight")
+        expect(title).to_contain_text(f", T = {1 + 0.05 * k:g}", timeout=10_000)
+    slider.press("Home")
+    expect(title).to_contain_text(", T = 0", timeout=10_000)
+    expect(chart.locator(".bars .point")).to_have_count(1)
+    expect(page.get_by_text("T = 0 is greedy")).to_have_count(0)  # the server never heard of it
+    cut["on"] = False
+    slider.press("ArrowRight")  # reaches the server: its rerun draws the same chart at T = 0.05
+    expect(page.locator("[data-testid=stSidebar] code").last).to_contain_text("temperature=0.05", timeout=30_000)
+    expect(title).to_contain_text(", T = 0.05", timeout=10_000)
+    page.close()
+
+
 def test_the_output_page_loads_again_and_again_without_a_frontend_error(server, browser):
     """The output page's fragment redraws the sidebar's link. Drawn as a new container from inside the fragment,
     about one load in five crashed Streamlit's frontend ("Cannot set a node at a delta path": a blank page);

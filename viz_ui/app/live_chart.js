@@ -2,6 +2,7 @@
 // figure: Streamlit's own Plotly element draws every changed figure as a new chart, twice (viz_ui/app/live_chart.py).
 // A chart with frames follows a step scrubber (viz_ui/scrubber.js) in the browser: the scrubber announces its step
 // on a channel (window.__vizSteps[channel] and a "viz-step" event) and the chart draws that step's frame at once.
+// A chart may follow a Streamlit slider the same way (data.follow: the output page's temperature).
 // Plotly's code is the plotly Python package's own plotly.min.js, served by this app (app/static/), loaded once per
 // browser tab and shared by every live chart.
 
@@ -71,11 +72,41 @@ function paths(update, prefix = "", out = {}) {
   return out;
 }
 
+function followedSlider(follow) {
+  // the Streamlit slider a chart follows: its range input, found by its label
+  for (const input of document.querySelectorAll('input[type="range"][aria-label]')) {
+    if (input.getAttribute("aria-label") === follow.label) return input;
+  }
+  return null;
+}
+
 function stepOf(div) {
-  // the step this chart shows: the scrubber's (announced on its channel), else the server's
+  // the step this chart shows: the followed slider's value as it is in the page now, else the scrubber's (announced
+  // on its channel), else the server's
   const shown = div.__vizShown;
+  if (shown.follow) {
+    const input = followedSlider(shown.follow);
+    const value = input ? parseFloat(input.value) : NaN;
+    return Number.isFinite(value) ? Math.round((value - shown.follow.origin) / shown.follow.step) : shown.index;
+  }
   const steps = window.__vizSteps || {};
   return shown.channel && shown.channel in steps ? steps[shown.channel] : shown.index;
+}
+
+function watchSliders() {
+  // A chart may follow a Streamlit slider (the output page's temperature): the slider's input shows its new value
+  // (aria-valuetext) as soon as it moves, long before the server's rerun; its channel is announced then, and the
+  // charts that follow it draw that value's frame. One observer for the page.
+  if (window.__vizSliders) return;
+  window.__vizSliders = new MutationObserver(records => {
+    const labels = new Set();
+    for (const record of records) {
+      const label = record.target.getAttribute && record.target.getAttribute("aria-label");
+      if (label && record.target.type === "range") labels.add(label);
+    }
+    for (const label of labels) window.dispatchEvent(new CustomEvent("viz-slider", {detail: {label}}));
+  });
+  window.__vizSliders.observe(document.body, {subtree: true, attributes: true, attributeFilter: ["aria-valuetext"]});
 }
 
 function frameOf(shown, index) {
@@ -194,6 +225,12 @@ export default function (component) {
       if (shown && shown.channel && event.detail.channel === shown.channel) redraw(div);
     };
     window.addEventListener("viz-step", div.__vizOnStep);
+    div.__vizOnSlider = event => {
+      const shown = div.__vizShown;
+      if (shown && shown.follow && event.detail.label === shown.follow.label) redraw(div);
+    };
+    window.addEventListener("viz-slider", div.__vizOnSlider);
+    watchSliders();
   }
   div.__vizSend = setTriggerValue; // clicks go through the latest mount's callbacks
   const shown = div.__vizShown;
@@ -210,7 +247,7 @@ export default function (component) {
   const config = {...data.config, toImageButtonOptions: div.__vizImage};
   div.__vizShown = {figure, config, src: data.src, revision: data.revision, clickable: data.clickable,
                     channel: data.channel, index: data.index, first: data.first, frames,
-                    framesRevision: data.framesRevision};
+                    framesRevision: data.framesRevision, follow: data.follow};
   if (shown && JSON.stringify(shown.config) !== JSON.stringify(config)) div.__vizDrawn = undefined;
   schedule(div);
   return () => {
@@ -218,6 +255,7 @@ export default function (component) {
     div.__vizResize.disconnect();
     div.__vizView.disconnect();
     window.removeEventListener("viz-step", div.__vizOnStep);
+    window.removeEventListener("viz-slider", div.__vizOnSlider);
     if (window.Plotly) window.Plotly.purge(div);
   };
 }

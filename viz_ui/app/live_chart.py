@@ -81,7 +81,9 @@ class Frames:
     ``{"data": [update of trace 0, update of trace 1, ...], "layout": update}``, merged into the figure's traces
     and layout as ``fig.update_traces``/``fig.update_layout`` would (numbers as Plotly's typed arrays,
     :func:`viz_ui.views.figures.typed_array`; every frame of a chart with the same keys). ``channel``: the scrubber's key; ``index``: the
-    step the server shows (drawn until the scrubber announces one)."""
+    step the server shows (drawn until the scrubber announces one). ``follow``: a Streamlit slider that selects the
+    step instead of a scrubber, ``(aria-label, origin, step)``: its value ``v`` shows step ``round((v - origin) / step)``
+    as soon as it moves in the browser (the output page's temperature)."""
 
     figure: go.Figure
     channel: str
@@ -89,6 +91,7 @@ class Frames:
     first: int
     count: int
     json: str
+    follow: tuple[str, float, float] | None = None
 
 
 def live_chart(fig: go.Figure, config: dict, key: str, on_click=None, frames: Frames | None = None,
@@ -117,6 +120,9 @@ def live_chart(fig: go.Figure, config: dict, key: str, on_click=None, frames: Fr
     if frames is not None:
         data.update(channel=frames.channel, index=frames.index, first=frames.first, count=frames.count, frames=frames.json,
                     framesRevision=str(hash(frames.json)))
+        if frames.follow:
+            label, origin, step = frames.follow
+            data.update(follow={"label": label, "origin": origin, "step": step})
     return _COMPONENT(key=key, data=data, on_click_change=on_click or (lambda: None))
 
 

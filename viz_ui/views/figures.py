@@ -281,19 +281,39 @@ def pca_scatter(vocab_coords: np.ndarray, typed_coords: np.ndarray, labels: list
     return _layout(fig, title, height=620)
 
 
+def _topk_parts(labels: list[str], probs: np.ndarray, highlight: int | None) -> dict:
+    """What :func:`topk_bar` draws for these bars: colours, texts, plain labels, the x range and the height (px)."""
+    k = len(labels)
+    return dict(colours=["#d62728" if i == highlight else "#1f77b4" for i in range(k)],
+                text=[f"{p:.1%}" for p in probs], names=[_plain(s) for s in labels],
+                # room on the right for the largest bar's percentage (drawn outside the axis: cliponaxis=False)
+                x_range=[0, min(1.0, float(np.max(probs, initial=0)) * 1.25 + 0.02)], height=max(300, 80 + 34 * k))
+
+
 def topk_bar(labels: list[str], probs: np.ndarray, title: str, highlight: int | None = None,
              x_title: str = "probability") -> go.Figure:
     """Horizontal bars of the most likely next tokens (most likely on top); ``probs`` ``[k]`` in [0, 1]."""
-    k = len(labels)
-    colours = ["#d62728" if i == highlight else "#1f77b4" for i in range(k)]
-    fig = go.Figure(go.Bar(x=probs, y=list(range(k)), orientation="h", marker_color=colours,
-                           text=[f"{p:.1%}" for p in probs], textposition="outside", customdata=[_plain(s) for s in labels],
+    k, parts = len(labels), _topk_parts(labels, probs, highlight)
+    fig = go.Figure(go.Bar(x=probs, y=list(range(k)), orientation="h", marker_color=parts["colours"],
+                           text=parts["text"], textposition="outside", customdata=parts["names"],
                            cliponaxis=False, hovertemplate="%{customdata}<br>p = %{x:.4f}<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(k)), ticktext=[_plain(s) for s in labels])
-    # room on the right for the largest bar's percentage (drawn outside the axis: cliponaxis=False)
-    fig.update_xaxes(title=x_title, range=[0, min(1.0, float(probs.max(initial=0)) * 1.25 + 0.02)])
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(k)), ticktext=parts["names"])
+    fig.update_xaxes(title=x_title, range=parts["x_range"])
     fig.update_layout(margin=dict(r=70))
-    return _layout(fig, title, height=max(300, 80 + 34 * k))
+    return _layout(fig, title, height=parts["height"])
+
+
+def topk_bar_frame(labels: list[str], probs: np.ndarray, title: str, highlight: int | None = None,
+                   scale: float = 1.0) -> dict:
+    """The frame (:class:`viz_ui.app.live_chart.Frames`) that turns any :func:`topk_bar` into
+    ``topk_bar(labels, probs, title, highlight)`` styled at ``scale`` (:func:`style_for_display`): the bars' values,
+    colours, texts and labels, the title, the axis ticks and range, and the height. Every frame has the same keys."""
+    k, parts = len(labels), _topk_parts(labels, probs, highlight)
+    bars = {"x": [float(p) for p in probs], "y": list(range(k)), "marker": {"color": parts["colours"]},
+            "text": parts["text"], "customdata": parts["names"]}
+    return {"data": [bars], "layout": {"title": {"text": title}, "height": display_height(parts["height"], scale),
+                                       "xaxis": {"range": parts["x_range"]},
+                                       "yaxis": {"tickvals": list(range(k)), "ticktext": parts["names"]}}}
 
 
 def position_curves(table: np.ndarray, dims: list[int], n_typed: int, title: str) -> go.Figure:
@@ -448,6 +468,11 @@ MODEBAR_BAND = 34  # px: the mode bar ends 28 px from the top; a title set this 
 TITLE_BELOW_MODEBAR = dict(yref="container", y=1, yanchor="top", pad=dict(t=MODEBAR_BAND), automargin=True)
 
 
+def display_height(height: float | None, scale: float = 1.0) -> int:
+    """A figure's height (px; Plotly's 450 when None) on the display: it grows with the lecture font ``scale``."""
+    return round((height or 450) * (1 + (scale - 1) * 0.6))
+
+
 def display_layout(font_size: float, height: float | None, axes, scale: float = 1.0, theme: str = "light",
                    top: float = 60) -> dict:
     """The layout that :func:`style_for_display` gives a figure, as a dict: fonts of ``font_size * scale`` px in the
@@ -460,7 +485,7 @@ def display_layout(font_size: float, height: float | None, axes, scale: float = 
     patch = {"template": f"viz_{theme}"} if theme != "light" else {}  # figures start from viz_light (pio default)
     patch.update(font=dict(size=size, color=ink), paper_bgcolor="#ffffff" if theme == "light" else "#0e1117",
                  plot_bgcolor="#ffffff" if theme == "light" else "#0e1117",
-                 height=round((height or 450) * (1 + (scale - 1) * 0.6)), margin=dict(t=round(top * scale)),
+                 height=display_height(height, scale), margin=dict(t=round(top * scale)),
                  title=TITLE_BELOW_MODEBAR)
     patch.update({axis: dict(tickfont=dict(size=size, color=ink)) for axis in axes})
     return patch
