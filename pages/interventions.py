@@ -15,7 +15,8 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 from viz_ui.views import code_interventions as code
 from viz_ui.analysis.generation import continuation_text, mask_positions
 from viz_ui.app.gate import about
-from viz_ui.app.interventions import (ablation_gated, attribution_gated, corruption_gated, default_method,
+from viz_ui.app.interventions import (ablation_gated, ablation_view_gated, attribution_gated, corruption_gated,
+                                       default_method,
                                        effect_map_key, first_corruption, follow_corruption, get_corrupted,
                                        get_corrupted_logits, get_patching_values, get_prompt, head_effects_gated,
                                        patch_lens_gated, patching_cached, patching_estimates, patching_gated,
@@ -103,12 +104,12 @@ def toggle_head(select_key: str, heads: tuple[Head, ...], n_heads: int) -> None:
 
 
 def effect_map(ctx: PageContext, at: Prediction, heads: tuple[Head, ...], kind: str, mean_text: str,
-               view: AblationView | None) -> int:
+               logits: tuple[np.ndarray, np.ndarray] | None) -> int:
     """The per-head effect map (one batched ablation per head, on top of ``heads``) and its token selector; returns
-    the token, whose log-probability change the map shows."""
+    the token, whose log-probability change the map shows. ``logits``: intact and ablated (None: no ablated run)."""
     cfg, vocab = ctx.cfg, ctx.vocab
     intact_logits = ctx.trace.arrays["hook_logits"][at.pos]
-    ablated = top_ids(view.ablated, 5) if view is not None else []
+    ablated = top_ids(logits[1], 5) if logits is not None else []
     options = top_ids(intact_logits) + [i for i in ablated if i not in top_ids(intact_logits)]
     token = pick_token(ctx, options, options[0], f"Effect map: the change in log p of this {at.unit}",
                        help="The map shows, for every head, how the log-probability of this token changes when that "
@@ -132,27 +133,38 @@ def effect_map(ctx: PageContext, at: Prediction, heads: tuple[Head, ...], kind: 
     return token
 
 
-def ablated_output(ctx: PageContext, at: Prediction, heads: tuple[Head, ...], view: AblationView) -> None:
-    """The output intact vs ablated, the logit lens and the greedy generation of an ablation ``view``."""
-    cfg, vocab, trace, key = ctx.cfg, ctx.vocab, ctx.trace, heads_text(heads)
+def ablated_output(ctx: PageContext, at: Prediction, heads: tuple[Head, ...], logits: tuple[np.ndarray, np.ndarray]) -> None:
+    """The output intact vs ablated (``logits``: the two runs' ``[d_vocab]`` logits at the position)."""
+    vocab, key = ctx.vocab, heads_text(heads)
+    intact, ablated = logits
     st.subheader(f"The output {at.where}: intact vs ablated")
     left, right = side_by_side(ctx.app, [3, 2])
     with left:
-        table = prob_diff_table(view.intact, view.ablated, vocab)
+        table = prob_diff_table(intact, ablated, vocab)
         show_figure(prob_diff_bars(table, f"Intact vs {key.replace(',', ', ')} off"), ctx.app,
                     f"ablation_output_{key}", data=lambda: table, live="ablation_output")
     with right:
-        changes = biggest_changes(view.intact, view.ablated, vocab)
+        changes = biggest_changes(intact, ablated, vocab)
         if len(changes):
             show_figure(delta_bars(changes, "Largest rises and falls"), ctx.app, f"ablation_delta_{key}",
                         data=lambda: changes, live="ablation_delta")
             st.caption("Over the whole vocabulary; changes under 0.1 percentage point are left out.")
         else:
             st.info("No token's probability changed by 0.1 percentage point or more.")
-    p0, p1 = softmax(view.intact), softmax(view.ablated)
+    p0, p1 = softmax(intact), softmax(ablated)
     top0, top1 = int(p0.argmax()), int(p1.argmax())
     st.markdown(f"Top {at.unit}: **{plain(vocab[top0])}** ({p0[top0]:.1%}) intact → **{plain(vocab[top1])}** "
                 f"({p1[top1]:.1%}) ablated." + (" The top prediction changed." if top0 != top1 else ""))
+
+
+def ablation_details(ctx: PageContext, at: Prediction, heads: tuple[Head, ...], kind: str, mean_text: str,
+                     logits: tuple[np.ndarray, np.ndarray]) -> None:
+    """The logit lens and the greedy generation with and without ``heads``: computed after the output charts
+    (:func:`ablated_output`) are on the page, which do not wait for them."""
+    cfg, vocab, trace = ctx.cfg, ctx.vocab, ctx.trace
+    view = ablation_view_gated(ctx.path, trace.text, heads, kind, mean_text, at.pos, logits)
+    if view is None:  # a slow model: they wait for their button
+        return
     lens_col, gen_col = side_by_side(ctx.app, 2)
     with lens_col:
         st.markdown(f"**Logit lens {at.where}**: the top {at.unit} after each layer (the residual stream decoded with the "
@@ -199,27 +211,28 @@ def ablation_part(ctx: PageContext, at: Prediction) -> None:
     try:
         if kind == "mean" and mean_text:
             get_trace(path, mean_text)  # a reference text that cannot be run is said at once, before any button
-        view = ablation_gated(path, text, heads, kind, mean_text, at.pos) if heads else None  # None: waits for its button
+        logits = ablation_gated(path, text, heads, kind, mean_text, at.pos) if heads else None  # None: waits for its button
     except ValueError as exc:  # the reference text cannot be run
         st.error(f"The reference text cannot be run: {plain(str(exc))}.")
         return
     map_slot = st.container()  # the effect map stands here but is computed last: the output below appears first
     if not heads:
         with map_slot:
-            token = effect_map(ctx, at, heads, kind, mean_text, view)
+            token = effect_map(ctx, at, heads, kind, mean_text, logits)
         st.info("No head is switched off yet: choose heads above or click them in the map. The output, the logit "
                 "lens and the generation below then show the model without them.", icon=":material/touch_app:")
         show_code(ctx.app, "ablation", code.ablation_code(path, text, get_prompt(path, text), has_tokenizer(ctx),
                                                           trace.truncated, list(heads), kind, "", None, False, at.pos,
                                                           token, cfg.causal))
         return
-    if view is None:  # a slow model: the ablated run waits for its button (shown above)
+    if logits is None:  # a slow model: the ablated run waits for its button (shown above)
         with map_slot:
-            effect_map(ctx, at, heads, kind, mean_text, view)
+            effect_map(ctx, at, heads, kind, mean_text, logits)
         return
-    ablated_output(ctx, at, heads, view)
+    ablated_output(ctx, at, heads, logits)
+    ablation_details(ctx, at, heads, kind, mean_text, logits)
     with map_slot:
-        token = effect_map(ctx, at, heads, kind, mean_text, view)
+        token = effect_map(ctx, at, heads, kind, mean_text, logits)
     reference = get_trace(path, mean_text) if kind == "mean" and mean_text else None
     show_code(ctx.app, "ablation", code.ablation_code(path, text, get_prompt(path, text), has_tokenizer(ctx),
                                                       trace.truncated, list(heads), kind, mean_text,

@@ -124,12 +124,22 @@ def _greedy(model: VizTransformer, prompt: Prompt) -> list[int]:
 
 
 @torch.no_grad()
-def ablation_view(model: VizTransformer, prompt: Prompt, heads: list[Head], kind: str, means: torch.Tensor | None,
-                  pos: int) -> AblationView:
-    """The model with and without ``heads`` (zero or mean ablation at ``hook_z``) at position ``pos``; the ablated
-    logits are :func:`viz_model.ablation.ablate_heads`'s. Generation only for causal models."""
+def ablation_logits(model: VizTransformer, prompt: Prompt, heads: list[Head], kind: str, means: torch.Tensor | None,
+                    pos: int) -> tuple[np.ndarray, np.ndarray]:
+    """The logits ``[d_vocab]`` at position ``pos`` of the model intact and without ``heads`` (zero or mean ablation at
+    ``hook_z``, :func:`viz_model.ablation.ablate_heads`): two forward passes, what the output charts need."""
     intact = model(prompt.tokens, **prompt.kwargs)[0, pos].float().cpu().numpy()
     ablated = ablation.ablate_heads(model, prompt.tokens, heads, kind, means, **prompt.kwargs)[0, pos].float().cpu().numpy()
+    return intact, ablated
+
+
+@torch.no_grad()
+def ablation_view(model: VizTransformer, prompt: Prompt, heads: list[Head], kind: str, means: torch.Tensor | None,
+                  pos: int, logits: tuple[np.ndarray, np.ndarray] | None = None) -> AblationView:
+    """The model with and without ``heads`` (zero or mean ablation at ``hook_z``) at position ``pos``: the logits of
+    :func:`ablation_logits` (or ``logits``, when they were computed already), the logit lens of each run and, for
+    causal models only, the greedy generation of each."""
+    intact, ablated = logits if logits is not None else ablation_logits(model, prompt, heads, kind, means, pos)
     rows = ["embeddings"] + [f"after L{i}" for i in range(model.cfg.n_layers)]
     lens_intact = _lens(model, prompt, pos)
     hooks = ablation.head_ablation_hooks(model, heads, kind, means)

@@ -13,7 +13,8 @@ import torch
 
 from viz_ui.analysis import costs
 from viz_ui.app.gate import cached_result, combine, costly
-from viz_ui.analysis.interventions import (N_GENERATE, AblationView, Prompt, ablation_means, ablation_view, attribution_view,
+from viz_ui.analysis.interventions import (N_GENERATE, AblationView, Prompt, ablation_logits, ablation_means,
+                            ablation_view, attribution_view,
                             corrupted_prompt, default_corruption, fitting_corruptions, head_effects, metric_for,
                             Head, patch_lens, patching_sweep, patching_values, prompt_of)
 from viz_ui.app.layout import get_shared, set_shared
@@ -68,18 +69,36 @@ def _means(path: str, text: str, kind: str, mean_text: str):
 
 
 def ablation_gated(path: str, text: str, heads: tuple[Head, ...], kind: str, mean_text: str, pos: int,
-                   where: Any = None) -> AblationView | None:
-    """:func:`viz_ui.analysis.interventions.ablation_view` with ``heads`` (sorted ``(layer, head)`` pairs, part of the
-    cache key as they are) switched off; ``mean_text``: the reference text of mean ablation (empty: ``text`` itself).
-    None while its button waits."""
+                   where: Any = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`viz_ui.analysis.interventions.ablation_logits` with ``heads`` (sorted ``(layer, head)`` pairs, part of the
+    cache key as they are) switched off: the intact and ablated logits the output charts draw, two forward passes;
+    ``mean_text``: the reference text of mean ablation (empty: ``text`` itself). None while its button waits."""
+    model, _ = resolve(path)
+
+    def compute(progress) -> tuple[np.ndarray, np.ndarray]:
+        return ablation_logits(model, get_prompt(path, text), list(heads), kind, _means(path, text, kind, mean_text),
+                               pos)
+
+    return costly("ablation", (path, text, heads, kind, mean_text, pos),
+                  estimate_seconds(path, text, 2 + (kind == "mean")), compute, "Run the model without these heads",
+                  where)
+
+
+def ablation_view_gated(path: str, text: str, heads: tuple[Head, ...], kind: str, mean_text: str, pos: int,
+                        logits: tuple[np.ndarray, np.ndarray], where: Any = None) -> AblationView | None:
+    """:func:`viz_ui.analysis.interventions.ablation_view` (the logit lens and greedy generations with and without
+    ``heads``) on the ``logits`` of :func:`ablation_gated`: computed after the output charts are drawn, so that they
+    appear without waiting for it. None while its button waits."""
     model, _ = resolve(path)
 
     def compute(progress) -> AblationView:
-        return ablation_view(model, get_prompt(path, text), list(heads), kind, _means(path, text, kind, mean_text), pos)
+        return ablation_view(model, get_prompt(path, text), list(heads), kind, _means(path, text, kind, mean_text), pos,
+                             logits)
 
-    copies = costs.ablation_copies(model, N_GENERATE) + (kind == "mean")
-    return costly("ablation", (path, text, heads, kind, mean_text, pos), estimate_seconds(path, text, copies), compute,
-                  "Run the model without these heads", where)
+    copies = costs.ablation_copies(model, N_GENERATE) - 2 + (kind == "mean")
+    return costly("ablation_view", (path, text, heads, kind, mean_text, pos),
+                  estimate_seconds(path, text, copies), compute,
+                  "Compute the logit lens and the generations without these heads", where)
 
 
 def head_effects_gated(path: str, text: str, heads: tuple[Head, ...], kind: str, mean_text: str, pos: int,
