@@ -11,26 +11,14 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 
 from viz_ui.views.figures import generation_heatmap, topk_bar
 from viz_ui.analysis.generation import (attention_rows, continuation_text, generate_records, mask_positions, next_token_view,
-                                salient_head, shown_bars)
+                                salient_head)
 from viz_ui.app.layout import pick_index, set_shared, shared_number, show_figure, show_link, show_table
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.views.tables import kv_table, steps_table, topk_table
-from viz_ui.views.output import TEMPERATURE_STEP, TEMPERATURES, next_token_title, temperature_frames, temperature_index
+from viz_ui.views.output import TEMPERATURE_STEP, TEMPERATURES, next_token_bars, next_token_title
 from viz_ui.analysis.text import plain
-from viz_ui.app.live_chart import Frames
-from viz_ui.app.state import get_trace, get_vocab_labels
+from viz_ui.app.output import TEMPERATURE_LABEL, temperature_chart_frames
 
-TEMPERATURE_LABEL = "Temperature T (0 = greedy)"
-
-
-@st.cache_data(max_entries=32, ttl=3600, show_spinner=False)
-def get_temperature_frames(path: str, text: str, pos: int, top_k: int, top_p: float, n_bars: int, actual: int | None,
-                           masked_lm: bool, scale: float) -> str | None:
-    """:func:`viz_ui.views.output.temperature_frames` of the trace of ``text`` at position ``pos`` (once per text,
-    position and settings: a move of the temperature reads it again)."""
-    trace = get_trace(path, text)
-    return temperature_frames(trace.arrays["hook_logits"][pos], get_vocab_labels(path), trace.labels, pos, top_k, top_p,
-                              n_bars, actual, masked_lm, scale)
 
 class Sampling(NamedTuple):
     """The position whose prediction is shown and how it is sampled: temperature T (0 = greedy), top-k (0 = all)
@@ -83,8 +71,8 @@ def next_token(ctx: PageContext, sampling: Sampling, masks: list[int] | None) ->
     probs = view.probs
     n_bars = st.slider("Tokens shown", 5, 30, 10, key="n_bars")
     # only tokens left with a probability above 0: T = 0, top-k and top-p leave the others at exactly 0
-    table = topk_table(probs, logits, vocab, len(shown_bars(probs, n_bars)))
-    highlight = table["id"].tolist().index(actual) if actual in set(table["id"]) else None
+    ids, highlight = next_token_bars(probs, n_bars, actual)
+    table = topk_table(probs, logits, vocab, len(ids))
     greedy = temperature == 0
 
     m1, m2, m3 = st.columns(3)
@@ -103,12 +91,9 @@ def next_token(ctx: PageContext, sampling: Sampling, masks: list[int] | None) ->
     fig = topk_bar(table["token"].tolist(), table["probability"].to_numpy(),
                    next_token_title(trace.labels, pos, temperature, masked_lm), highlight)
     # the chart at every temperature of the slider: a move redraws it in the browser at once (viz_ui/views/output.py)
-    frames = get_temperature_frames(ctx.app.model_path, trace.text, pos, sampling.top_k, sampling.top_p, n_bars,
-                                    actual, masked_lm, ctx.display.scale)
     show_figure(fig, ctx.app, f"next_token_pos{pos}_T{temperature:g}", live="next_token",
-                frames=None if frames is None else Frames(fig, "temperature", temperature_index(temperature), 0,
-                                                          len(TEMPERATURES), frames,
-                                                          (TEMPERATURE_LABEL, 0.0, TEMPERATURE_STEP)))
+                frames=temperature_chart_frames(fig, ctx.app.model_path, trace.text, pos, temperature, sampling.top_k,
+                                                sampling.top_p, n_bars, actual, masked_lm, ctx.display.scale))
     if greedy:
         at_one = next_token_view(logits, 1.0, 0, 1.0).probs
         runners = topk_table(at_one, logits, vocab, 5)  # at T = 1 the order by probability is the order by logit

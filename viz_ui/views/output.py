@@ -28,15 +28,12 @@ def next_token_title(labels: list[str], pos: int, temperature: float, masked_lm:
     return f"Next token after “{labels[pos]}” (position {pos}), T = {temperature:g}"
 
 
-def next_token_bars(logits: np.ndarray, vocab: list[str], temperature: float, top_k: int, top_p: float, n_bars: int,
-                    actual: int | None) -> tuple[np.ndarray, int | None, np.ndarray]:
-    """The ids of the bars the chart draws (at most ``n_bars`` most likely tokens with a probability above 0, most
-    likely first, :func:`~viz_ui.analysis.generation.shown_bars`), the bar of ``actual`` (None: not among them) and
-    the probabilities ``[d_vocab]``. ``logits`` ``[d_vocab]``; the sampling settings as
-    :func:`~viz_ui.analysis.generation.next_token_view`."""
-    probs = next_token_view(logits, temperature, top_k, top_p, actual).probs
+def next_token_bars(probs: np.ndarray, n_bars: int, actual: int | None) -> tuple[np.ndarray, int | None]:
+    """The ids of the bars the next-token chart draws for ``probs`` ``[d_vocab]`` (at most ``n_bars`` most likely
+    tokens with a probability above 0, most likely first: :func:`~viz_ui.analysis.generation.shown_bars`) and the bar
+    of ``actual`` (None: not among them)."""
     ids = shown_bars(probs, n_bars)
-    return ids, (ids.tolist().index(actual) if actual is not None and actual in ids else None), probs
+    return ids, (ids.tolist().index(actual) if actual is not None and actual in ids else None)
 
 
 def temperature_frames(logits: np.ndarray, vocab: list[str], labels: list[str], pos: int, top_k: int, top_p: float,
@@ -53,7 +50,8 @@ def temperature_frames(logits: np.ndarray, vocab: list[str], labels: list[str], 
         return None
     frames = []
     for temperature in TEMPERATURES:
-        ids, highlight, probs = next_token_bars(logits, vocab, temperature, top_k, top_p, n_bars, actual)
+        probs = next_token_view(logits, temperature, top_k, top_p, actual).probs
+        ids, highlight = next_token_bars(probs, n_bars, actual)
         frames.append(topk_bar_frame([vocab[i] for i in ids], probs[ids],
                                      next_token_title(labels, pos, temperature, masked_lm), highlight, scale))
     return json.dumps(frames)
