@@ -14,7 +14,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 import viz_model
-from conftest import ROOT, plotly_array, shown_figures
+from conftest import PAGE_ATOL, ROOT, plotly_array, shown_figures
 from viz_model import ablation, load_model, patching
 from viz_ui.analysis.text_trace import token_label
 
@@ -97,9 +97,9 @@ def test_ablating_heads_shows_what_ablate_heads_computes(ablation_page, shipped)
 def test_the_exported_ablation_script_prints_the_pages_numbers(ablation_page, shipped, monkeypatch):
     ns = exported(ablation_page, shipped, monkeypatch)
     bars = figure(ablation_page, "Intact vs L0H3, L5H1 off")
-    np.testing.assert_allclose(ns["p_ablated"][ns["shown"]].numpy(), plotly_array(bars["data"][1]["x"]), atol=1e-6)
+    np.testing.assert_allclose(ns["p_ablated"][ns["shown"]].numpy(), plotly_array(bars["data"][1]["x"]), atol=PAGE_ATOL)
     np.testing.assert_allclose(ns["effects"].numpy(), plotly_array(figure(ablation_page, "Each head")["data"][0]["z"]),
-                               atol=1e-6)
+                               atol=PAGE_ATOL)
     assert f"{float(ns['p_ablated'][ns['shown'][0]]):9.4f}" in ns["printed"]
 
 

@@ -1,7 +1,7 @@
 """Models larger than memory (accelerate's big-model inference, viz_model/placement.py): small random models loaded
 with a ``max_memory`` below their size, so that some blocks really go to disk, must compute exactly what the same
 model loaded whole computes: every hook, interventions, patching, attribution, generation with a KV cache. Bad
-settings are one line. CPU only: GPU placement is untested here (README)."""
+settings are one line. CPU here; tests/test_cuda.py spreads models over a GPU, the CPU and disk where torch sees a GPU."""
 
 from __future__ import annotations
 
@@ -212,7 +212,7 @@ def test_a_dict_device_map_puts_the_named_block_on_disk(llama_folder, tmp_path):
     (dict(max_memory={"cpu": 1000}), "no offload_folder"),
     (dict(offload_folder=3), "must be a folder"),
     (dict(offload_folder=""), "must be a folder"),
-    (dict(max_memory={"cpu": "1GB", "cuda:0": "1GB"}), "no such GPU"),
+    (dict(max_memory={"cpu": "1GB", f"cuda:{torch.cuda.device_count()}": "1GB"}), "no such GPU"),  # one past the last
 ])
 def test_bad_settings_are_one_line(llama_folder, kwargs, says):
     with pytest.raises(CheckpointError) as info:

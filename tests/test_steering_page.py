@@ -7,7 +7,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, plotly_array, shown_figures
+from conftest import PAGE_ATOL, ROOT, plotly_array, shown_figures
 from viz_model import load_model
 from viz_model.features import save_dictionary
 from viz_model.features.train import collect_activations, token_windows, train_on_activations
@@ -105,7 +105,7 @@ def test_feature_steering_and_ablation(shipped, folder):
     p1 = torch.log_softmax(ablate_features(model, ids, d, chosen)[0].double(), -1)
     kl = (p0.exp() * (p0 - p1)).sum(-1).numpy()
     fig = bars(at, "How far the output moved")
-    np.testing.assert_allclose(plotly_array(fig["data"][0]["y"]).astype(float), kl, atol=1e-6)
+    np.testing.assert_allclose(plotly_array(fig["data"][0]["y"]).astype(float), kl, atol=PAGE_ATOL)
     select.set_value([]).run()
     assert not at.exception
     fig = bars(at, "How far the output moved")

@@ -90,8 +90,8 @@ class SparseDictionary(nn.Module):
 
     def hidden_pre(self, x: torch.Tensor) -> torch.Tensor:
         """The pre-activations ``x' @ W_enc + b_enc`` ``[..., d_sae]`` for ``x`` ``[..., d_in]`` (computed in the
-        dictionary's dtype)."""
-        x = x.to(self.W_enc.dtype)
+        dictionary's dtype, on its device: ``x`` from a model on another device is moved here)."""
+        x = x.to(device=self.W_enc.device, dtype=self.W_enc.dtype)
         if self.apply_b_dec_to_input and self.kind == "sae":
             x = x - self.b_dec
         return x @ self.W_enc + self.b_enc
@@ -111,8 +111,8 @@ class SparseDictionary(nn.Module):
 
     def decode(self, f: torch.Tensor) -> torch.Tensor:
         """The reconstruction (SAE) or prediction (transcoder) ``f @ W_dec + b_dec`` ``[..., d_out]`` for feature
-        activations ``f`` ``[..., d_sae]``."""
-        return f.to(self.W_dec.dtype) @ self.W_dec + self.b_dec
+        activations ``f`` ``[..., d_sae]`` (on the dictionary's device)."""
+        return f.to(device=self.W_dec.device, dtype=self.W_dec.dtype) @ self.W_dec + self.b_dec
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``decode(encode(x))`` ``[..., d_out]``."""

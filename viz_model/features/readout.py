@@ -11,6 +11,7 @@ import torch
 
 from viz_model.model import VizTransformer
 from viz_model.features.dictionary import SparseDictionary
+from viz_model.placement import weight
 
 RESID = re.compile(r"^blocks\.(\d+)\.hook_resid_(pre|mid|post)$")
 LN2 = re.compile(r"^blocks\.(\d+)\.ln2\.hook_normalized$")
@@ -29,7 +30,7 @@ def _tokens(tokens: torch.Tensor) -> torch.Tensor:
 def hook_values(model: VizTransformer, tokens: torch.Tensor, dictionary: SparseDictionary
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(x, y)``: the activation the dictionary reads ``[pos, d_in]`` and the one it reconstructs / predicts
-    ``[pos, d_out]`` (the same tensor for an SAE), float32, for one text ``tokens`` ``[pos]`` or ``[1, pos]``.
+    ``[pos, d_out]`` (the same tensor for an SAE), float32 on the CPU whatever the model's device, for one text ``tokens`` ``[pos]`` or ``[1, pos]``.
 
     Raises:
         KeyError: a hook the model does not have. ValueError: bad tokens, or widths that do not match the dictionary.
@@ -37,7 +38,7 @@ def hook_values(model: VizTransformer, tokens: torch.Tensor, dictionary: SparseD
     tokens = _tokens(tokens)
     names = list(dict.fromkeys([dictionary.hook_name, dictionary.out_hook]))
     _, cache = model.run_with_cache(tokens, names_filter=names)
-    x, y = cache[dictionary.hook_name][0].float(), cache[dictionary.out_hook][0].float()
+    x, y = cache[dictionary.hook_name][0].float().cpu(), cache[dictionary.out_hook][0].float().cpu()
     if x.shape[-1] != dictionary.d_in or y.shape[-1] != dictionary.d_out:
         raise ValueError(f"the dictionary reads width {dictionary.d_in} and writes {dictionary.d_out}, the model's hooks "
                          f"have {x.shape[-1]} and {y.shape[-1]}")
@@ -113,7 +114,7 @@ def _final_norm_direction(model: VizTransformer, direction: torch.Tensor) -> tor
     if norm is None:
         return direction
     d = direction - direction.mean(-1, keepdim=True) if hasattr(norm, "b") else direction
-    return d * norm.w.detach().float()
+    return d * norm.w.detach().float().to(d.device)
 
 
 @torch.no_grad()
@@ -134,8 +135,9 @@ def logit_effects(model: VizTransformer, dictionary: SparseDictionary, feature: 
         raise ValueError(f"the decoder writes width {dictionary.d_out}, not the residual stream's {model.cfg.d_model}")
     if not 0 <= feature < dictionary.d_sae:
         raise ValueError(f"no feature {feature}: the dictionary has {dictionary.d_sae}")
-    direction = _final_norm_direction(model, dictionary.W_dec[feature].float())
-    return direction @ model.W_unembed.float()
+    w_u = model.W_unembed  # [d_model, d_vocab] on the model's device: the product is computed there
+    direction = _final_norm_direction(model, dictionary.W_dec[feature].float().to(w_u.device))
+    return (direction @ w_u.float()).cpu()
 
 
 def promoted_tokens(model: VizTransformer, dictionary: SparseDictionary, feature: int, n: int = 10
@@ -180,16 +182,17 @@ def head_contributions(model: VizTransformer, tokens: torch.Tensor, dictionary: 
     if m_ln2:
         names.append(f"blocks.{layer}.ln2.hook_scale")
     _, cache = model.run_with_cache(tokens, names_filter=names)
-    w_enc = dictionary.W_enc[:, feature].float()
+    w_enc = dictionary.W_enc[:, feature].float().cpu()
     if m_ln2:
         norm = model.blocks[layer].ln2
-        scale = cache[f"blocks.{layer}.ln2.hook_scale"][0, position].float()
+        scale = cache[f"blocks.{layer}.ln2.hook_scale"][0, position].float().cpu()
     out = torch.zeros(cfg.n_layers, cfg.n_heads)
     for lay in range(last + 1):
-        z = cache[f"blocks.{lay}.attn.hook_z"][0, position].float()  # [n_heads, d_head]
-        heads = torch.einsum("hk,hkd->hd", z, model.blocks[lay].attn.W_O.float())  # [n_heads, d_model]
+        z = cache[f"blocks.{lay}.attn.hook_z"][0, position].float().cpu()  # [n_heads, d_head]
+        w_o = weight(model.blocks[lay].attn, "W_O").float().cpu()  # an offloaded block's too
+        heads = torch.einsum("hk,hkd->hd", z, w_o)  # [n_heads, d_model]
         if m_ln2:
             heads = heads - heads.mean(-1, keepdim=True) if hasattr(norm, "b") else heads
-            heads = heads / scale * norm.w.float()
+            heads = heads / scale * weight(norm, "w").float().cpu()
         out[lay] = heads @ w_enc
     return out

@@ -70,7 +70,7 @@ def collect_activations(model, windows: Sequence[torch.Tensor] | torch.Tensor, h
         _, cache = model.run_with_cache(windows[start:start + batch_size], names_filter=list(hook_names))
         for name in hook_names:
             act = cache[name]
-            out[name].append(act.reshape(-1, act.shape[-1]).to(dtype))
+            out[name].append(act.reshape(-1, act.shape[-1]).to(device="cpu", dtype=dtype))
         progress(min(1.0, (start + batch_size) / len(windows)), f"activations of {min(start + batch_size, len(windows))} "
                  f"of {len(windows)} windows")
     return {name: torch.cat(parts) if parts else torch.empty(0) for name, parts in out.items()}

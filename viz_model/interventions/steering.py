@@ -125,8 +125,8 @@ def feature_ablation_hooks(dictionary, features: Iterable[int]) -> list[tuple[st
     def write(act: torch.Tensor, _hook) -> torch.Tensor:
         f = store.pop("f")
         # recon(f with feats at 0) + error = y - sum_{i in feats} f_i W_dec[i]   (b_dec and the rest cancel)
-        delta = f.to(dictionary.W_dec.dtype) @ dictionary.W_dec[idx]
-        return act - delta.to(act.dtype)
+        delta = f.to(dictionary.W_dec.dtype) @ dictionary.W_dec[idx]  # on the dictionary's device
+        return act - delta.to(device=act.device, dtype=act.dtype)
 
     if not feats:
         return []

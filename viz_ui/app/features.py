@@ -112,7 +112,7 @@ def get_text_features(model_path: str, ids: tuple[int, ...], folders: tuple[str,
         _, cache = model.run_with_cache(torch.tensor([ids]), names_filter=names)
         acts, fvus, l0s = [], [], []
         for d in dicts:
-            x, y = cache[d.hook_name][0].float(), cache[d.out_hook][0].float()
+            x, y = cache[d.hook_name][0].float().cpu(), cache[d.out_hook][0].float().cpu()
             if x.shape[-1] != d.d_in or y.shape[-1] != d.d_out:
                 raise ValueError(f"the dictionary on {d.hook_name} reads width {d.d_in} and writes {d.d_out}; "
                                  f"the model's hooks have {x.shape[-1]} and {y.shape[-1]}")

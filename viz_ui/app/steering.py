@@ -49,7 +49,7 @@ def feature_direction(model_path: str, ids: tuple[int, ...], folders: tuple[str,
     (``act_max``), or on this text when the dictionary has no index, or 1 when it never fires on either: the slider
     then reads "alpha times the strongest the feature ever gets"."""
     d = dictionary(folders[index])
-    vector = d.W_dec[feature].detach().float().numpy().copy()
+    vector = d.W_dec[feature].detach().float().cpu().numpy().copy()
     found = get_index(folders[index])
     if found is not None and float(found.index["act_max"][feature]) > 0:
         return Direction(d.out_hook, vector, float(found.index["act_max"][feature]),
@@ -70,7 +70,7 @@ def get_contrastive(model_path: str, text_a: str, text_b: str, hook: str) -> np.
     """
     model, _ = resolve(model_path)
     a, b = get_prompt(model_path, text_a), get_prompt(model_path, text_b)
-    return contrastive_direction(model, a.tokens, b.tokens, hook).numpy()
+    return contrastive_direction(model, a.tokens, b.tokens, hook).cpu().numpy()
 
 
 @dataclass(frozen=True)
@@ -100,8 +100,8 @@ def steer_gated(model_path: str, text: str, direction: Direction, key: tuple, al
         positions = [len(ids) - 1] if last_only else None
         tokens = torch.tensor([ids])
         with torch.no_grad():
-            intact = model(tokens)[0, pos].float().numpy()
-        steered = steer(model, tokens, direction.hook, vector, amount, positions)[0, pos].float().numpy()
+            intact = model(tokens)[0, pos].float().cpu().numpy()
+        steered = steer(model, tokens, direction.hook, vector, amount, positions)[0, pos].float().cpu().numpy()
         gen = steered_continuations(model, ids, direction.hook, vector, amount, N_NEW, positions) if causal else ([], [])
         return SteerResult(pos, intact, steered, list(gen[0]), list(gen[1]))
 
@@ -131,8 +131,8 @@ def ablate_gated(model_path: str, text: str, folder: str, features: tuple[int, .
     def compute(progress) -> AblateResult:
         tokens = torch.tensor([ids])
         with torch.no_grad():
-            intact = model(tokens)[0].float()
-        ablated = ablate_features(model, tokens, dictionary(folder), list(features))[0].float()
+            intact = model(tokens)[0].float().cpu()
+        ablated = ablate_features(model, tokens, dictionary(folder), list(features))[0].float().cpu()
         logp, logq = torch.log_softmax(intact.double(), -1), torch.log_softmax(ablated.double(), -1)
         kl = (logp.exp() * (logp - logq)).sum(-1).clamp_min(0).numpy()
         return AblateResult(pos, intact[pos].numpy(), ablated[pos].numpy(), kl)
