@@ -3,6 +3,11 @@
 
     python bench/real_size.py build [--out /work/models/llama-1b]     # write the checkpoint once (~2.4 GB bf16)
     python bench/real_size.py [--only load,forward,trace,typing,ablate,sweeps] [--model DIR] [--repeats 3]
+    python bench/real_size.py --device cuda --only load,forward,ablate,sweeps     # the same on a GPU (float32)
+
+``--device cuda`` runs ours and ``transformers`` on the GPU (times wait for the GPU: ``torch.cuda.synchronize``);
+the trace and typing parts measure host memory and the browser and stay on the CPU. ``REAL_SIZE_DATA`` names
+another folder holding ``tinystories-train-head.txt`` / ``tinystories-valid-head.txt`` (a machine without /work/shared).
 
 Every 1 B process runs alone (ours, then transformers', in fresh subprocesses one after the other): a float32
 1 B model takes ~5 GB. No memory setting is needed: ``load_model`` and ``--model`` are limited by the memory free.
@@ -21,7 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 DEFAULT_OUT = Path("/work/models/llama-1b")
-DATA = Path("/work/shared/data/tinystories-train-head.txt")
+DATA = Path(os.environ.get("REAL_SIZE_DATA", "/work/shared/data")) / "tinystories-train-head.txt"
+DEVICE = os.environ.get("REAL_SIZE_DEVICE", "cpu")  # set by --device for the child processes
 MARKER = ".complete"  # written last: a folder without it is half-written
 TOKENIZER_VOCAB = 8_000  # the tokenizer's own vocabulary (the model keeps Llama 3's 128,256 rows)
 
@@ -125,31 +131,47 @@ def text_of(folder: Path, n: int, offset: int = 0) -> str:
     return Tokenizer.from_file(str(folder / "tokenizer.json")).decode(text_ids(folder, n, offset))
 
 
+def sync() -> None:
+    """Wait for the GPU's queued work (no-op on the CPU), so that a time covers the computation."""
+    if DEVICE != "cpu":
+        import torch
+        torch.cuda.synchronize()
+
+
 def timed(fn, repeats: int) -> float:
     """Median seconds of ``repeats`` calls after one warm-up call."""
     import statistics
     fn()
+    sync()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def ids_of(folder: Path, n: int, offset: int = 0):
+    """``[1, n]`` token ids on the benchmark's device."""
+    import torch
+    return torch.tensor([text_ids(folder, n, offset)], device=DEVICE)
 
 
 def load(folder: Path, impl: str):
     import torch
     if impl == "ours":
         from viz_model import load_model
-        return load_model(folder)[0]
+        return load_model(folder, device=DEVICE)[0]
     import transformers
     return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
-                                                             attn_implementation="eager").eval()
+                                                             attn_implementation="eager").eval().to(DEVICE)
 
 
 def child_load(folder: Path, impl: str, repeats: int) -> dict:
     t0 = time.perf_counter()
     load(folder, impl)
+    sync()
     return {"load s": time.perf_counter() - t0, "load peak MB": peak_mb()}
 
 
@@ -158,7 +180,7 @@ def child_forward(folder: Path, impl: str, repeats: int) -> dict:
     model = load(folder, impl)
     out = {}
     for n in (64, 512):
-        ids = torch.tensor([text_ids(folder, n)])
+        ids = ids_of(folder, n)
         with torch.no_grad():
             if impl == "ours":
                 out[f"forward {n} s"] = timed(lambda: model(ids), repeats)
@@ -207,12 +229,13 @@ def child_ablate(folder: Path, impl: str, repeats: int) -> dict:
     from viz_model.interventions.ablation import ablate_heads, head_ablation_effects
     model = load(folder, "ours")
     out = {}
-    ids = torch.tensor([text_ids(folder, 64)])
+    ids = ids_of(folder, 64)
     out["ablate 1 head 64 s"] = timed(lambda: ablate_heads(model, ids, [(0, 0)]), repeats)
     if impl == "sweeps":
-        ids = torch.tensor([text_ids(folder, 32)])
+        ids = ids_of(folder, 32)
         t0 = time.perf_counter()
         head_ablation_effects(model, ids, int(ids[0, -1]), pos=-2)
+        sync()
         out["effect map 32 s"] = time.perf_counter() - t0
         out.update(_patch_sweeps(model, folder))
     return out
@@ -224,16 +247,18 @@ def _patch_sweeps(model, folder: Path) -> dict:
     import torch
 
     from viz_model.interventions import patching
-    clean, corrupt = (torch.tensor([text_ids(folder, 32, off)]) for off in (0, 500))
+    clean, corrupt = (ids_of(folder, 32, off) for off in (0, 500))
     answer, wrong = int(clean[0, -1]), int(corrupt[0, -1])
     metric = patching.logit_diff_metric(answer, wrong, pos=-2)
     _, cache = model.run_with_cache(clean)
     out = {}
     t0 = time.perf_counter()
     patching.get_act_patch_attn_head_out_all_pos(model, corrupt, cache, metric)
+    sync()
     out["exact head sweep 32 s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     reused = patching.get_act_patch_resid_pre(model, corrupt, cache, metric)
+    sync()
     out["exact resid_pre sweep 32 s"] = time.perf_counter() - t0
     if os.environ.get("REAL_SIZE_NAIVE"):  # the whole-model cells of before, for the same machine's comparison
         t0 = time.perf_counter()
@@ -247,6 +272,7 @@ def _patch_sweeps(model, folder: Path) -> dict:
         t0 = time.perf_counter()
         try:
             getattr(patching, name)(model, corrupt, cache, metric)
+            sync()
             out[f"{name} 32 s"] = time.perf_counter() - t0
         except (TypeError, ValueError, KeyError) as exc:
             out[f"{name} 32 s"] = f"n/a ({type(exc).__name__})"
@@ -308,7 +334,8 @@ def run_child(part: str, impl: str, folder: Path, repeats: int) -> dict:
     # OMP_WAIT_POLICY=PASSIVE and THP_MEM_ALLOC_ENABLE=1 as the app sets them (viz_ui/__init__.py), for ours and for
     # transformers alike: spinning OpenMP threads slow everything on shared cores; huge pages make fresh memory cheap
     # no memory setting: a model named by whoever runs the app is limited by the memory free (viz_model.loading.limits)
-    env = {"OMP_WAIT_POLICY": "PASSIVE", "THP_MEM_ALLOC_ENABLE": "1", **os.environ, "PYTHONPATH": str(ROOT)}
+    env = {"OMP_WAIT_POLICY": "PASSIVE", "THP_MEM_ALLOC_ENABLE": "1", **os.environ, "PYTHONPATH": str(ROOT),
+           "REAL_SIZE_DEVICE": DEVICE if part not in ("trace", "typing") else "cpu"}
     cmd = [sys.executable, __file__, "child", "--part", "ablate" if part == "sweeps" else part, "--impl", impl,
            "--model", str(folder), "--repeats", str(repeats)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -336,7 +363,7 @@ def table(results: dict) -> None:
                          "vs": f"{b}: {other:,.2f}" if isinstance(other, float) else (f"{b}: {other}" if other else ""),
                          "ratio": ratio, "goal": goals.get(key, "")})
     width = max(len(r["measure"]) for r in rows) if rows else 10
-    print(f"\n## Real size: {DEFAULT_OUT.name}-shaped model, float32, CPU (load average "
+    print(f"\n## Real size: {DEFAULT_OUT.name}-shaped model, float32, {DEVICE} (load average "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())})\n")
     for r in rows:
         value = next(v for k, v in r.items() if k not in ("part", "measure", "vs", "ratio", "goal"))
@@ -352,9 +379,12 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"parts, comma-separated, of: {', '.join(PLAN)} (sweeps: the effect map and the exact and "
                              "attribution sweeps at 32 tokens, minutes on a CPU)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default=os.environ.get("REAL_SIZE_DEVICE", "cpu"), help="cpu (default) or cuda: where ours and transformers run")
     parser.add_argument("--part")
     parser.add_argument("--impl")
     args = parser.parse_args(argv)
+    global DEVICE
+    DEVICE = args.device
     if args.step == "build":
         build(args.out)
         return
