@@ -16,6 +16,7 @@ from viz_model.features import head_contributions, promoted_tokens
 from viz_ui.app.dictionary_jobs import adopt_finished, manage_dictionaries
 from viz_ui.views.code_features import features_code
 from viz_ui.app.features import TextFeatures, dictionary, dictionary_sets, get_index, get_text_features
+from viz_ui.app.state import export_load_args
 from viz_ui.views.features import (contexts_html, feature_name, head_writes_figure, histogram_figure, strongest_map,
                                   text_features_heatmap, top_text_features)
 from viz_ui.views.figures import value_bar
@@ -166,7 +167,8 @@ def feature_card(ctx: PageContext, loaded: Loaded, row: int, top: np.ndarray) ->
                    "dictionary's hook add nothing).")
     except ValueError as exc:
         st.caption(f"Heads writing to this feature: not shown ({plain(str(exc))}).")
-    show_code(ctx.app, "features", lambda: features_code(ctx.path, ctx.text, folder, feature, n, pos),
+    show_code(ctx.app, "features", lambda: features_code(ctx.path, ctx.text, folder, feature, n, pos,
+                                                         export_load_args(model)),
               "checkpoint, text and dictionary")
 
 

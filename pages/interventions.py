@@ -31,7 +31,7 @@ from viz_ui.app.layout import (MAX_CHARS, pick_ablated_heads, pick_index, select
                            shared_widget_key, show_code, show_figure, show_link, show_table, side_by_side)
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.analysis.encoder_decoder import output_text
-from viz_ui.app.state import get_trace
+from viz_ui.app.state import export_load_args, get_trace
 from viz_ui.analysis.text import plain
 from viz_ui.analysis.text_trace import Trace
 from viz_model.tokenizer import IdTokenizer
@@ -223,7 +223,7 @@ def ablation_part(ctx: PageContext, at: Prediction) -> None:
                 "lens and the generation below then show the model without them.", icon=":material/touch_app:")
         show_code(ctx.app, "ablation", code.ablation_code(path, text, get_prompt(path, text), has_tokenizer(ctx),
                                                           trace.truncated, list(heads), kind, "", None, False, at.pos,
-                                                          token, cfg.causal))
+                                                          token, cfg.causal, export_load_args(ctx.model)))
         return
     if logits is None:  # a slow model: the ablated run waits for its button (shown above)
         with map_slot:
@@ -238,7 +238,7 @@ def ablation_part(ctx: PageContext, at: Prediction) -> None:
                                                       trace.truncated, list(heads), kind, mean_text,
                                                       reference and prompt_of(reference),
                                                       bool(reference and reference.truncated), at.pos, token,
-                                                      cfg.causal))
+                                                      cfg.causal, export_load_args(ctx.model)))
 
 
 # ---- Activation patching --------------------------------------------------------------------------------------
@@ -468,7 +468,8 @@ def patching_part(ctx: PageContext, at: Prediction) -> None:
     show_code(ctx.app, "patching", code.patching_code(path, text, corrupted_text, get_prompt(path, text),
                                                       get_corrupted(path, text, corrupted_text), has_tokenizer(ctx),
                                                       trace.truncated, corrupted_trace.truncated, metric.kind,
-                                                      metric.answer, metric.wrong, at.pos, cell))
+                                                      metric.answer, metric.wrong, at.pos, cell,
+                                                      export_load_args(ctx.model)))
 
 
 # ---- Direct logit attribution ---------------------------------------------------------------------------------
@@ -506,7 +507,8 @@ def attribution_part(ctx: PageContext, at: Prediction) -> None:
                "leaves out what a component does through later layers.")
     show_figure(top_bars(parts, "The largest contributions", "logit units"), ctx.app, f"attribution_top_{token}")
     show_code(ctx.app, "attribution", code.attribution_code(path, text, get_prompt(path, text), has_tokenizer(ctx),
-                                                            ctx.trace.truncated, token, at.pos))
+                                                            ctx.trace.truncated, token, at.pos,
+                                                            export_load_args(ctx.model)))
 
 
 def run_part(ctx: PageContext, part: str, at: Prediction) -> None:

@@ -21,7 +21,7 @@ from viz_ui.views.interventions import delta_bars
 from viz_ui.app.layout import (MAX_CHARS, get_shared, pick_index, set_shared, shared_value, shared_widget, show_code,
                            show_figure, show_link, show_table, side_by_side)
 from viz_ui.app.page import PageContext, open_page
-from viz_ui.app.state import get_trace
+from viz_ui.app.state import export_load_args, get_trace
 from viz_ui.app.steering import (N_NEW, Direction, ablate_gated, feature_direction, get_contrastive, steer_gated)
 from viz_ui.views.steering import (compare_bars, compare_table, continuation_frame, kl_figure, strongest_features,
                                   top_change_words)
@@ -189,7 +189,7 @@ def steer_part(ctx: PageContext, sets: dict, target: Target) -> None:
         return
     source_code = code.steering_code(path, text, get_prompt(path, text), has_tokenizer(ctx), trace.truncated,
                                      source() if callable(source) else source, float(alpha), direction.unit,
-                                     at == "last", pos, cfg.causal, N_NEW)
+                                     at == "last", pos, cfg.causal, N_NEW, export_load_args(ctx.model))
     steered_output(ctx, target, result, alpha, at == "all")
     show_code(ctx.app, "steering", source_code, "checkpoint, text and dictionary")
 
@@ -246,7 +246,7 @@ def ablate_part(ctx: PageContext, sets: dict, target: Target) -> None:
         st.error(f"The ablated run failed: {plain(error_line(exc))}.")
         return
     source_code = code.ablation_code(path, text, get_prompt(path, text), has_tokenizer(ctx), trace.truncated, folders[row],
-                                     list(feats_key), pos)
+                                     list(feats_key), pos, export_load_args(ctx.model))
     if result is None:
         return
     left, right = side_by_side(ctx.app, [3, 2])

@@ -14,7 +14,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 import viz_model
-from conftest import PAGE_ATOL, ROOT, plotly_array, shown_figures
+from conftest import ROOT, plotly_array, shown_figures
 from viz_model import ablation, load_model, patching
 from viz_ui.analysis.text_trace import token_label
 
@@ -41,9 +41,9 @@ def exported(at: AppTest, shipped, monkeypatch) -> dict:
     elsewhere; this saves seconds)."""
     source = next(c.value for c in at.code if c.language == "python")
 
-    def load(path):
+    def load(path, **kw):  # kw: the server's settings when not the defaults (a GPU: device="auto")
         assert Path(path) == ROOT / "assets" / "models" / "tinystories-6l.safetensors"
-        return shipped[:2]
+        return shipped[:2] if not kw else load_model(path, **kw)
     monkeypatch.setattr(viz_model, "load_model", load)
     ns, out = {"__name__": "__exported__"}, io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -94,12 +94,30 @@ def test_ablating_heads_shows_what_ablate_heads_computes(ablation_page, shipped)
     assert f"ablated: {continuation!r}" in next(c.value for c in ablation_page.code if c.value.startswith("intact"))
 
 
+def test_exported_scripts_load_the_model_as_the_server_does(shipped, monkeypatch):
+    """A server started with ``--dtype auto`` (here ``VIZ_DTYPE``) exports ``load_model(..., dtype="auto")`` (on a GPU
+    also ``device="auto"``), and the script so loaded prints the page's numbers."""
+    from viz_ui.views.code_interventions import load_arguments
+    assert load_arguments("float32", "cpu") == ""
+    assert load_arguments("bfloat16", "cpu") == 'dtype="bfloat16"'
+    assert load_arguments("float32", "cuda") == 'device="auto"'
+    monkeypatch.setenv("VIZ_DTYPE", "auto")
+    at = page(text=TEXT, ablate="L0H3")
+    source = next(c.value for c in at.code if c.language == "python")
+    device = ', device="auto"' if torch.cuda.is_available() else ""
+    assert f"tinystories-6l.safetensors', dtype=\"auto\"{device})" in source, source[:600]
+    ns = exported(at, shipped, monkeypatch)
+    bars = figure(at, "Intact vs L0H3 off")
+    np.testing.assert_allclose(ns["p_ablated"][ns["shown"]].cpu().numpy(), plotly_array(bars["data"][1]["x"]), atol=1e-6)
+
+
 def test_the_exported_ablation_script_prints_the_pages_numbers(ablation_page, shipped, monkeypatch):
     ns = exported(ablation_page, shipped, monkeypatch)
     bars = figure(ablation_page, "Intact vs L0H3, L5H1 off")
-    np.testing.assert_allclose(ns["p_ablated"][ns["shown"]].numpy(), plotly_array(bars["data"][1]["x"]), atol=PAGE_ATOL)
-    np.testing.assert_allclose(ns["effects"].numpy(), plotly_array(figure(ablation_page, "Each head")["data"][0]["z"]),
-                               atol=PAGE_ATOL)
+    # the script loads the model as the server did (on a GPU: device="auto"), so the numbers are the same computation
+    np.testing.assert_allclose(ns["p_ablated"][ns["shown"]].cpu().numpy(), plotly_array(bars["data"][1]["x"]), atol=1e-6)
+    np.testing.assert_allclose(ns["effects"].cpu().numpy(), plotly_array(figure(ablation_page, "Each head")["data"][0]["z"]),
+                               atol=1e-6)
     assert f"{float(ns['p_ablated'][ns['shown'][0]]):9.4f}" in ns["printed"]
 
 
@@ -122,7 +140,7 @@ def test_patching_heatmaps_are_normalised_patching_results_and_the_exported_scri
     for site, title in [("resid_pre", "Patching the residual stream"), ("attn_out", "Patching each layer's attention"),
                         ("mlp_out", "Patching each layer's MLP"), ("head", "Patching each head")]:
         expected = patching.normalise(ns["results"][site], ns["clean_value"], ns["corrupted_value"])
-        np.testing.assert_allclose(plotly_array(figure(at, title)["data"][0]["z"]), expected.numpy(), atol=1e-5)
+        np.testing.assert_allclose(plotly_array(figure(at, title)["data"][0]["z"]), expected.cpu().numpy(), atol=1e-5)
     assert float(expected.abs().max()) > 0.1  # a real effect, not a page of zeros
     lens = figure(at, "Patch lens")  # the cell from the link: its 12 largest downstream changes, largest first
     np.testing.assert_allclose(plotly_array(lens["data"][0]["x"]), sorted(ns["moved"].values(), reverse=True)[:12],

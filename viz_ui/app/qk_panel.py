@@ -16,7 +16,7 @@ from viz_ui.analysis.interventions import prompt_of
 from viz_ui.app.layout import AppState, pick_index, selected_points, set_shared, show_code, show_figure
 from viz_ui.app.gate import costly
 from viz_ui.views.qk import dominant_sentence, grid_frame, qk_code, qk_copies, qk_heatmap, qk_views, source_words, term_grid, top_pairs
-from viz_ui.app.state import estimate_seconds
+from viz_ui.app.state import estimate_seconds, export_load_args
 from viz_ui.analysis.text import plain
 from viz_ui.analysis.text_trace import Trace
 
@@ -107,5 +107,5 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
                 data=lambda: grid_frame(summary_grid), live=f"qk_head_{page}")
     show_code(state, f"qk_attribution_{page}",
               lambda: qk_code(state.model_path, state.text, prompt_of(trace), not isinstance(state.tokenizer, IdTokenizer),
-                              trace.truncated, layer, head, query, key))
+                              trace.truncated, layer, head, query, key, export_load_args(state.model)))
 

@@ -28,6 +28,7 @@ from viz_model.tokenizer import IdTokenizer
 from viz_ui.app.gate import copy_seconds, flops_per_second
 from viz_ui.analysis.text_trace import Trace, run_trace, token_label
 from viz_ui.analysis.heads import overview_patterns, text_scores
+from viz_ui.views.code_interventions import load_arguments
 from viz_ui.views.overview import pool_signed, salient_head
 
 
@@ -64,6 +65,14 @@ def load_settings(argv: list[str] | None = None) -> tuple[str, str]:
     parser.add_argument("--device", default=os.environ.get("VIZ_DEVICE", "").strip() or "auto")
     args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     return args.dtype, args.device
+
+
+def export_load_args(model: VizTransformer) -> str:
+    """``load_model``'s keyword arguments in a script exported from a page (*Export as code*), so that it computes
+    what this server computes: the server's ``--dtype`` when not float32, ``device="auto"`` for a model on a GPU
+    (:func:`viz_ui.views.code_interventions.load_arguments`). Device maps are left out: they move blocks, not
+    numbers (tests/test_offload.py)."""
+    return load_arguments(load_settings()[0], model.device.type)
 
 
 def placement_settings(argv: list[str] | None = None) -> dict[str, object]:

@@ -19,13 +19,15 @@ def _folder(folder: str) -> str:
         return folder
 
 
-def features_code(model_path: str, text: str, folder: str, feature: int, n_ids: int, position: int) -> str:
+def features_code(model_path: str, text: str, folder: str, feature: int, n_ids: int, position: int,
+                  load_args: str = "") -> str:
     """A script printing, for ``text`` cut to ``n_ids`` tokens as the app runs it: each token's strongest feature of
     the dictionary in ``folder``, its FVU on the text, feature ``feature``'s top promoted and suppressed tokens and
     the heads writing most to it at ``position``."""
-    load = (f'model, tokenizer = load_model("PATH/TO/YOUR/CHECKPOINT")  # {UPLOAD_NOTE}'
+    extra = f", {load_args}" if load_args else ""  # load_model's keyword arguments (code_interventions.load_arguments)
+    load = (f'model, tokenizer = load_model("PATH/TO/YOUR/CHECKPOINT"{extra})  # {UPLOAD_NOTE}'
             if model_path.startswith("upload:") else
-            f"model, tokenizer = load_model({_folder(model_path)!r})")
+            f"model, tokenizer = load_model({_folder(model_path)!r}{extra})")
     return "\n".join([
         '"""Features of a text under a sparse dictionary, as the Features page shows them."""',
         "import torch",

@@ -14,10 +14,24 @@ from viz_ui.analysis.interventions import N_GENERATE, Prompt
 UPLOAD_NOTE = "the file you uploaded (an upload lives in the browser session only)"
 
 
-def _load(path: str) -> list[str]:
+def load_arguments(dtype: str, device_type: str) -> str:
+    """The keyword arguments an exported script passes to ``load_model`` so that it computes as the server does:
+    the server's ``--dtype`` unless it is the default float32 (``dtype="auto"`` keeps a bfloat16 checkpoint's own
+    numbers), and ``device="auto"`` for a model on a GPU (the script then runs on a GPU where there is one, else on
+    the CPU). ``""`` for the defaults (CPU, float32).
+
+    >>> load_arguments("auto", "cuda")
+    'dtype="auto", device="auto"'
+    """
+    args = [] if dtype == "float32" else [f"dtype={dtype!r}".replace("'", '"')]
+    return ", ".join(args + (['device="auto"'] if device_type == "cuda" else []))
+
+
+def _load(path: str, load_args: str = "") -> list[str]:
+    extra = f", {load_args}" if load_args else ""
     if path.startswith("upload:"):
-        return [f'model, tokenizer = load_model("PATH/TO/YOUR/CHECKPOINT")  # {UPLOAD_NOTE}']
-    return [f"model, tokenizer = load_model({path!r})"]
+        return [f'model, tokenizer = load_model("PATH/TO/YOUR/CHECKPOINT"{extra})  # {UPLOAD_NOTE}']
+    return [f"model, tokenizer = load_model({path!r}{extra})"]
 
 
 def _ids(var: str, text_var: str, prompt: Prompt, has_tokenizer: bool, cut: bool, kw: str) -> list[str]:
@@ -37,9 +51,9 @@ def _ids(var: str, text_var: str, prompt: Prompt, has_tokenizer: bool, cut: bool
     return [f"{var} = torch.tensor([tokenizer.encode({text_var}).ids{cut_text}]){note}", f"{kw} = {{}}"]
 
 
-def _header(what: str, modules: str, path: str) -> list[str]:
+def _header(what: str, modules: str, path: str, load_args: str = "") -> list[str]:
     return [f'"""{what} (Inside a Transformer, page "Cause and effect"): the numbers the page shows."""',
-            "import torch", "", f"from viz_model import {modules}", "", *_load(path),
+            "import torch", "", f"from viz_model import {modules}", "", *_load(path, load_args),
             "torch.set_printoptions(precision=4, linewidth=160, sci_mode=False)"]
 
 
@@ -49,11 +63,11 @@ def _decode(var: str, has_tokenizer: bool) -> str:
 
 def ablation_code(path: str, text: str, prompt: Prompt, has_tokenizer: bool, cut: bool, heads: list[tuple[int, int]],
                   kind: str, mean_text: str, mean_prompt: Prompt | None, mean_cut: bool, pos: int, token_id: int,
-                  causal: bool) -> str:
+                  causal: bool, load_args: str = "") -> str:
     """The ablation view: output probabilities at ``pos`` intact vs ablated (``p_intact``, ``p_ablated``
     ``[d_vocab]``), the per-head effect map ``effects`` ``[n_layers, n_heads]`` (Δ log p of ``token_id``, nats)
     and, for causal models, the greedy generations ``intact_ids`` / ``ablated_ids``."""
-    lines = _header("Head ablation", "ablation, generate, load_model", path)
+    lines = _header("Head ablation", "ablation, generate, load_model", path, load_args)
     lines += ["", f"text = {text!r}", *_ids("tokens", "text", prompt, has_tokenizer, cut, "kw"),
               f"heads = {[tuple(h) for h in heads]}  # (layer, head) switched off at blocks.{{layer}}.attn.hook_z",
               f"kind = {kind!r}", f"pos = {pos}  # the position whose output is shown", "means = None"]
@@ -101,10 +115,10 @@ def ablation_code(path: str, text: str, prompt: Prompt, has_tokenizer: bool, cut
 
 def patching_code(path: str, clean_text: str, corrupted_text: str, clean: Prompt, corrupted: Prompt,
                   has_tokenizer: bool, clean_cut: bool, corrupted_cut: bool, kind: str, answer: int, wrong: int,
-                  pos: int, cell: tuple[str, int, int] | None) -> str:
+                  pos: int, cell: tuple[str, int, int] | None, load_args: str = "") -> str:
     """The patching view: ``results`` (raw) and ``normalised`` ``{site: [n_layers, pos] or [n_layers, n_heads]}``,
     ``clean_value``, ``corrupted_value`` and, for the chosen cell, ``moved`` (the patch lens)."""
-    lines = _header("Activation patching", "load_model, patching", path)
+    lines = _header("Activation patching", "load_model, patching", path, load_args)
     lines += ["", f"clean_text = {clean_text!r}", f"corrupted_text = {corrupted_text!r}",
               *_ids("clean_tokens", "clean_text", clean, has_tokenizer, clean_cut, "clean_kw")]
     if clean.src_ids is not None:
@@ -147,9 +161,10 @@ def patching_code(path: str, clean_text: str, corrupted_text: str, clean: Prompt
 
 
 def attribution_code(path: str, text: str, prompt: Prompt, has_tokenizer: bool, cut: bool, token_id: int,
-                     pos: int) -> str:
-    """The attribution view: ``dla`` ``{component: logit units}`` and the model's own ``logit``."""
-    lines = _header("Direct logit attribution", "attribution, load_model", path)
+                     pos: int, load_args: str = "") -> str:
+    """The attribution view: ``dla`` ``{component: logit units}`` and the model's own ``logit``. ``load_args``
+    (every exporter here): ``load_model``'s keyword arguments, :func:`load_arguments`."""
+    lines = _header("Direct logit attribution", "attribution, load_model", path, load_args)
     lines += ["", f"text = {text!r}", *_ids("tokens", "text", prompt, has_tokenizer, cut, "kw"),
               f"token_id, pos = {token_id}, {pos}  # the output token whose logit is split, at this position",
               "logits, cache = model.run_with_cache(tokens, names_filter=attribution.attribution_hooks(model), **kw)",

@@ -24,11 +24,11 @@ def dictionary_path(folder: str) -> str:
         return f"PATH/TO/{Path(folder).name}"
 
 
-def _header(what: str, path: str) -> list[str]:
+def _header(what: str, path: str, load_args: str = "") -> list[str]:
     return [f'"""{what} (Inside a Transformer, page "Steering & feature ablation"): the numbers the page shows."""',
             "import torch", "", "from viz_model import load_model",
             "from viz_model.features import load_dictionary",
-            "from viz_model.interventions import steering", "", *_load(path),
+            "from viz_model.interventions import steering", "", *_load(path, load_args),
             "torch.set_printoptions(precision=4, linewidth=160, sci_mode=False)"]
 
 
@@ -43,13 +43,15 @@ def _top_lines(before: str, after: str, name: str, has_tokenizer: bool) -> list[
 
 
 def steering_code(path: str, text: str, prompt: Prompt, has_tokenizer: bool, cut: bool, source: dict,
-                  alpha: float, unit: float, last_only: bool, pos: int, causal: bool, n_new: int = 20) -> str:
+                  alpha: float, unit: float, last_only: bool, pos: int, causal: bool, n_new: int = 20,
+                  load_args: str = "") -> str:
     """The steering view: ``direction`` at ``hook``, the output at ``pos`` intact vs steered (``p0``, ``p1``
     ``[d_vocab]``) and, for a decoder, the greedy continuations ``intact_ids`` / ``steered_ids``.
 
     ``source``: ``{"kind": "feature", "folder", "feature"}`` or ``{"kind": "contrastive", "text_a", "text_b",
-    "hook", "prompt_a", "prompt_b", "cut_a", "cut_b"}``."""
-    lines = _header("Steering", path)
+    "hook", "prompt_a", "prompt_b", "cut_a", "cut_b"}``. ``load_args``: ``load_model``'s keyword arguments
+    (:func:`viz_ui.views.code_interventions.load_arguments`)."""
+    lines = _header("Steering", path, load_args)
     lines += ["", f"text = {text!r}", *_ids("tokens", "text", prompt, has_tokenizer, cut, "kw")]
     if source["kind"] == "feature":
         folder = dictionary_path(source["folder"])
@@ -70,8 +72,8 @@ def steering_code(path: str, text: str, prompt: Prompt, has_tokenizer: bool, cut
     lines += [f"alpha = {alpha!r} * {unit!r}  # the slider's value times its unit",
               f"positions = {positions}", f"pos = {pos}  # the position whose output is shown",
               "with torch.no_grad():",
-              "    intact = model(tokens)[0, pos]",
-              "steered = steering.steer(model, tokens, hook, direction, alpha, positions)[0, pos]",
+              "    intact = model(tokens)[0, pos].cpu()  # on the CPU whatever the model's device",
+              "steered = steering.steer(model, tokens, hook, direction, alpha, positions)[0, pos].cpu()",
               *_top_lines("intact", "steered", "steered", has_tokenizer)]
     if causal:
         dec = (lambda v: f"tokenizer.decode({v})") if has_tokenizer else (lambda v: v)
@@ -84,19 +86,19 @@ def steering_code(path: str, text: str, prompt: Prompt, has_tokenizer: bool, cut
 
 
 def ablation_code(path: str, text: str, prompt: Prompt, has_tokenizer: bool, cut: bool, folder: str,
-                  features: list[int], pos: int) -> str:
+                  features: list[int], pos: int, load_args: str = "") -> str:
     """The feature-ablation view: the output at ``pos`` intact vs ablated (``p0``, ``p1``) and ``kl`` ``[pos]``,
     KL(intact ‖ ablated) in nats at every position."""
     shown = dictionary_path(folder)
     note = f"  # {SESSION_NOTE}" if shown.startswith("PATH/TO/") else ""
-    lines = _header("Feature ablation", path)
+    lines = _header("Feature ablation", path, load_args)
     lines += ["", f"text = {text!r}", *_ids("tokens", "text", prompt, has_tokenizer, cut, "kw"),
               f"dictionary = load_dictionary({shown!r}){note}",
               f"features = {list(features)}  # switched off at every position (reconstruction without them + error)",
               f"pos = {pos}  # the position whose output is shown",
               "with torch.no_grad():",
-              "    intact = model(tokens)[0].double()",
-              "ablated = steering.ablate_features(model, tokens, dictionary, features)[0].double()",
+              "    intact = model(tokens)[0].double().cpu()  # on the CPU whatever the model's device",
+              "ablated = steering.ablate_features(model, tokens, dictionary, features)[0].double().cpu()",
               *_top_lines("intact[pos]", "ablated[pos]", "ablated", has_tokenizer),
               "logp, logq = torch.log_softmax(intact, -1), torch.log_softmax(ablated, -1)",
               "kl = (logp.exp() * (logp - logq)).sum(-1)  # KL(intact || ablated), nats, at every position",

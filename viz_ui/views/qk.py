@@ -186,13 +186,13 @@ def qk_heatmap(grid: TermGrid, title: str, display: tuple[float, str] | None = N
 
 
 def qk_code(path: str, text: str, prompt: Prompt, has_tokenizer: bool, cut: bool, layer: int, head: int, query: int,
-            key: int) -> str:
+            key: int, load_args: str = "") -> str:
     """A script that prints the numbers of the QK attribution view: ``terms`` (``{(query source, key source):
     value}``, :func:`viz_model.attribution.qk_attribution`), ``score`` (the model's ``hook_attn_scores`` at the cell,
     ``-inf`` where masked) and ``summary`` (:func:`viz_model.attribution.qk_pattern_attribution`)."""
     lines = ['"""QK attribution (Inside a Transformer, pages "Attention" and "One head, step by step"): why head '
              f'L{layer}H{head} gives its score from query {query} to key {key}."""',
-             "import torch", "", "from viz_model import attribution, load_model", "", *_load(path), "",
+             "import torch", "", "from viz_model import attribution, load_model", "", *_load(path, load_args), "",
              f"text = {text!r}", *_ids("tokens", "text", prompt, has_tokenizer, cut, "kw"),
              f"layer, head, query, key = {layer}, {head}, {query}, {key}",
              "_, cache = model.run_with_cache(tokens, **kw)",
