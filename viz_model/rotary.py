@@ -81,8 +81,9 @@ def scaled_freqs(cfg, n_pos: int | None = None) -> torch.Tensor:
 def rotary_angles(n_pos: int, d_head: int, base: float, offset: int = 0,
                   freqs: torch.Tensor | None = None) -> torch.Tensor:
     """Angles ``pos * theta_i`` for positions ``offset .. offset + n_pos - 1``: ``[n_pos, d_head / 2]`` radians
-    (``freqs``: the model's own frequencies, :func:`scaled_freqs`; default ``rotary_freqs(d_head, base)``)."""
-    pos = torch.arange(offset, offset + n_pos, dtype=torch.float32)
+    (``freqs``: the model's own frequencies, :func:`scaled_freqs`; default ``rotary_freqs(d_head, base)``), on
+    ``freqs``' device."""
+    pos = torch.arange(offset, offset + n_pos, dtype=torch.float32, device=None if freqs is None else freqs.device)
     return pos[:, None] * (rotary_freqs(d_head, base) if freqs is None else freqs)[None, :]
 
 
