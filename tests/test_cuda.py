@@ -21,6 +21,7 @@ import torch
 from hf_models import bert_config, build, gpt2_config, llama_config, reference, save, transformers
 from test_families_dense import GEMMA, LLAMA, PHI3
 from test_moe import SPECS as MOE_SPECS
+from test_steering import dictionary
 from viz_model import ablation, attribution, generate, load_model, patching
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (README: tested on a GPU)")
@@ -88,16 +89,22 @@ def _close(a, b, atol=ATOL):
     torch.testing.assert_close(torch.as_tensor(a).cpu(), torch.as_tensor(b).cpu(), atol=atol, rtol=0)
 
 
-def test_every_cached_activation_on_the_gpu_equals_the_cpu(cpu_and_gpu):
-    cpu, gpu = cpu_and_gpu
-    ids = _ids(cpu.cfg.d_vocab, 11)
-    ref_logits, ref = cpu.run_with_cache(ids)
-    logits, cache = gpu.run_with_cache(ids.to(GPU))
+def _same_cache(model, reference, ids):
+    """``model`` (on the GPU, whole or spread) and ``reference`` (the CPU) record the same logits and hooks; returns
+    the reference's cache and the model's."""
+    ref_logits, ref = reference.run_with_cache(ids)
+    logits, cache = model.run_with_cache(ids.to(GPU))
     _close(logits, ref_logits)
     assert set(cache) == set(ref)
     for name in ref:
-        assert cache[name].device.type == "cuda", name
         _close(cache[name], ref[name])
+    return ref, cache
+
+
+def test_every_cached_activation_on_the_gpu_equals_the_cpu(cpu_and_gpu):
+    cpu, gpu = cpu_and_gpu
+    _, cache = _same_cache(gpu, cpu, _ids(cpu.cfg.d_vocab, 11))
+    assert all(value.device.type == "cuda" for value in cache.values())
 
 
 def test_interventions_on_the_gpu_equal_the_cpu(cpu_and_gpu):
@@ -149,25 +156,14 @@ def test_generation_and_the_apps_trace_on_the_gpu(cpu_and_gpu):
         _close(torch.tensor(value), torch.tensor(ref.arrays[name]))
 
 
-def _dictionary(hook, d_model, out=None, seed=0):
-    from viz_model.features import SparseDictionary
-    d = SparseDictionary(d_model, 24, hook, "topk", 6, hook_name_out=out, d_out=d_model if out else None,
-                         apply_b_dec_to_input=out is None)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in d.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return d.requires_grad_(False).eval()
-
-
 def test_dictionaries_on_the_cpu_read_steer_and_ablate_a_model_on_the_gpu(cpu_and_gpu):
     from viz_model.features import feature_acts, head_contributions, logit_effects, train_dictionary
     from viz_model.interventions.steering import ablate_features, contrastive_direction, steer
 
     cpu, gpu = cpu_and_gpu
     d_model, ids = cpu.cfg.d_model, _ids(cpu.cfg.d_vocab, 10, 7)
-    sae = _dictionary("blocks.1.hook_resid_post", d_model)
-    transcoder = _dictionary("blocks.1.ln2.hook_normalized", d_model, out="blocks.1.hook_mlp_out", seed=1)
+    sae = dictionary("blocks.1.hook_resid_post", d_model)
+    transcoder = dictionary("blocks.1.ln2.hook_normalized", d_model, out="blocks.1.hook_mlp_out", seed=1)
     for d in (sae, transcoder):
         acts = feature_acts(gpu, ids.to(GPU), d)
         assert acts.device.type == "cpu"
@@ -218,12 +214,7 @@ def test_the_model_really_spreads_over_gpu_cpu_and_disk(spread):
 def test_a_spread_model_equals_the_whole_one(spread):
     whole, placed = spread
     ids = _ids(whole.cfg.d_vocab, 9)
-    ref_logits, ref = whole.run_with_cache(ids)
-    logits, cache = placed.run_with_cache(ids.to(GPU))
-    _close(logits, ref_logits)
-    assert set(cache) == set(ref)
-    for name in ref:
-        _close(cache[name], ref[name])
+    ref, cache = _same_cache(placed, whole, ids)
     heads = [(0, 1), (3, 0)]
     _close(ablation.ablate_heads(placed, ids.to(GPU), heads), ablation.ablate_heads(whole, ids, heads))
     metric = patching.logit_diff_metric(3, 5)
