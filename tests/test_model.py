@@ -191,6 +191,32 @@ def test_scores_and_probs_read_from_the_cache_equal_what_the_forward_pass_comput
     assert set(only) == {n for n in names if n.endswith("attn.hook_attn_scores")}  # q and k stay private
 
 
+def test_the_cache_records_what_a_callers_hook_returned_for_scores_patterns_and_probs():
+    """Under a hook that changes a layer's scores, its pattern or the output probabilities (TransformerLens'
+    ``model.hooks(...)`` around ``run_with_cache``), the cache holds the values the forward pass really used, not
+    a recomputation from q and k (which knows nothing of the hook); other layers stay computed on first read."""
+    model = small_model(positional="rotary", norm="rmsnorm", mlp="swiglu", n_kv_heads=2)
+    ids = tokens()
+    flip = lambda x, hook: x.flip(-1)  # noqa: E731  (another pattern: each row reversed)
+    halve = lambda x, hook: x / 2  # noqa: E731
+    seen = {}
+    record = [(n, lambda x, h: seen.__setitem__(h.name, x.clone()))
+              for n in ("blocks.0.attn.hook_pattern", "blocks.1.attn.hook_attn_scores", "blocks.1.attn.hook_pattern",
+                        "hook_probs")]
+    changes = [("blocks.0.attn.hook_pattern", flip), ("blocks.1.attn.hook_attn_scores", halve), ("hook_probs", halve)]
+    with model.hooks(changes + record):  # the recorders run after the changes: they see what the model used
+        expected = model(ids)
+    with model.hooks(changes):
+        logits, cache = model.run_with_cache(ids)
+    torch.testing.assert_close(logits, expected, atol=0, rtol=0)
+    for name, value in seen.items():
+        assert torch.equal(cache[name], value), name
+    _, plain = model.run_with_cache(ids)
+    assert set(seen) <= set(plain._lazy)  # without hooks: computed on first read, as before
+    for name in seen:
+        assert not torch.equal(plain[name], cache[name]), name  # the hooks changed each of them
+
+
 def test_large_traces_store_float16_at_any_length(monkeypatch):
     """A short text whose blocks' hooks would hold more than HALF_ABOVE_MB in float32 (a 1 B model's) is stored
     like a long one: float16, the attention derived exactly from the float32 q and k."""

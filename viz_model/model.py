@@ -349,9 +349,12 @@ class VizTransformer(HookedModule):
         functions of other values (the logits; the layer's q and k), recomputed with the same operations when
         first read from the cache, so a full capture neither pays for them nor keeps their n² values in memory
         unless they are read. Scores and patterns are stored as usual during generation with a KV cache (earlier
-        keys are not in the cache then)."""
+        keys are not in the cache then), and wherever a caller's hook is attached to a value or to what it is computed
+        from in between (``hook_probs``; a layer's ``hook_attn_scores`` or ``hook_pattern``): the cache then records
+        what that hook returned, as TransformerLens does."""
         lazy, extra = {}, []
-        if "hook_probs" in names and "hook_logits" in self.hook_dict:
+        hooked = {name for name, hook in self.hook_dict.items() if hook.active}
+        if "hook_probs" in names and "hook_logits" in self.hook_dict and "hook_probs" not in hooked:
             lazy["hook_probs"] = lambda aux, out: torch.softmax(out.float(), dim=-1)
         if kwargs.get("kv_cache") is not None:
             return lazy, extra
@@ -360,6 +363,9 @@ class VizTransformer(HookedModule):
             if kind is None:
                 continue
             attn, q_name, k_name = self.score_inputs(name)
+            prefix = name[: -len(kind)]
+            if {prefix + "hook_attn_scores", prefix + "hook_pattern"} & hooked:
+                continue  # a hook changes the scores or the pattern: record what the forward pass really used
             extra += [q_name, k_name]
             # read after the forward pass, maybe with autograd on: no_grad keeps parameters (T5's relative position
             # bias) from attaching a graph to a cached value
