@@ -172,19 +172,25 @@ def test_inputs_beyond_the_context_or_vocabulary_are_refused(model):
 
 @pytest.mark.parametrize("overrides", [dict(), dict(positional="rotary", norm="rmsnorm", mlp="swiglu", n_kv_heads=2,
                                                     attn_window=5),
-                                       dict(n_encoder_layers=2, decoder_start_id=1, decoder_end_id=2)])
+                                       dict(n_encoder_layers=2, decoder_start_id=1, decoder_end_id=2),
+                                       dict(mlp="geglu", n_experts=4, experts_per_token=2)])
 def test_scores_and_probs_read_from_the_cache_equal_what_the_forward_pass_computed(overrides):
-    """run_with_cache computes hook_attn_scores, hook_pattern and hook_probs on first read (not stored during the pass);
-    they must be bit-identical to what flows through the hook points."""
+    """run_with_cache computes hook_attn_scores, hook_pattern, hook_probs and a dense MLP's hook_post on first read
+    (not stored during the pass); they must be bit-identical to what flows through the hook points."""
     model = small_model(**overrides)
     ids = tokens()
     kwargs = {"src_tokens": tokens()[:, :7]} if model.cfg.is_encoder_decoder else {}
     seen = {}
-    names = [n for n in model.hook_dict if n.endswith(("hook_attn_scores", "hook_pattern", "hook_probs"))]
+    names = [n for n in model.hook_dict if n.endswith(("hook_attn_scores", "hook_pattern", "hook_probs", "hook_post"))]
     with model.hooks((n, lambda x, h: seen.__setitem__(h.name, x.clone())) for n in names):
         model(ids, **kwargs)
     _, cache = model.run_with_cache(ids, **kwargs)
-    assert set(names) <= set(cache)
+    if model.cfg.n_experts:  # an expert no token was routed to never runs: its hooks are in neither
+        names = [n for n in names if n in seen]
+    assert set(names) == set(seen) and set(names) <= set(cache)
+    lazy_posts = {n for n in cache._lazy if n.endswith("hook_post")}  # before any read
+    # a block's dense MLP; not a mixture of experts (its experts run on the tokens routed to them)
+    assert lazy_posts == (set() if model.cfg.n_experts else {n for n in names if n.endswith("mlp.hook_post")})
     for n in names:
         assert torch.equal(cache[n], seen[n]), n
     _, only = model.run_with_cache(ids, names_filter=lambda n: n.endswith("attn.hook_attn_scores"), **kwargs)
@@ -192,9 +198,10 @@ def test_scores_and_probs_read_from_the_cache_equal_what_the_forward_pass_comput
 
 
 def test_the_cache_records_what_a_callers_hook_returned_for_scores_patterns_and_probs():
-    """Under a hook that changes a layer's scores, its pattern or the output probabilities (TransformerLens'
-    ``model.hooks(...)`` around ``run_with_cache``), the cache holds the values the forward pass really used, not
-    a recomputation from q and k (which knows nothing of the hook); other layers stay computed on first read."""
+    """Under a hook that changes a layer's scores, its pattern, the output probabilities or an MLP's hidden
+    activations (TransformerLens' ``model.hooks(...)`` around ``run_with_cache``), the cache holds the values the
+    forward pass really used, not a recomputation (which knows nothing of the hook); a hook on an input of a
+    recomputed value (``hook_pre``) is seen by the recomputation; unhooked values stay computed on first read."""
     model = small_model(positional="rotary", norm="rmsnorm", mlp="swiglu", n_kv_heads=2)
     ids = tokens()
     flip = lambda x, hook: x.flip(-1)  # noqa: E731  (another pattern: each row reversed)
@@ -202,12 +209,14 @@ def test_the_cache_records_what_a_callers_hook_returned_for_scores_patterns_and_
     seen = {}
     record = [(n, lambda x, h: seen.__setitem__(h.name, x.clone()))
               for n in ("blocks.0.attn.hook_pattern", "blocks.1.attn.hook_attn_scores", "blocks.1.attn.hook_pattern",
-                        "hook_probs")]
-    changes = [("blocks.0.attn.hook_pattern", flip), ("blocks.1.attn.hook_attn_scores", halve), ("hook_probs", halve)]
+                        "hook_probs", "blocks.0.mlp.hook_post", "blocks.1.mlp.hook_post")]
+    changes = [("blocks.0.attn.hook_pattern", flip), ("blocks.1.attn.hook_attn_scores", halve), ("hook_probs", halve),
+               ("blocks.0.mlp.hook_post", halve), ("blocks.1.mlp.hook_pre", halve)]
     with model.hooks(changes + record):  # the recorders run after the changes: they see what the model used
         expected = model(ids)
     with model.hooks(changes):
         logits, cache = model.run_with_cache(ids)
+    assert "blocks.1.mlp.hook_post" in cache._lazy  # a hook on its input: computed on read, from what passed it
     torch.testing.assert_close(logits, expected, atol=0, rtol=0)
     for name, value in seen.items():
         assert torch.equal(cache[name], value), name

@@ -190,7 +190,7 @@ class HookedModule(nn.Module):
         keep = _as_predicate(names_filter)
         store: dict[str, torch.Tensor] = {}
         names = [name for name in self.hook_dict if keep(name)]
-        lazy, extra = self.lazy_hooks(names, store, kwargs)
+        lazy, extra = self.lazy_hooks(names, store, kwargs, store_dtype)
 
         recorded = set(n for n in names if n not in lazy)
         aux: dict[str, torch.Tensor] = {}  # full-precision inputs of the lazy hooks (e.g. q and k for the scores)
@@ -207,7 +207,8 @@ class HookedModule(nn.Module):
             logits = self(tokens, **kwargs)
         return logits, ActivationCache(store, {name: (lambda fn=fn: fn(aux, logits)) for name, fn in lazy.items()})
 
-    def lazy_hooks(self, names: list[str], store: dict, kwargs: dict) -> tuple[dict, list[str]]:
+    def lazy_hooks(self, names: list[str], store: dict, kwargs: dict, store_dtype: torch.dtype | None = None
+                   ) -> tuple[dict, list[str]]:
         """Hooks that ``run_with_cache`` may compute on first read instead of storing, as exact functions of
         other recorded values: ``({name: fn(aux, output)}, names to record privately into aux)``. None here;
         models override it."""

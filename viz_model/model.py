@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from viz_model.components import Block, Embed, LayerKV, LayerNorm, PosEmbed, RelativePositionBias, make_norm, soft_cap
-from viz_model.feed_forward import ACTIVATIONS
+from viz_model.feed_forward import ACTIVATIONS, MLP
 from viz_model.config import Config
 from viz_model.hooks import HookedModule, HookPoint
 from viz_model.placement import execution_device, weight
@@ -344,11 +344,15 @@ class VizTransformer(HookedModule):
         rot = "rot_" if hasattr(attn, "hook_rot_q") else ""
         return attn, f"{prefix}hook_{rot}q", f"{prefix}hook_{rot}k"
 
-    def lazy_hooks(self, names: list[str], store: dict, kwargs: dict) -> tuple[dict, list[str]]:
+    def lazy_hooks(self, names: list[str], store: dict, kwargs: dict, store_dtype: torch.dtype | None = None
+                   ) -> tuple[dict, list[str]]:
         """``hook_probs`` (softmax over the vocabulary) and every ``hook_attn_scores`` and ``hook_pattern`` are exact
         functions of other values (the logits; the layer's q and k), recomputed with the same operations when
         first read from the cache, so a full capture neither pays for them nor keeps their n² values in memory
-        unless they are read. Scores and patterns are stored as usual during generation with a KV cache (earlier
+        unless they are read. So is a dense MLP's ``hook_post`` (``act(hook_pre)``, times ``hook_pre_linear`` when
+        gated), when the values are stored as they are (no ``store_dtype``: a float16 capture would otherwise keep
+        its inputs in full precision): ``[pos, d_mlp]`` a layer that the capture need not hold, since its inputs are
+        recorded anyway. Scores and patterns are stored as usual during generation with a KV cache (earlier
         keys are not in the cache then), and wherever a caller's hook is attached to a value or to what it is computed
         from in between (``hook_probs``; a layer's ``hook_attn_scores`` or ``hook_pattern``): the cache then records
         what that hook returned, as TransformerLens does."""
@@ -356,6 +360,17 @@ class VizTransformer(HookedModule):
         hooked = {name for name, hook in self.hook_dict.items() if hook.active}
         if "hook_probs" in names and "hook_logits" in self.hook_dict and "hook_probs" not in hooked:
             lazy["hook_probs"] = lambda aux, out: torch.softmax(out.float(), dim=-1)
+        for name in names if store_dtype is None else ():
+            if not name.endswith("mlp.hook_post") or name in hooked:  # a block's MLP (not a mixture's experts,
+                continue  # which run only on the tokens routed to them)
+            mlp = self.get_submodule(name.rsplit(".", 1)[0]) if "." in name else None
+            if not isinstance(mlp, MLP) or name != mlp.hook_post.name:
+                continue
+            pre, lin = mlp.hook_pre.name, (mlp.hook_pre_linear.name if mlp.gated else None)
+            extra += [pre] + ([lin] if lin else [])
+            # the very operations of MLP.hidden on the values that passed hook_pre (and hook_pre_linear)
+            lazy[name] = torch.no_grad()(lambda aux, out, act=mlp.act, pre=pre, lin=lin:
+                                         act(aux[pre]) * aux[lin] if lin else act(aux[pre]))
         if kwargs.get("kv_cache") is not None:
             return lazy, extra
         for name in names:
