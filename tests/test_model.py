@@ -193,6 +193,8 @@ def test_scores_and_probs_read_from_the_cache_equal_what_the_forward_pass_comput
     assert lazy_posts == (set() if model.cfg.n_experts else {n for n in names if n.endswith("mlp.hook_post")})
     for n in names:
         assert torch.equal(cache[n], seen[n]), n
+    _, posts = model.run_with_cache(ids, names_filter=lambda n: n.endswith("mlp.hook_post"), **kwargs)
+    assert not posts._lazy  # asked alone, hook_post is recorded as it passes: its inputs would hold more
     _, only = model.run_with_cache(ids, names_filter=lambda n: n.endswith("attn.hook_attn_scores"), **kwargs)
     assert set(only) == {n for n in names if n.endswith("attn.hook_attn_scores")}  # q and k stay private
 

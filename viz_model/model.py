@@ -367,6 +367,8 @@ class VizTransformer(HookedModule):
             if not isinstance(mlp, MLP) or name != mlp.hook_post.name:
                 continue
             pre, lin = mlp.hook_pre.name, (mlp.hook_pre_linear.name if mlp.gated else None)
+            if pre not in names or (lin and lin not in names):
+                continue  # its inputs are not recorded: keeping them instead would hold more, not less
             extra += [pre] + ([lin] if lin else [])
             # the very operations of MLP.hidden on the values that passed hook_pre (and hook_pre_linear)
             lazy[name] = torch.no_grad()(lambda aux, out, act=mlp.act, pre=pre, lin=lin:
