@@ -30,7 +30,8 @@ def _tokens(tokens: torch.Tensor) -> torch.Tensor:
 def hook_values(model: VizTransformer, tokens: torch.Tensor, dictionary: SparseDictionary
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(x, y)``: the activation the dictionary reads ``[pos, d_in]`` and the one it reconstructs / predicts
-    ``[pos, d_out]`` (the same tensor for an SAE), float32 on the CPU whatever the model's device, for one text ``tokens`` ``[pos]`` or ``[1, pos]``.
+    ``[pos, d_out]`` (the same tensor for an SAE), float32 on the CPU whatever the model's device, for one text
+    ``tokens`` ``[pos]`` or ``[1, pos]``.
 
     Raises:
         KeyError: a hook the model does not have. ValueError: bad tokens, or widths that do not match the dictionary.
@@ -119,7 +120,8 @@ def _final_norm_direction(model: VizTransformer, direction: torch.Tensor) -> tor
 
 @torch.no_grad()
 def logit_effects(model: VizTransformer, dictionary: SparseDictionary, feature: int) -> torch.Tensor:
-    """How feature ``feature``'s decoder direction ``W_dec[feature]`` moves each token's logit, ``[d_vocab]``:
+    """How feature ``feature``'s decoder direction ``W_dec[feature]`` moves each token's logit, ``[d_vocab]`` (on the
+    CPU; computed on the model's device):
     ``(W_dec[feature] through the final norm's linear part) @ W_U`` — the final norm's *weight* is applied (and,
     for LayerNorm, its mean-centring, which is linear), its division by the scale is not (a positive number per
     position that rescales all logits alike, so the ranking holds) and its bias is left out (it does not depend on
