@@ -379,7 +379,8 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"parts, comma-separated, of: {', '.join(PLAN)} (sweeps: the effect map and the exact and "
                              "attribution sweeps at 32 tokens, minutes on a CPU)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--device", default=os.environ.get("REAL_SIZE_DEVICE", "cpu"), help="cpu (default) or cuda: where ours and transformers run")
+    parser.add_argument("--device", default=os.environ.get("REAL_SIZE_DEVICE", "cpu"),
+                        help="cpu (default) or cuda: where ours and transformers run")
     parser.add_argument("--part")
     parser.add_argument("--impl")
     args = parser.parse_args(argv)

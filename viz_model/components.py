@@ -266,8 +266,7 @@ class Attention(nn.Module):
         pass wait for the GPU 32 times (1.24 B model: twice transformers' time at 64 tokens, README: On a GPU)."""
         cfg = self.cfg
         n_pos = first + n
-        key = (str(device), cfg.d_rotary, cfg.rotary_base, cfg.rotary_scaling, cfg.rotary_factor,
-               cfg.rotary_scaling == "longrope" and long_factors(cfg, n_pos))
+        key = (str(device), cfg.rotary_scaling == "longrope" and long_factors(cfg, n_pos))
         kept = self.__dict__.setdefault("_rotary_freqs", {})
         freqs = kept.get(key)
         if freqs is None:

@@ -363,8 +363,8 @@ class VizTransformer(HookedModule):
         for name in names if store_dtype is None else ():
             if not name.endswith("mlp.hook_post") or name in hooked:  # a block's MLP (not a mixture's experts,
                 continue  # which run only on the tokens routed to them)
-            mlp = self.get_submodule(name.rsplit(".", 1)[0]) if "." in name else None
-            if not isinstance(mlp, MLP) or name != mlp.hook_post.name:
+            mlp = self.get_submodule(name.rsplit(".", 1)[0])
+            if not isinstance(mlp, MLP):  # a mixture of experts' own side-by-side hook_post
                 continue
             pre, lin = mlp.hook_pre.name, (mlp.hook_pre_linear.name if mlp.gated else None)
             if pre not in names or (lin and lin not in names):

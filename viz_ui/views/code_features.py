@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from viz_ui.views.code_interventions import UPLOAD_NOTE
+from viz_ui.views.code_interventions import _load
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,10 +24,7 @@ def features_code(model_path: str, text: str, folder: str, feature: int, n_ids: 
     """A script printing, for ``text`` cut to ``n_ids`` tokens as the app runs it: each token's strongest feature of
     the dictionary in ``folder``, its FVU on the text, feature ``feature``'s top promoted and suppressed tokens and
     the heads writing most to it at ``position``."""
-    extra = f", {load_args}" if load_args else ""  # load_model's keyword arguments (code_interventions.load_arguments)
-    load = (f'model, tokenizer = load_model("PATH/TO/YOUR/CHECKPOINT"{extra})  # {UPLOAD_NOTE}'
-            if model_path.startswith("upload:") else
-            f"model, tokenizer = load_model({_folder(model_path)!r}{extra})")
+    load, = _load(_folder(model_path), load_args)  # load_args: code_interventions.load_arguments
     return "\n".join([
         '"""Features of a text under a sparse dictionary, as the Features page shows them."""',
         "import torch",

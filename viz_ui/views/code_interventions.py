@@ -9,6 +9,8 @@ output of the clean source (written out as ids), with the source as ``src_tokens
 
 from __future__ import annotations
 
+import json
+
 from viz_ui.analysis.interventions import N_GENERATE, Prompt
 
 UPLOAD_NOTE = "the file you uploaded (an upload lives in the browser session only)"
@@ -23,7 +25,7 @@ def load_arguments(dtype: str, device_type: str) -> str:
     >>> load_arguments("auto", "cuda")
     'dtype="auto", device="auto"'
     """
-    args = [] if dtype == "float32" else [f"dtype={dtype!r}".replace("'", '"')]
+    args = [] if dtype == "float32" else [f"dtype={json.dumps(dtype)}"]
     return ", ".join(args + (['device="auto"'] if device_type == "cuda" else []))
 
 
