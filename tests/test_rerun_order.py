@@ -1,0 +1,82 @@
+"""viz_ui.app.rerun_order: a fragment's timed rerun that reaches the server just after a script run ended starts
+its ScriptRunner after that run's last messages are handled, not before (which made Streamlit drop them)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+from streamlit.runtime.app_session import AppSession
+from streamlit.runtime.scriptrunner_utils.script_requests import RerunData, ScriptRequestType
+
+from viz_ui.app import rerun_order
+
+POLL = RerunData(fragment_id_queue=["poll"], is_auto_rerun=True)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """AppSession._create_scriptrunner replaced by a recorder, then patched by install(); restored afterwards."""
+    seen: list = []
+    monkeypatch.setattr(AppSession, "_create_scriptrunner",
+                        lambda self, data: seen.append(("new runner", list(data.fragment_id_queue) or "full")))
+    rerun_order.install()
+    return seen
+
+
+def runner(state, seen=None):
+    return SimpleNamespace(_requests=SimpleNamespace(_state=state),
+                           request_rerun=lambda data: seen.append(("taken", list(data.fragment_id_queue))) or True)
+
+
+def replay(s, seen, data, after_shutdown=None, shutdown: bool = True):
+    """On the session's event loop, in the order Streamlit gets them under load: the browser's rerun request (which
+    found the runner stopped), then the messages the runner's thread had queued before it stopped (two elements and
+    "finished"), then its shutdown (the session forgets the runner, or gets ``after_shutdown``)."""
+    loop = s._event_loop
+    loop.call_soon(AppSession._create_scriptrunner, s, data)
+    for name in ("element", "element", "finished"):
+        loop.call_soon_threadsafe(seen.append, name)
+    if shutdown:
+        loop.call_soon_threadsafe(lambda: (seen.append("shutdown"), setattr(s, "_scriptrunner", after_shutdown)))
+    loop.run_until_complete(asyncio.sleep(0.05))
+
+
+@pytest.fixture
+def loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def test_a_fragment_rerun_after_the_runner_stopped_waits_for_its_messages_and_shutdown(calls, loop):
+    s = SimpleNamespace(_event_loop=loop, _scriptrunner=runner(ScriptRequestType.STOP))
+    replay(s, calls, POLL)
+    assert calls == ["element", "element", "finished", "shutdown", ("new runner", ["poll"])]
+
+
+def test_a_runner_started_meanwhile_takes_the_fragment_rerun(calls, loop):
+    s = SimpleNamespace(_event_loop=loop, _scriptrunner=runner(ScriptRequestType.STOP))
+    replay(s, calls, POLL, after_shutdown=runner(ScriptRequestType.CONTINUE, calls))
+    assert calls == ["element", "element", "finished", "shutdown", ("taken", ["poll"])]
+
+
+def test_full_reruns_and_first_runners_start_at_once(calls, loop):
+    replay(SimpleNamespace(_event_loop=loop, _scriptrunner=runner(ScriptRequestType.STOP)), calls, RerunData())
+    assert calls[0] == ("new runner", "full")  # Streamlit stops the old run for a full rerun on purpose
+    calls.clear()
+    replay(SimpleNamespace(_event_loop=loop, _scriptrunner=None), calls, POLL, shutdown=False)
+    assert calls[0] == ("new runner", ["poll"])
+
+
+def test_a_fragment_rerun_is_not_lost_when_the_shutdown_never_comes(calls, loop):
+    replay(SimpleNamespace(_event_loop=loop, _scriptrunner=runner(ScriptRequestType.STOP)), calls, POLL,
+           shutdown=False)
+    assert calls == ["element", "element", "finished", ("new runner", ["poll"])]
+
+
+def test_the_app_installs_it():
+    import viz_ui.app.layout  # noqa: F401  (every page imports it)
+
+    assert getattr(AppSession._create_scriptrunner, "_viz_waits", False)
