@@ -92,8 +92,7 @@ class Follow:
         self.event.clear()
 
     def teacher_ready(self) -> bool:
-        return not self.after_teacher or any(r.t >= self.t0 and not r.fragment and r.status == "ok"
-                                             for r in reversed(self.teacher.runs[-5:]))
+        return not self.after_teacher or any(not r.fragment and r.status == "ok" for r in runs_since(self.teacher, self.t0))
 
     def on_finished(self, client: StClient, run: Run) -> None:
         if (self.teacher is not None and client.name in self.waiting and run.status != "rerun" and run.t >= self.t0
