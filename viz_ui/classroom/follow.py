@@ -122,10 +122,9 @@ WAIT_POLLS = 2  # polls a student waits for the full run an applied view asked f
 
 def rerun_overdue(cls: ClassSession) -> bool:
     """Called by each poll that applies no view: True (ask for a full run again, counted as an attempt) when a view
-    was applied and :data:`WAIT_POLLS` polls passed without a full run, up to :data:`MAX_ATTEMPTS` attempts. The
-    poll's rerun can be lost without any later full run: the page and link arrived, the page never reran (100
-    students on 3 replicas: 4-21 students per change on the attention page, bench/class_live.py), and
-    :func:`check_applied`, which runs at the start of a full run, never saw it."""
+    was applied and :data:`WAIT_POLLS` polls passed without a full run, up to :data:`MAX_ATTEMPTS` attempts: a
+    safety net for a full run that never reaches the browser, which :func:`check_applied` (at the start of a full run)
+    cannot see. Most such losses under load were a race in Streamlit, fixed by :mod:`viz_ui.app.rerun_order`."""
     if cls.teacher or not cls.following or cls.expect is None:
         return False
     cls.waited += 1
