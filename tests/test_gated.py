@@ -197,3 +197,39 @@ def test_a_moe_intervention_waits_for_its_button(monkeypatch):
     assert calls == [] and figure(at, "Output ") is None
     gate_button(at, "moe_intervention").click().run()
     assert not at.exception and len(calls) == 1 and figure(at, "Output ") is not None
+
+
+def test_sessions_asking_at_once_compute_the_speed_probe_and_a_result_once(monkeypatch, shipped):
+    """A class opens a page at once: 6 sessions (threads) ask for the same speed and the same gated result; each is
+    computed by one of them while the others wait, then read (was: every session computed both, concurrently)."""
+    import threading
+    import time
+
+    probes, computes = [], []
+
+    def slow_probe(model, n_tokens, batch=gate.PROBE_BATCH):
+        probes.append(n_tokens)
+        time.sleep(0.2)
+        return 0.001 * len(probes)
+
+    def compute(progress):
+        computes.append(1)
+        time.sleep(0.2)
+        return {"n": len(computes)}
+
+    monkeypatch.setattr(gate, "probe_seconds", slow_probe)
+    gate._speeds.clear()
+    speeds, results = [], []
+
+    def session():
+        speeds.append(gate.copy_seconds(shipped[0], "a-model-key", 9, trace_seconds=None))
+        results.append(gate.costly("once", ("a-model-key", TEXT), 0.0, compute, "Compute it"))
+
+    threads = [threading.Thread(target=session) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gate._speeds.clear()
+    assert len(probes) == 1 and speeds == [0.001] * 6
+    assert len(computes) == 1 and results == [{"n": 1}] * 6

@@ -13,7 +13,9 @@ at its next progress update; nothing half-done is stored, and the next run of th
 from __future__ import annotations
 
 import os
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +31,26 @@ PROBE_BATCH = 8  # copies in the speed probe of a small model
 PROBE_FLOPS = 20e9  # a probe computes at most this many FLOPs per run (about 0.2 s on a 2-core CPU)
 
 Progress = Callable[[int, int], None]
+
+_LOCKS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # key -> its lock, while someone holds it
+_LOCKS_GUARD = threading.Lock()
+
+
+def one_at_a_time(key: tuple) -> threading.RLock:
+    """The lock of ``key`` (any hashable value), shared by every session of this server: hold it while computing
+    a result that the others would compute too, then look again before computing. Without it, a class whose 30
+    students open the same page at once computed its speed probe and each gated result 30 times over, concurrently
+    (bench/class_live.py: about 120 ms of server CPU per student on the attention page's first visit instead of
+    40). Re-entrant: a computation may take it again in the same thread."""
+    try:
+        hash(key)
+    except TypeError:  # a list or dict inside: its text stands for it
+        key = repr(key)
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(key)
+        if lock is None:
+            lock = _LOCKS[key] = threading.RLock()
+        return lock
 
 
 def gate_seconds() -> float:
@@ -74,7 +96,11 @@ def copy_seconds(model: VizTransformer, path: str, n_tokens: int, trace_seconds:
     """
     bucket = length_bucket(n_tokens)
     table = _speeds()
-    if (path, bucket) not in table:
+    if (path, bucket) in table:
+        return table[(path, bucket)]
+    with one_at_a_time(("speed", path, bucket)):
+        if (path, bucket) in table:  # measured while this session waited
+            return table[(path, bucket)]
         flops = forward_flops(model, bucket)
         flops = flops["encoder"] + sum(flops["blocks"]) + flops["decode"]
         batch = int(max(1, min(PROBE_BATCH, PROBE_FLOPS // max(1.0, flops))))
@@ -150,8 +176,9 @@ def costly(name: str, key: tuple, estimate_s: float, compute: Callable[[Progress
         st.session_state.pop(flag, None)
         return found
     if estimate_s <= gate_seconds():
-        with st.spinner(f"{label}…"):  # Streamlit shows it only after half a second
-            return _kept(name, key, _value=compute(None))
+        with st.spinner(f"{label}…"), one_at_a_time((name, key)):  # Streamlit shows it only after half a second
+            found = cached_result(name, key)  # computed by another session while this one waited
+            return found if found is not None else _kept(name, key, _value=compute(None))
     if st.session_state.get(flag) is not None:  # a run of this work was stopped before it ended
         where.warning(f"{label}: cancelled. Nothing was kept; the button starts it again.", icon=":material/cancel:")
         del st.session_state[flag]
