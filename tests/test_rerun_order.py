@@ -7,7 +7,7 @@ import asyncio
 from types import SimpleNamespace
 
 import pytest
-from streamlit.runtime.app_session import AppSession
+from streamlit.runtime.app_session import AppSession, AppSessionState
 from streamlit.runtime.scriptrunner_utils.script_requests import RerunData, ScriptRequestType
 
 from viz_ui.app import rerun_order
@@ -74,6 +74,13 @@ def test_a_fragment_rerun_is_not_lost_when_the_shutdown_never_comes(calls, loop)
     replay(SimpleNamespace(_event_loop=loop, _scriptrunner=runner(ScriptRequestType.STOP)), calls, POLL,
            shutdown=False)
     assert calls == ["element", "element", "finished", ("new runner", ["poll"])]
+
+
+def test_a_fragment_rerun_that_waited_is_dropped_when_the_session_shut_down_meanwhile(calls, loop):
+    s = SimpleNamespace(_event_loop=loop, _scriptrunner=runner(ScriptRequestType.STOP))
+    loop.call_soon_threadsafe(setattr, s, "_state", AppSessionState.SHUTDOWN_REQUESTED)  # the tab closed
+    replay(s, calls, POLL)
+    assert calls == ["element", "element", "finished", "shutdown"]
 
 
 def test_the_app_installs_it():

@@ -22,7 +22,7 @@ that follows redraws the whole page.
 
 from __future__ import annotations
 
-from streamlit.runtime.app_session import AppSession
+from streamlit.runtime.app_session import AppSession, AppSessionState
 from streamlit.runtime.scriptrunner_utils.script_requests import RerunData, ScriptRequestType
 
 MAX_WAITS = 100  # turns of the event loop a fragment rerun waits for a stopped runner's shutdown (each is short)
@@ -43,6 +43,8 @@ def install() -> None:
 
     def create_scriptrunner(self: AppSession, initial_rerun_data: RerunData, _waited: int = 0) -> None:
         fragment = bool(initial_rerun_data.fragment_id or initial_rerun_data.fragment_id_queue)
+        if _waited and getattr(self, "_state", None) == AppSessionState.SHUTDOWN_REQUESTED:
+            return None  # the browser left while this request waited: Streamlit discards requests then
         old = self._scriptrunner
         if fragment and old is not None and _waited < MAX_WAITS and stopped(old):
             self._event_loop.call_soon(lambda: create_scriptrunner(self, initial_rerun_data, _waited + 1))
