@@ -74,6 +74,11 @@ def test_three_students_follow_the_teacher_and_answer(class_server):
                 expect(title).to_be_attached(timeout=60_000)
             assert "teach=" not in "".join(s.url for s in students)
 
+            # the teacher's second tab (a projector window) shows the question and the reveal asked in the first
+            projector = browser.new_page(viewport={"width": 1280, "height": 900})
+            projector.goto(teacher.url)
+            expect(projector.get_by_role("heading", name="Attention", exact=True)).to_be_visible(timeout=60_000)
+
             # predict, then reveal: a next-token question answered by the three
             asked = teacher.get_by_text(re.compile(r"answers? so far"))
             for _ in range(3):  # a rerun of the teacher's live fragments may swallow a click: retried until asked
@@ -86,6 +91,7 @@ def test_three_students_follow_the_teacher_and_answer(class_server):
                 except Exception:
                     continue
             expect(asked.first).to_be_visible()
+            expect(projector.get_by_text(re.compile(r"answers? so far")).first).to_be_visible(timeout=20_000)
             for s, answer in zip(students, ["mat", "mat", "rug"]):
                 field = s.get_by_label("Your answer: the next token")
                 expect(field).to_be_visible(timeout=60_000)
@@ -94,7 +100,7 @@ def test_three_students_follow_the_teacher_and_answer(class_server):
                 expect(s.get_by_text(f"Sent: “{answer}”")).to_be_visible()
             expect(teacher.get_by_text("3 answers so far")).to_be_visible()
             teacher.get_by_role("button", name="Reveal").click()
-            for screen in (teacher, *students):
+            for screen in (teacher, projector, *students):
                 bars = screen.locator(".js-plotly-plot .bartext")
                 expect(bars.filter(has_text="2 · 67%")).to_have_count(1)
                 expect(bars.filter(has_text="1 · 33%")).to_have_count(1)

@@ -87,15 +87,23 @@ def teacher_bar(cls: ClassSession) -> None:
 
 @st.fragment(run_every=TICK_SECONDS)
 def _teacher_tick() -> None:
-    """Every TICK_SECONDS: publish a view left pending (a page that drew no figure after its first link), then the
-    follower count."""
+    """Every TICK_SECONDS: publish a view left pending (a page that drew no figure after its first link), rerun the
+    page when the class's question was asked or revealed elsewhere (the teacher's other tab: a projector window and
+    a laptop), then the follower count."""
     cls = current()
     if cls is None or not cls.teacher:
         return
     ctx = get_script_run_ctx()
-    if ctx is not None and ctx.fragment_ids_this_run:  # a tick of its own, after the page's run: the view is settled
+    own_tick = ctx is not None and bool(ctx.fragment_ids_this_run)  # a tick of its own, after the page's run
+    if own_tick:  # the view is settled
         publish_view()
     try:
+        if own_tick:
+            question = class_store().question(cls.code)
+            seen = (question["id"], bool(question.get("revealed"))) if question else None
+            if seen != cls.question:
+                cls.question = seen  # the page's question area draws it (and sets it again), as a student's poll does
+                st.rerun()
         n = class_store().followers(cls.code)
     except KeyError:
         leave(f"Class {cls.code} has ended (a class lives at most a day).")
