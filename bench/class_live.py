@@ -13,7 +13,10 @@ cookie says which). Then:
 3. one replica is killed (SIGKILL) mid-class: its students reconnect through HAProxy to the others (a new
    session: the link's ``class=CODE`` keeps them in the class); the time until each shows the teacher's view again,
    then a change followed on the 2 replicas left;
-4. Redis is restarted (append-only: the class survives); then a change followed.
+4. Redis is restarted (append-only: the class survives); then a change followed;
+5. predict, then reveal: the teacher asks a multiple-choice question, every student answers at once through the
+   answer form, the teacher reveals: the time until every student shows the question, until the store counts every
+   answer (exactly), and until every screen shows the class's answers.
 
 Errors: an exception shown, an error message shown at the end of a change, a student that never followed, a
 connection lost other than by the kill. Memory: resident and peak of each replica, Redis and HAProxy.
@@ -36,6 +39,8 @@ import statistics
 import time
 from collections import Counter
 from urllib.parse import parse_qsl, urlencode
+
+from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 from common import ROOT, show
 from deployment import Deployment, cpu_seconds, proc_status
@@ -193,6 +198,67 @@ def replica_of(client: StClient) -> str:
     return client.cookies.get("VIZ_REPLICA", "?")
 
 
+CHOICES = ["L1H3", "L0H2", "L2H0"]
+
+
+def answered(student: StClient) -> bool:
+    return any(x.kind == "caption" and x.text.startswith("Sent:") for x in student.shown.values())
+
+
+def revealed(student: StClient, total: int) -> bool:
+    return any(x.kind == "plotly" and x.text.startswith(f"{total} answer") for x in student.shown.values())
+
+
+async def predict_and_reveal(teacher: StClient, students: list[StClient], code: str, token: str,
+                             timeout: float) -> list[dict]:
+    """Predict, then reveal, with every student: the teacher asks a multiple-choice question (through the store, as
+    its form does), each student picks ``CHOICES[i % 3]`` and sends it as a click would (the answer form's radio and
+    Send, a rerun of the answer fragment), the teacher clicks Reveal. Rows: the time until every student shows the
+    question, until the store counts every answer (and the tally is exact), until every screen shows the reveal."""
+    from viz_ui.classroom import class_store
+    store, rows = class_store(), []
+
+    async def phase(name: str, done, detail=lambda: "") -> None:
+        t0 = time.perf_counter()
+        ok = await until(done, timeout, step=0.1)
+        rows.append({"step": name, "seconds": time.perf_counter() - t0, "done": ok, "detail": detail()})
+
+    qid = store.ask(code, token, {"kind": "choice", "prompt": "Which head is the induction head?",
+                                  "choices": CHOICES, "correct": CHOICES[0], "tokens": False})
+    await phase("asked → every student shows the answer form",
+                lambda: all(s.widget_id("Your answer") for s in students),
+                lambda: f"{sum(bool(s.widget_id('Your answer')) for s in students)} of {len(students)}")
+    expected = Counter(CHOICES[i % len(CHOICES)] for i in range(len(students)))
+    for i, s in enumerate(students):  # every student answers at once, as a hall does when the teacher says "now"
+        radio, send = s.widget_id("Your answer"), s.widget_id("Send")
+        if radio is None or send is None:
+            continue
+        fragment = next(x.fragment_id for x in s.shown.values() if x.widget_id == radio)
+        s.widget_values[radio] = WidgetState(id=radio, string_value=CHOICES[i % len(CHOICES)])
+        s.widget_values[send] = WidgetState(id=send, trigger_value=True)
+        await s.rerun(fragment_id=fragment)
+        del s.widget_values[send]  # a trigger counts once, as the browser's
+    await phase("answers sent → every answer counted and shown as sent",
+                lambda: dict(store.tally(code, qid)) == dict(expected) and all(map(answered, students)),
+                lambda: f"tally {dict(store.tally(code, qid))} (expected {dict(expected)}); "
+                        f"{sum(map(answered, students))} screens say sent")
+    await until(lambda: teacher.widget_id("Reveal") is not None, timeout)
+    button = teacher.widget_id("Reveal")
+    if button is None:  # the teacher's screen lacks its button: said, and revealed through the store
+        print("problem: the teacher's screen shows no Reveal button", flush=True)
+        store.reveal(code, token, qid)
+    else:  # the teacher clicks Reveal (a button of its answer-count fragment)
+        fragment = next(x.fragment_id for x in teacher.shown.values() if x.widget_id == button)
+        teacher.widget_values[button] = WidgetState(id=button, trigger_value=True)
+        await teacher.rerun(fragment_id=fragment)
+        del teacher.widget_values[button]
+    await phase("revealed → every screen shows the class's answers", lambda: all(
+        revealed(s, len(students)) for s in students + [teacher]),
+        lambda: f"{sum(revealed(s, len(students)) for s in students)} of {len(students)} students, teacher "
+                f"{revealed(teacher, len(students))}")
+    return rows
+
+
 async def run(args) -> None:
     with Deployment(args.root, args.replicas, args.port, args.redis_port, logs=args.logs) as dep:
         print(f"deployment: {dep.url} (replicas {dep.replica_pids}, HAProxy {dep.haproxy_pid}), {dep.redis_url}; "
@@ -283,6 +349,7 @@ async def run(args) -> None:
             await asyncio.sleep(args.pause)
         rows_fault.append({"fault": f"Redis restarted (down {down:.1f} s)", "students on it": len(students),
                            "back in the class": rows[-1]["followed"]})
+        reveal_rows = await predict_and_reveal(teacher, students, code, token, args.timeout)
         memory_end = {n: proc_status(p) for n, p in dep.processes().items()}
         events = dep.haproxy_events()
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -301,6 +368,9 @@ async def run(args) -> None:
          f"All changes on 3 replicas: median {statistics.median(all_ms):,.0f} ms, p95 {pct(all_ms, 0.95):,.0f} ms "
          f"over {len(all_ms)} (student, change) pairs. From the teacher's action to a finished run of the student's "
          "session with the teacher's page, link parameters and figures.")
+    show(f"Predict, then reveal with {n} students (after the Redis restart, 2 replicas)", reveal_rows,
+         "A multiple-choice question asked through the store; every student answers at once through the answer "
+         "form (its radio and Send); then the teacher clicks Reveal.")
     show("Faults", rows_fault, "Back in the class: shows the teacher's view again (same page, parameters, figures).")
     show(f"Server CPU while {n} students follow and nothing changes ({args.quiet:.0f} s)", poll_rows,
          "A poll: one auto-rerun of the follow fragment (counted at the clients); CPU from /proc (user + system).")
