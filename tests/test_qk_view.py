@@ -91,3 +91,22 @@ def test_the_section_waits_for_its_button_when_the_gate_says_so(monkeypatch):
     score = cache["blocks.2.attn.hook_attn_scores"][0, 1, 9, 3].item()
     assert abs(float({m.label: m.value for m in at.metric}["Sum of the terms"]) - score) <= 1e-3
     st.cache_data.clear()
+
+
+def test_a_default_key_follows_the_head_and_a_picked_key_stays():
+    at = open_page("pages/attention.py", text=TEXT, query={"layer": "3", "head": "5", "query": "12"})
+    model, cache = model_cache()
+
+    def strongest(layer, head):
+        return int(cache[f"blocks.{layer}.attn.hook_pattern"][0, head, 12].argmax())
+
+    heads = [h for h in range(model.cfg.n_heads) if strongest(3, h) != strongest(3, 5)]
+    assert heads, "every head of layer 3 attends most to the same key: pick another layer"
+    assert at.selectbox(key="key").value == strongest(3, 5) and "key" not in at.query_params
+    at.selectbox(key="head").set_value(heads[0]).run()  # the key was the default: it is the new head's strongest
+    assert at.selectbox(key="key").value == strongest(3, heads[0]) and "key" not in at.query_params
+    picked = next(k for k in range(13) if k not in (strongest(3, heads[0]), strongest(3, 5)))
+    at.selectbox(key="key").set_value(picked).run()  # a key picked stays when the head changes
+    at.selectbox(key="head").set_value(5).run()
+    assert at.selectbox(key="key").value == picked
+    assert at.query_params["key"] in (str(picked), [str(picked)])

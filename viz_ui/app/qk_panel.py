@@ -23,9 +23,15 @@ from viz_ui.analysis.text_trace import Trace
 
 def pick_key(container, trace: Trace, layer: int, head: int, query: int) -> int:
     """The key position of the QK attribution, kept in the link as ``key`` (default: the key this head's query
-    attends to most)."""
+    attends to most). A key that is that default follows it when the head, layer, query or text changes (the panel
+    stays on the pair the head attends to most, and the link keeps no stale ``key``: a class's teacher published two
+    views for one change of head, bench/class_live.py); a key picked, clicked or opened from a link stays."""
     n = trace.n_tokens
     strongest = int(trace.arrays[f"blocks.{layer}.attn.hook_pattern"][head][query].argmax())
+    state = st.session_state
+    if "_key" in state and state["_key"] == state.get("_key_default"):
+        state["_key"] = strongest
+    state["_key_default"] = strongest
     return pick_index(container, "Key token (the one looked at)", "key", n, strongest,
                       lambda i: f"{i} {trace.labels[i]}")
 
