@@ -11,7 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, plotly_array, shown_figures
 from viz_model import load_model
-from viz_ui.classroom import class_store
+from viz_ui.classroom import ClassStoreUnavailable, class_store
 from viz_ui.classroom.reveal import (answer_probabilities, continuation, normalise_answer, reveal_figure,
                                      top_answers)
 from viz_ui.classroom.view import keys_to_reset, make_view, student_params, valid_code
@@ -247,3 +247,20 @@ def test_the_poll_period_is_read_from_the_environment_within_bounds(monkeypatch,
     else:
         monkeypatch.setenv("VIZ_CLASS_POLL_SECONDS", setting)
     assert _poll_seconds() == seconds
+
+
+def test_a_store_that_stops_answering_is_one_line_that_goes_away(monkeypatch):
+    teacher, code = start_class()
+    student = session({"class": code})
+    store = class_store()
+    real = store.version
+
+    def down(code):
+        raise ClassStoreUnavailable("Redis is restarting")
+    monkeypatch.setattr(store, "version", down)
+    run(student)
+    assert "did not answer the last check" in texts(student) and f"Following class {code}" in texts(student)
+    monkeypatch.setattr(store, "version", real)
+    run(teacher.text_area(key="text").set_value(TEXT))
+    run(student)
+    assert "did not answer" not in texts(student) and student.text_area(key="text").value == TEXT

@@ -1,9 +1,9 @@
 """A student follows the teacher: a banner with Stop following / Catch up, and a tiny poll.
 
-The poll is a fragment rerun every :data:`POLL_SECONDS` by the browser: it draws nothing and asks the store three
-cheap questions (the view's version, a heartbeat, the current question). Only when the teacher's view changed (and
-the student follows), or a question was asked or revealed, does it rerun the page. 100–300 students poll one
-server, so it does no model work and sends no element.
+The poll is a fragment rerun every :data:`POLL_SECONDS` by the browser: it asks the store three cheap questions (the
+view's version, a heartbeat, the current question) and draws nothing, unless the store did not answer (one line).
+Only when the teacher's view changed (and the student follows), or a question was asked or revealed, does it rerun
+the page. 100–300 students poll one server, so it does no model work and sends no element while the store answers.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def _poll_seconds(default: float = 1.0) -> float:
 
 
 POLL_SECONDS = _poll_seconds()
+OFFLINE = ":material/cloud_off: The class server did not answer the last check; retrying."
 
 
 def student_bar(cls: ClassSession) -> None:
@@ -44,8 +45,6 @@ def student_bar(cls: ClassSession) -> None:
                      "teacher's view again.", width="content")
         bar.button("Catch up", key="class_catch_up", type="primary", on_click=_set_following, args=(True,),
                    icon=":material/cast_for_education:")
-    if cls.offline:
-        st.caption(":material/cloud_off: The class server did not answer the last check; retrying.")
     _poll()
 
 
@@ -100,13 +99,12 @@ def _poll() -> None:
         leave(f"Class {cls.code} has ended.")
         st.rerun()
     except (ClassStoreUnavailable, OSError, ValueError):
-        if not cls.offline:
-            cls.offline = True
-            st.rerun()  # the banner says so
+        # said by the poll itself, which redraws only itself: a store that stops answering (Redis restarting) costs
+        # no page run, and the next poll that gets an answer draws nothing, so the line goes away
+        cls.offline = True
+        st.caption(OFFLINE)
         return
-    if cls.offline:
-        cls.offline = False
-        st.rerun()
+    cls.offline = False
     if cls.following and version != cls.version and version > 0:
         apply_view(cls, store.view(cls.code), version)
     elif rerun_overdue(cls):
