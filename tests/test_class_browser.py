@@ -102,7 +102,7 @@ def test_three_students_follow_the_teacher_and_answer(class_server):
             teacher.get_by_role("button", name="Reveal").click()
             for screen in (teacher, projector, *students):
                 bars = screen.locator(".js-plotly-plot .bartext")
-                expect(bars.filter(has_text="2 · 67%")).to_have_count(1)
+                expect(bars.filter(has_text="2 · 67%")).to_have_count(1, timeout=20_000)  # a poll or a tick away
                 expect(bars.filter(has_text="1 · 33%")).to_have_count(1)
         finally:
             browser.close()

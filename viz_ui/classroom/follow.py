@@ -101,18 +101,14 @@ def _poll() -> None:
     except (ClassStoreUnavailable, OSError, ValueError):
         # said by the poll itself, which redraws only itself: a store that stops answering (Redis restarting) costs
         # no page run, and the next poll that gets an answer draws nothing, so the line goes away
-        cls.offline = True
         st.caption(OFFLINE)
         return
-    cls.offline = False
     if cls.following and version != cls.version and version > 0:
         apply_view(cls, store.view(cls.code), version)
     elif rerun_overdue(cls):
         st.rerun()
-    seen = (question["id"], bool(question.get("revealed"))) if question else None
-    if seen != cls.question:
-        cls.question = seen  # the page's question area draws it (and sets it again)
-        st.rerun()
+    if cls.question_changed(question):
+        st.rerun()  # the page's question area draws it
 
 
 WAIT_POLLS = 2  # polls a student waits for the full run an applied view asked for before asking again

@@ -82,7 +82,7 @@ def question_area(state, show_figure) -> None:
         return  # the bar and the poll say it
     if not question:
         return
-    cls.question = (question["id"], bool(question.get("revealed")))
+    cls.question_changed(question)
     if cls.hidden == question["id"]:
         return
     box = st.container(border=True)

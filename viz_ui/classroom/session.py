@@ -44,11 +44,17 @@ class ClassSession:
     question: tuple | None = None  # (question id, revealed) last drawn, to notice a new question or a reveal
     answers: dict = field(default_factory=dict)  # question id -> this screen's answer (shown back to the student)
     hidden: str | None = None  # the question id this screen has hidden
-    offline: bool = False  # the store did not answer the last poll
 
     @property
     def teacher(self) -> bool:
         return self.role == "teacher"
+
+    def question_changed(self, question: dict | None) -> bool:
+        """Note the class's current ``question`` (the store's dict, or None) as this screen's; True when it is
+        another question, or was revealed, since the screen last noted one (its page should run again to show it)."""
+        seen = (question["id"], bool(question.get("revealed"))) if question else None
+        changed, self.question = seen != self.question, seen
+        return changed
 
 
 def current() -> ClassSession | None:

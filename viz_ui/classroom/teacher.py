@@ -99,11 +99,8 @@ def _teacher_tick() -> None:
         publish_view()
     try:
         if own_tick:
-            question = class_store().question(cls.code)
-            seen = (question["id"], bool(question.get("revealed"))) if question else None
-            if seen != cls.question:
-                cls.question = seen  # the page's question area draws it (and sets it again), as a student's poll does
-                st.rerun()
+            if cls.question_changed(class_store().question(cls.code)):
+                st.rerun()  # the page's question area draws it, as a student's poll has it do
         n = class_store().followers(cls.code)
     except KeyError:
         leave(f"Class {cls.code} has ended (a class lives at most a day).")
