@@ -40,8 +40,6 @@ import time
 from collections import Counter
 from urllib.parse import parse_qsl, urlencode
 
-from streamlit.proto.WidgetStates_pb2 import WidgetState
-
 from common import ROOT, show
 from deployment import Deployment, cpu_seconds, proc_status
 from st_client import Run, StClient
@@ -230,28 +228,20 @@ async def predict_and_reveal(teacher: StClient, students: list[StClient], code: 
                 lambda: f"{sum(bool(s.widget_id('Your answer')) for s in students)} of {len(students)}")
     expected = Counter(CHOICES[i % len(CHOICES)] for i in range(len(students)))
     for i, s in enumerate(students):  # every student answers at once, as a hall does when the teacher says "now"
-        radio, send = s.widget_id("Your answer"), s.widget_id("Send")
-        if radio is None or send is None:
-            continue
-        fragment = next(x.fragment_id for x in s.shown.values() if x.widget_id == radio)
-        s.widget_values[radio] = WidgetState(id=radio, string_value=CHOICES[i % len(CHOICES)])
-        s.widget_values[send] = WidgetState(id=send, trigger_value=True)
-        await s.rerun(fragment_id=fragment)
-        del s.widget_values[send]  # a trigger counts once, as the browser's
+        try:
+            await s.click("Send", {"Your answer": {"string_value": CHOICES[i % len(CHOICES)]}})
+        except KeyError:
+            pass  # no form on this screen: the tally says so
     await phase("answers sent → every answer counted and shown as sent",
                 lambda: dict(store.tally(code, qid)) == dict(expected) and all(map(answered, students)),
                 lambda: f"tally {dict(store.tally(code, qid))} (expected {dict(expected)}); "
                         f"{sum(map(answered, students))} screens say sent")
     await until(lambda: teacher.widget_id("Reveal") is not None, timeout)
-    button = teacher.widget_id("Reveal")
-    if button is None:  # the teacher's screen lacks its button: said, and revealed through the store
+    try:
+        await teacher.click("Reveal")  # a button of the teacher's answer-count fragment
+    except KeyError:  # the teacher's screen lacks its button: said, and revealed through the store
         print("problem: the teacher's screen shows no Reveal button", flush=True)
         store.reveal(code, token, qid)
-    else:  # the teacher clicks Reveal (a button of its answer-count fragment)
-        fragment = next(x.fragment_id for x in teacher.shown.values() if x.widget_id == button)
-        teacher.widget_values[button] = WidgetState(id=button, trigger_value=True)
-        await teacher.rerun(fragment_id=fragment)
-        del teacher.widget_values[button]
     await phase("revealed → every screen shows the class's answers", lambda: all(
         revealed(s, len(students)) for s in students + [teacher]),
         lambda: f"{sum(revealed(s, len(students)) for s in students)} of {len(students)} students, teacher "

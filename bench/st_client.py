@@ -142,6 +142,22 @@ class StClient:
         self.widget_values[wid] = WidgetState(id=wid, **value)
         await self.rerun()
 
+    async def click(self, label: str, values: dict[str, dict] | None = None) -> None:
+        """Click the button labelled ``label`` as the browser does: its trigger, with ``values`` (``{widget label:
+        {"string_value": …}}``, e.g. the other widgets of its form), in a rerun of the button's fragment (of the page
+        when it is in none). Raises KeyError when a widget is not on screen."""
+        button = self.widget_id(label)
+        if button is None:
+            raise KeyError(f"no widget labelled {label!r} on screen")
+        for other, value in (values or {}).items():
+            wid = self.widget_id(other)
+            if wid is None:
+                raise KeyError(f"no widget labelled {other!r} on screen")
+            self.widget_values[wid] = WidgetState(id=wid, **value)
+        self.widget_values[button] = WidgetState(id=button, trigger_value=True)
+        await self.rerun(fragment_id=next(x.fragment_id for x in self.shown.values() if x.widget_id == button))
+        del self.widget_values[button]  # a trigger counts once
+
     async def open_page(self, url_path: str) -> None:
         """Switch to the app page at ``url_path`` (as a click on its link: auto-reruns stop, the query string is
         dropped). Raises KeyError for an unknown page."""
