@@ -189,17 +189,8 @@ function drainOne() {
   for (const div of divs) if (div !== next) pending.add(div);
   redraw(next);
   // the next one after the browser has shown this one: a task queued at once ran before the frame, and the chart
-  // drawn stayed unseen while the next was drawn (40-80 ms a chart; bench/latency.py). A window the browser does not
-  // paint (hidden, occluded) gets no frames: the next chart then comes 100 ms later, so that none waits for ever
-  let started = false;
-  const goOn = () => {
-    if (!started) {
-      started = true;
-      setTimeout(drainOne, 0);
-    }
-  };
-  requestAnimationFrame(goOn);
-  setTimeout(goOn, 100);
+  // drawn stayed unseen while the next was drawn (40-80 ms a chart; bench/latency.py)
+  requestAnimationFrame(() => setTimeout(drainOne, 0));
 }
 
 function schedule(div) {
