@@ -8,7 +8,8 @@ preload_plotly()  # before the imports below load torch: the browser fetches Plo
 
 from viz_ui.analysis.explain import score_formula, score_sentence
 from viz_ui.views.export import pattern_table, pooled_pattern_table
-from viz_ui.views.figures import attention_grid, attention_heatmap
+from viz_ui.views.figure_spec import FigureSpec
+from viz_ui.views.figures import attention_grid_figure, attention_heatmap, grid_pooled
 from viz_ui.app.layout import (pick_layer_head, pick_position, position_window, selected_points, set_layer_head,
                            show_figure, side_by_side)
 from viz_ui.app.live_chart import live_chart_source
@@ -30,7 +31,8 @@ def all_heads(ctx: PageContext) -> None:
     patterns, block = get_overview(ctx.path, ctx.text)
     st.markdown("This model is a **decoder**: a token sees itself and the tokens before it (causal mask)."
                 if cfg.causal else "This model is an **encoder**: every token sees every token of the text (no mask).")
-    grid, pooled = attention_grid(patterns, pooled_by=block, labels=trace.labels)
+    grid = FigureSpec(attention_grid_figure, patterns, pooled_by=block, labels=trace.labels)
+    pooled = grid_pooled(patterns.shape, block)
     show_figure(grid, ctx.app, "attention_all_heads",
                 data=lambda: (pattern_table(patterns, trace.labels, cfg.causal) if block == 1 else
                               pooled_pattern_table(patterns, block, n, n)), select_key="attn_grid",
@@ -72,8 +74,9 @@ def one_head(ctx: PageContext) -> tuple[int, int, tuple[int, int]]:
         st.caption(f"In this window, {inside:.0%} of these rows' attention falls on keys inside it; the other "
                    f"{1 - inside:.0%} goes to keys outside positions {a}–{b - 1}" + (" (often position 0)" if a > 0 else "")
                    + ", so the map can look pale. Move the window, or see whole rows on page 3a.")
-    show_figure(attention_heatmap(matrix[a:b, a:b], labels, title, "weights" if kind.startswith("weights") else "scores",
-                                  offset=a, clickable=live_chart_source() is None), ctx.app, f"attention_L{layer}_H{head}", select_key="attn_head",
+    show_figure(FigureSpec(attention_heatmap, matrix[a:b, a:b], labels, title,
+                           "weights" if kind.startswith("weights") else "scores", offset=a,
+                           clickable=live_chart_source() is None), ctx.app, f"attention_L{layer}_H{head}", select_key="attn_head",
                 on_select=cell_click("attn_head"))
     st.caption("Click a cell (or pick the query and key above) to see below why the head gives it this score.")
     qk_section(ctx.app, trace, layer, head, query, key, "attention")
@@ -99,14 +102,14 @@ def masked_vs_unmasked(ctx: PageContext, layer: int, head: int, window: tuple[in
     raw, free = unmasked_view(trace, cfg, layer, head)
     m1, m2, m3 = side_by_side(ctx.app, 3)
     with m1:
-        show_figure(attention_heatmap(raw[a:b, a:b], labels, "Scores without mask", "scores", offset=a), ctx.app,
+        show_figure(FigureSpec(attention_heatmap, raw[a:b, a:b], labels, "Scores without mask", "scores", offset=a), ctx.app,
                     f"scores_unmasked_L{layer}_H{head}", live="scores_unmasked")
     with m2:
-        show_figure(attention_heatmap(trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head][a:b, a:b], labels,
-                                      "Scores with mask", "scores", offset=a), ctx.app,
+        show_figure(FigureSpec(attention_heatmap, trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head][a:b, a:b],
+                               labels, "Scores with mask", "scores", offset=a), ctx.app,
                     f"scores_masked_L{layer}_H{head}", live="scores_masked")
     with m3:
-        show_figure(attention_heatmap(free[a:b, a:b], labels, "Weights without mask", "weights", offset=a), ctx.app,
+        show_figure(FigureSpec(attention_heatmap, free[a:b, a:b], labels, "Weights without mask", "weights", offset=a), ctx.app,
                     f"weights_unmasked_L{layer}_H{head}", live="weights_unmasked")
     st.caption(f"Without the mask this head would put on average {future_share(free):.1%} "
                "of each token's attention on later tokens; with it, exactly 0%.")

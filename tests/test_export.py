@@ -47,6 +47,7 @@ def test_every_figure_function_exports_a_table():
         "matrix_heatmap": F.matrix_heatmap(rng.normal(size=(3, 4)), labels, "t"),
         "attention_heatmap": F.attention_heatmap(pattern, labels, "t"),
         "attention_grid": F.attention_grid(pattern[None, None].repeat(2, 0))[0],
+        "attention_grid_figure": F.attention_grid_figure(pattern[None, None].repeat(2, 0)),
         "similarity_heatmap": F.similarity_heatmap(np.eye(3), labels, "t"),
         "pca_scatter": F.pca_scatter(rng.normal(size=(5, 2)), rng.normal(size=(3, 2)), labels, np.array([0.5, 0.2]), "t"),
         "topk_bar": F.topk_bar(labels, np.array([0.5, 0.3, 0.2]), "t"),
@@ -67,7 +68,7 @@ def test_every_figure_function_exports_a_table():
     assert public - {"position_ticks", "style_for_display", "grid_block", "pool_blocks", "display_layout",
                      "merge_layout", "one_pass_figure", "GridTiles", "grid_tiles", "grid_tile_texts",
                      "typed_array", "plain_figure", "style_plain", "display_height",
-                     "topk_bar_frame"} == set(built)  # a new figure function needs a case here
+                     "topk_bar_frame", "grid_pooled"} == set(built)  # a new figure function needs a case here
     for name, fig in built.items():
         frame = figure_frame(fig)
         assert len(frame) > 0, name

@@ -19,6 +19,7 @@ from viz_model.tokenizer import IdTokenizer
 from viz_ui.app.navigation import PAGES
 from viz_ui.classroom.ui import check_applied, class_bar, publish_view, question_area, sidebar_controls
 from viz_ui.views.export import figure_csv, trace_npz
+from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import style_for_display
 from viz_ui.app.live_chart import Frames, clicked_point, live_chart
 from viz_ui.app import rerun_order
@@ -446,7 +447,7 @@ def side_by_side(state: AppState, spec) -> list:
     return st.columns(spec)
 
 
-def show_figure(fig: go.Figure, state: AppState, view: str, data=None, select_key: str | None = None,
+def show_figure(fig: go.Figure | FigureSpec, state: AppState, view: str, data=None, select_key: str | None = None,
                 on_select=None, styled: bool = False, live: str | None = None, frames: Frames | None = None) -> None:
     """Render a figure with a PNG/SVG export in its toolbar and a CSV of its data, named after the model
     and view. ``data``: a callable returning the DataFrame to export, when the figure's own cells are not
@@ -460,8 +461,10 @@ def show_figure(fig: go.Figure, state: AppState, view: str, data=None, select_ke
     ``view`` names a choice (a layer, a head), so that another choice updates the chart instead of drawing a new one.
     A click calls ``on_select``. ``frames``: the chart follows a step scrubber in the browser
     (:class:`viz_ui.app.live_chart.Frames`, built styled as ``fig``); ``fig`` is then the figure of the server's step
-    (shown where live charts cannot be drawn, and the CSV's source). Where this server cannot draw live charts
-    (static serving off), the figure is shown with ``st.plotly_chart``, clickable under ``select_key`` (or ``live``)."""
+    (shown where live charts cannot be drawn, and the CSV's source). ``fig`` may be a
+    :class:`viz_ui.views.figure_spec.FigureSpec`: a figure named by what it is built from, built and written once per
+    server for all the sessions that show it (a class following its teacher), and built again for a CSV. Where this
+    server cannot draw live charts (static serving off), the figure is shown with ``st.plotly_chart``, clickable under ``select_key`` (or ``live``)."""
     d = state.display
     filename = f"{_file_stem(state.model_name)}_{view}"
     config = {"displaylogo": False, "displayModeBar": not d.lecture,
@@ -471,6 +474,7 @@ def show_figure(fig: go.Figure, state: AppState, view: str, data=None, select_ke
     live = live or select_key or f"chart_{view}"
     if live_chart(fig, live_config, live, on_click=on_select, frames=frames,
                   style=None if styled else (d.scale, d.theme)) is None:
+        fig = fig.figure() if isinstance(fig, FigureSpec) else fig
         if not styled:
             style_for_display(fig, d.scale, d.theme)
         select_key = select_key or (live if on_select else None)
@@ -479,7 +483,8 @@ def show_figure(fig: go.Figure, state: AppState, view: str, data=None, select_ke
         else:
             st.plotly_chart(fig, theme=None, config=config)
     if not d.lecture:
-        csv = (lambda: figure_csv(fig)) if data is None else (lambda: data().to_csv(index=False))
+        csv = ((lambda: figure_csv(fig.figure() if isinstance(fig, FigureSpec) else fig)) if data is None
+               else (lambda: data().to_csv(index=False)))
         st.download_button("Data (CSV)", data=csv, file_name=f"{filename}.csv", mime="text/csv",
                            key=f"csv_{view}", type="tertiary", icon=":material/download:")
     show_link(state)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,8 @@ import plotly.graph_objects as go
 import plotly.io
 import streamlit as st
 
+from viz_ui.app.gate import one_at_a_time
+from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import plain_figure, style_plain
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,11 +98,68 @@ class Frames:
     follow: tuple[str, float, float] | None = None
 
 
-def live_chart(fig: go.Figure, config: dict, key: str, on_click=None, frames: Frames | None = None,
+PAYLOAD_BYTES = 64 * 2**20  # the figures' JSON kept for reuse, at most (least recently used dropped first)
+
+
+class _Payloads:
+    """The JSON text of figures given as a :class:`viz_ui.views.figure_spec.FigureSpec`, by ``(spec.key, style)``,
+    shared by every session of this server: a figure that many sessions (a class following its teacher) or many reruns
+    show is built and written once. Bounded by :data:`PAYLOAD_BYTES` of text, least recently used dropped first."""
+
+    def __init__(self, limit: int = PAYLOAD_BYTES):
+        self.limit, self.size = limit, 0
+        self.items: OrderedDict[tuple, str] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple) -> str | None:
+        with self.lock:
+            text = self.items.get(key)
+            if text is not None:
+                self.items.move_to_end(key)
+            return text
+
+    def put(self, key: tuple, text: str) -> None:
+        with self.lock:
+            if key in self.items or len(text) > self.limit:
+                return
+            self.items[key] = text
+            self.size += len(text)
+            while self.size > self.limit:
+                self.size -= len(self.items.popitem(last=False)[1])
+
+
+PAYLOADS = _Payloads()
+
+
+def figure_json(fig: go.Figure | FigureSpec, style: tuple[float, str] | None = None) -> tuple[str, str]:
+    """``(json, revision)``: the figure as the JSON text a live chart draws (styled by ``style``, see
+    :func:`live_chart`) and a revision that changes with it. A :class:`~viz_ui.views.figure_spec.FigureSpec` with a
+    key is built and written once per server (:data:`PAYLOADS`; concurrent sessions asking for the same one wait for
+    the first, :func:`viz_ui.app.gate.one_at_a_time`), and its revision is its key; anything else is built and
+    written at every call."""
+    key = fig.key if isinstance(fig, FigureSpec) else None
+    if key is None:
+        fig = fig.figure() if isinstance(fig, FigureSpec) else fig
+        plain = plain_figure(fig)  # no deep copy, no validation: see plain_figure
+        text = plotly.io.json.to_json_plotly(plain if style is None else style_plain(plain, *style))
+        return text, str(hash(text))
+    revision = f"{key}:{style}"
+    text = PAYLOADS.get((key, style))
+    if text is None:
+        with one_at_a_time(("figure_json", key, style)):
+            text = PAYLOADS.get((key, style))
+            if text is None:
+                text, _ = figure_json(fig.figure(), style)
+                PAYLOADS.put((key, style), text)
+    return text, revision
+
+
+def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=None, frames: Frames | None = None,
                style: tuple[float, str] | None = None) -> dict | None:
     """Draw ``fig`` in the live chart ``key`` (the same key at every rerun: the browser keeps the chart and
-    updates it in place). ``config``: Plotly's config (mode bar, export). ``on_click``: a callback run when a
-    point is clicked; it reads :func:`clicked_point`. ``frames``: draw ``frames.figure`` with the frame of the step
+    updates it in place). ``fig``: a figure, or a :class:`~viz_ui.views.figure_spec.FigureSpec` built and written
+    once per server for every session that shows it (:func:`figure_json`). ``config``: Plotly's config (mode bar,
+    export). ``on_click``: a callback run when a point is clicked; it reads :func:`clicked_point`. ``frames``: draw ``frames.figure`` with the frame of the step
     the scrubber ``frames.channel`` shows (``fig`` is not sent): the browser redraws the chart from the next
     frame as soon as the step changes there (Plotly.react with the new arrays; a frame that changes the layout only
     is drawn with Plotly.relayout, a few ms); a step without a frame here shows the chart faded until the server
@@ -113,10 +174,8 @@ def live_chart(fig: go.Figure, config: dict, key: str, on_click=None, frames: Fr
     src = live_chart_source()
     if src is None:
         return None
-    plain = plain_figure(fig if frames is None else frames.figure)  # no deep copy, no validation: see plain_figure
-    figure = plotly.io.json.to_json_plotly(plain if style is None else style_plain(plain, *style))
-    data = {"figure": figure, "config": config, "src": src, "clickable": on_click is not None,
-            "revision": str(hash(figure))}
+    figure, revision = figure_json(fig if frames is None else frames.figure, style)
+    data = {"figure": figure, "config": config, "src": src, "clickable": on_click is not None, "revision": revision}
     if frames is not None:
         data.update(channel=frames.channel, index=frames.index, first=frames.first, count=frames.count, frames=frames.json,
                     framesRevision=str(hash(frames.json)))

@@ -11,6 +11,7 @@ import streamlit as st
 from viz_model import attribution
 from viz_model.tokenizer import IdTokenizer
 
+from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import _plain as fig_text
 from viz_ui.analysis.interventions import prompt_of
 from viz_ui.app.layout import AppState, pick_index, selected_points, set_shared, show_code, show_figure
@@ -93,7 +94,7 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
         c3.metric("of which the relative position bias", f"{grid.rel_pos:.4f}")
     st.markdown(dominant_sentence(terms, total))
     title = f"Score {query} {fig_text(trace.labels[query])} → {key} {fig_text(trace.labels[key])} by source"
-    show_figure(qk_heatmap(grid, title), state, f"qk_{page}_L{layer}_H{head}_q{query}_k{key}",
+    show_figure(FigureSpec(qk_heatmap, grid, title), state, f"qk_{page}_L{layer}_H{head}_q{query}_k{key}",
                 data=lambda: grid_frame(grid), live=f"qk_{page}")
     st.caption(f"{len(terms)} terms in all; “other” sums the sources not named; the grid's cells sum to "
                f"{float(grid.values.sum()):.4f}"
@@ -108,7 +109,7 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
                                         f"key ({v:+.3f})"
                                         for a, b, v in pairs) + ".")
     summary_grid = term_grid(summary)
-    show_figure(qk_heatmap(summary_grid, f"L{layer}H{head}, query {query} {fig_text(trace.labels[query])}: "
+    show_figure(FigureSpec(qk_heatmap, summary_grid, f"L{layer}H{head}, query {query} {fig_text(trace.labels[query])}: "
                            "weighted by its pattern"), state, f"qk_head_{page}_L{layer}_H{head}_q{query}",
                 data=lambda: grid_frame(summary_grid), live=f"qk_head_{page}")
     show_code(state, f"qk_attribution_{page}",

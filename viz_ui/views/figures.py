@@ -187,6 +187,18 @@ def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 25
     return one_pass_figure([heatmap, points], base, patch, display), tiles.pooled
 
 
+def attention_grid_figure(patterns: np.ndarray, **kwargs) -> go.Figure:
+    """:func:`attention_grid`'s figure alone (same arguments), to be given as a
+    :class:`viz_ui.views.figure_spec.FigureSpec`; whether it pools: :func:`grid_pooled`."""
+    return attention_grid(patterns, **kwargs)[0]
+
+
+def grid_pooled(shape: tuple[int, ...], pooled_by: int = 1, max_tile: int = 48, max_cells: int = 250_000) -> bool:
+    """Whether :func:`attention_grid` of patterns of ``shape`` ``[n_layers, n_heads, query_pos, key_pos]`` (with the
+    same ``pooled_by``, ``max_tile``, ``max_cells``) shows pooled tiles, without building it."""
+    return pooled_by * grid_block(*shape[:4], max_tile, max_cells) > 1
+
+
 @dataclass(frozen=True)
 class GridTiles:
     """Every head's map tiled into one canvas, as :func:`attention_grid` draws it."""
