@@ -11,6 +11,7 @@ from viz_ui.app.preload import preload_plotly
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
 from viz_ui.analysis.explain import positional_sentence, score_formula
+from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import topk_bar
 from viz_ui.analysis.generation import mask_positions
 from viz_ui.app.layout import selected_points, set_layer_head, set_shared, show_figure, side_by_side
@@ -42,9 +43,9 @@ def model_map_part(ctx: PageContext) -> None:
     encoder = trace.is_encoder_decoder
     patterns, _ = get_overview(ctx.path, ctx.text)
     mlp, units = get_mlp_thumbnails(ctx.path, ctx.text, thumbnail_side(patterns))
-    fig = model_map(trace.arrays["blocks.0.hook_resid_pre"], patterns, mlp, cfg.mlp, mlp_units=units,
-                    title=f"{'The decoder: ' if encoder else ''}input, then {cfg.n_layers} layers × "
-                          f"({cfg.n_heads} heads + MLP)")
+    fig = FigureSpec(model_map, trace.arrays["blocks.0.hook_resid_pre"], patterns, mlp, cfg.mlp, mlp_units=units,
+                     title=f"{'The decoder: ' if encoder else ''}input, then {cfg.n_layers} layers × "
+                           f"({cfg.n_heads} heads + MLP)")
     show_figure(fig, ctx.app, "model_map", select_key="model_map",
                 on_select=lambda: open_clicked(cfg.n_layers, cfg.n_heads))
     st.caption("Top row: the vectors that enter the first layer, one row per token "
@@ -71,7 +72,7 @@ def output_part(ctx: PageContext) -> None:
         # Plotly reads <b>, <a href> … in titles as markup: a token's text is escaped
         title = (f"Output after “{html.escape(trace.labels[pos])}” (T = 1)" if cfg.causal and not encoder
                  else f"Output at position {pos} (T = 1)")
-        show_figure(topk_bar([vocab[i] for i in ids], probs, title), ctx.app, "model_output")
+        show_figure(FigureSpec(topk_bar, [vocab[i] for i in ids], probs, title), ctx.app, "model_output")
         st.caption(f"{what}: softmax of the logits over all {cfg.d_vocab:,} tokens. Temperature, top-k and "
                    "generation are on the output page.")
     else:
