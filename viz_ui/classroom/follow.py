@@ -1,11 +1,9 @@
 """A student follows the teacher: a banner with Stop following / Catch up, and a tiny poll.
 
-The poll is a fragment rerun every :data:`POLL_SECONDS` by the browser; it also runs inline in every full run, which
-the server's class watch (:mod:`viz_ui.classroom.watch`) starts at once when the class changes. It asks the store
-three cheap questions (the view's version, a heartbeat, the current question) and draws nothing, unless the store
-did not answer (one line). Only when the teacher's view changed (and the student follows), or a question was asked
-or revealed, does it rerun the page.
-100–300 students poll one server, so it does no model work and sends no element while the store answers.
+The poll is a fragment rerun every :data:`POLL_SECONDS` by the browser: it asks the store three cheap questions (the
+view's version, a heartbeat, the current question) and draws nothing, unless the store did not answer (one line).
+Only when the teacher's view changed (and the student follows), or a question was asked or revealed, does it rerun
+the page. 100–300 students poll one server, so it does no model work and sends no element while the store answers.
 """
 
 from __future__ import annotations
@@ -13,13 +11,11 @@ from __future__ import annotations
 import os
 
 import streamlit as st
-from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from viz_ui.classroom import ClassStoreUnavailable, class_store
 from viz_ui.app.navigation import PAGES
 from viz_ui.classroom.session import ClassSession, current, current_page, leave
 from viz_ui.classroom.view import keys_to_reset, student_params
-from viz_ui.classroom.watch import WATCHER
 
 
 def _poll_seconds(default: float = 1.0) -> float:
@@ -94,7 +90,6 @@ def _poll() -> None:
     cls = current()
     if cls is None or cls.teacher:
         return
-    _watch(cls)
     try:
         store = class_store()
         version = store.version(cls.code)
@@ -114,13 +109,6 @@ def _poll() -> None:
         st.rerun()
     if cls.question_changed(question):
         st.rerun()  # the page's question area draws it
-
-
-def _watch(cls: ClassSession) -> None:
-    """Have this server's class watch (:mod:`viz_ui.classroom.watch`) rerun this page as soon as the class changes."""
-    ctx = get_script_run_ctx()
-    if ctx is not None:
-        WATCHER.register(cls.code, ctx.session_id, cls.following)
 
 
 WAIT_POLLS = 2  # polls a student waits for the full run an applied view asked for before asking again
