@@ -194,6 +194,10 @@ def test_output_controls_rerun_their_fragment_and_append_reruns_the_page(server,
     slider.focus()
     slider.press("ArrowRight")
     expect(page.locator(".js-plotly-plot .gtitle").filter(has_text="T = 1.05")).to_have_count(1, timeout=30_000)
+    # the chart follows the slider in the browser at once (its frames); the export's file name comes with the
+    # server's rerun, a moment later (asserted at once, this failed when the rerun came after the check)
+    page.wait_for_function("""() => [...document.querySelectorAll('.js-plotly-plot')].some(
+        div => ((div._context || {}).toImageButtonOptions || {}).filename?.endsWith('_T1.05'))""", timeout=30_000)
     # updated in place (Plotly.react), not drawn anew: the same SVG, with the new temperature in the export's file
     # name (a chart key or an export option that named the temperature made a new chart at every move)
     assert drawn.evaluate("svg => svg.isConnected")
