@@ -1,6 +1,7 @@
 """Figures named by what they are built from (viz_ui/views/figure_spec.py) and written once per server for every
 session that shows them (viz_ui/app/live_chart.py: figure_json)."""
 
+import base64
 import json
 import threading
 
@@ -10,7 +11,8 @@ import pytest
 
 import viz_ui.app.live_chart as live_chart
 from viz_ui.views.figure_spec import FigureSpec, digest
-from viz_ui.views.figures import attention_grid, attention_grid_figure, attention_heatmap, grid_pooled, plain_figure, style_plain
+from viz_ui.views.figures import (attention_grid, attention_grid_figure, attention_heatmap, grid_pooled, plain_figure,
+                                  style_plain)
 from viz_ui.views.qk import TermGrid, qk_heatmap
 
 LABELS = ["The", " cat", " sat", "."]
@@ -85,7 +87,7 @@ def test_a_spec_is_sent_as_the_figure_built_from_it(payloads, style):
     again, same_revision = live_chart.figure_json(FigureSpec(attention_heatmap, m.copy(), LABELS, "Layer 0, head 1",
                                                              "weights"), style)
     assert json.loads(first) == expected and again is first and revision == same_revision
-    assert np.allclose(np.frombuffer(__import__("base64").b64decode(json.loads(first)["data"][0]["z"]["bdata"]),
+    assert np.allclose(np.frombuffer(base64.b64decode(json.loads(first)["data"][0]["z"]["bdata"]),
                                      dtype="<f4").reshape(4, 4), m)
     other, other_revision = live_chart.figure_json(FigureSpec(attention_heatmap, _matrix(2), LABELS,
                                                               "Layer 0, head 1", "weights"), style)

@@ -464,7 +464,8 @@ def show_figure(fig: go.Figure | FigureSpec, state: AppState, view: str, data=No
     (shown where live charts cannot be drawn, and the CSV's source). ``fig`` may be a
     :class:`viz_ui.views.figure_spec.FigureSpec`: a figure named by what it is built from, built and written once per
     server for all the sessions that show it (a class following its teacher), and built again for a CSV. Where this
-    server cannot draw live charts (static serving off), the figure is shown with ``st.plotly_chart``, clickable under ``select_key`` (or ``live``)."""
+    server cannot draw live charts (static serving off), the figure is shown with ``st.plotly_chart``, clickable
+    under ``select_key`` (or ``live``)."""
     d = state.display
     filename = f"{_file_stem(state.model_name)}_{view}"
     config = {"displaylogo": False, "displayModeBar": not d.lecture,

@@ -159,11 +159,11 @@ def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=Non
     """Draw ``fig`` in the live chart ``key`` (the same key at every rerun: the browser keeps the chart and
     updates it in place). ``fig``: a figure, or a :class:`~viz_ui.views.figure_spec.FigureSpec` built and written
     once per server for every session that shows it (:func:`figure_json`). ``config``: Plotly's config (mode bar,
-    export). ``on_click``: a callback run when a point is clicked; it reads :func:`clicked_point`. ``frames``: draw ``frames.figure`` with the frame of the step
-    the scrubber ``frames.channel`` shows (``fig`` is not sent): the browser redraws the chart from the next
-    frame as soon as the step changes there (Plotly.react with the new arrays; a frame that changes the layout only
-    is drawn with Plotly.relayout, a few ms); a step without a frame here shows the chart faded until the server
-    sends frames that hold it. ``style``: ``(scale, theme)`` to style the figure sent as
+    export). ``on_click``: a callback run when a point is clicked; it reads :func:`clicked_point`. ``frames``: draw
+    ``frames.figure`` with the frame of the step the scrubber ``frames.channel`` shows (``fig`` is not sent): the
+    browser redraws the chart from the next frame as soon as the step changes there (Plotly.react with the new arrays;
+    a frame that changes the layout only is drawn with Plotly.relayout, a few ms); a step without a frame here shows
+    the chart faded until the server sends frames that hold it. ``style``: ``(scale, theme)`` to style the figure sent as
     :func:`viz_ui.views.figures.style_for_display` would (on its plain dict, :func:`viz_ui.views.figures.style_plain`);
     None: sent as it is.
 
