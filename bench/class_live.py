@@ -23,8 +23,11 @@ connection lost other than by the kill. Memory: resident and peak of each replic
 
     .venv/bin/python bench/class_live.py [--students 100] [--replicas 3] [--port 8810] [--redis-port 6810]
 
-The replicas inherit the environment: ``VIZ_CLASS_POLL_SECONDS=2 .venv/bin/python bench/class_live.py`` measures a
-class polling every 2 s. ``--root`` runs another checkout's deploy/local.sh and app.
+The replicas are ``streamlit run serve.py`` (deploy/local.sh): a student's screen learns of a change from the news
+route (``viz_ui/classroom/news.py``), as the bell in its browser does (bench/st_client.py runs bell.js's loop), and
+its poll's own timer runs every 4 s. ``--root`` runs another checkout's deploy/local.sh and app (an older one runs
+``app.py``: its students poll every second). The replicas inherit the environment (``VIZ_CLASS_FOLLOW_RUNS``,
+``VIZ_CLASS_POLL_SECONDS``).
 
 The clients share the 2 cores with the server: the benchmark's own CPU time is printed with the figures.
 """
@@ -363,11 +366,13 @@ async def run(args) -> None:
          "form (its radio and Send); then the teacher clicks Reveal.")
     show("Faults", rows_fault, "Back in the class: shows the teacher's view again (same page, parameters, figures).")
     show(f"Server CPU while {n} students follow and nothing changes ({args.quiet:.0f} s)", poll_rows,
-         "A poll: one auto-rerun of the follow fragment (counted at the clients); CPU from /proc (user + system).")
+         "A poll: one run of the follow fragment (its timer or its bell; counted at the clients); the CPU also covers "
+         "the replicas' news watchers and the students' held news requests. CPU from /proc (user + system).")
     show("Memory (MB, resident)", [{**m, "MB at the end": memory_end[m["process"]]["rss_mb"]} for m in memory],
          "Before the students: with the teacher's session and one early student a replica (the model loaded); now: after the changes on 3 replicas (the quiet "
          "spell); peak: VmHWM since start; at the end: after the kill and the Redis restart (2 replicas left).")
-    hall(rows, poll_rows, memory, polls_per_s=polls / wall / n, interval=interval)
+    hall(rows, poll_rows, memory, polls_per_s=polls / wall / n, interval=interval,
+         bell=sum(s.rings for s in students) > 0)
     errors = [e for s in students + [teacher] for e in s.errors if "connection" not in e]
     conn = [e for s in students if s not in on_victim for e in s.errors]
     print(f"\nerrors: {len(errors)} on screen, {len(conn)} connection errors besides the killed replica's students; "
@@ -382,27 +387,33 @@ async def run(args) -> None:
 
 
 def hall(rows: list[dict], poll_rows: list[dict], memory: list[dict], polls_per_s: float, interval: float,
-         students: int = 300, target_s: float = 2.0) -> None:
-    """What a hall of ``students`` needs, worked out from this run's figures (printed as a table)."""
-    poll_ms = poll_rows[-1]["ms CPU per poll"]
-    mine = [r for r in rows if r["phase"] == "3 replicas"]  # the polls' share taken out of the changes' CPU
-    page_ms = (1000 * sum(r["server CPU s"] for r in mine) - poll_ms * sum(r["polls"] for r in mine)) / max(
-        1, sum(r["page runs"] for r in mine))
-    idle = students * polls_per_s * poll_ms / 1000  # cores busy while nobody changes anything
-    change = students * page_ms / 1000  # core-seconds of one change (every student's page runs once)
-    window = max(0.1, target_s - interval)  # a student notices the change within one poll interval
+         bell: bool, students: int = 300, target_s: float = 2.0) -> None:
+    """What a hall of ``students`` needs, worked out from this run's figures (printed as a table). ``bell``: the
+    students' screens learnt of changes from the news route (a change is noticed within ~0.2 s: the news watcher's
+    period and a request), else from their poll (within one poll ``interval``)."""
+    n = max(1, rows[0]["students"]) if rows else 1
+    mine = [r for r in rows if r["phase"] == "3 replicas"]
+    # all a change costs the servers, per student: its page run, its poll or bell, the bell's requests
+    change_ms = 1000 * sum(r["server CPU s"] for r in mine) / max(1, sum(r["page runs"] for r in mine))
+    idle = poll_rows[-1]["share of a core"] * students / n  # cores busy while nobody changes anything
+    change = students * change_ms / 1000  # core-seconds of one change (every student's page runs once)
+    notice = 0.2 if bell else interval
+    window = max(0.1, target_s - notice)
     cores = idle + change / window
     per_student = statistics.median([m["MB per student"] for m in memory if m["students on it"]] or [float("nan")])
     base = statistics.median(m["MB before the students"] for m in memory if m["process"].startswith("r"))
     replicas = max(1, int(-(-cores // 1)))  # one replica's Python runs on about one core (the GIL)
     rows_hall = [
-        {"quantity": "polls per student per s", "value": polls_per_s, "from": f"run_every interval {interval:g} s"},
-        {"quantity": "server CPU ms per poll", "value": poll_ms, "from": "the quiet spell"},
-        {"quantity": "server CPU ms per student page run", "value": page_ms, "from": "the changes' CPU less their polls', per page run"},
-        {"quantity": f"cores busy polling, {students} students", "value": idle, "from": "polls × ms per poll"},
-        {"quantity": f"core-seconds per change, {students} students", "value": change, "from": "students × page run"},
+        {"quantity": "fragment runs per student per s", "value": polls_per_s,
+         "from": f"the quiet spell (run_every {interval:g} s)" + ("; changes arrive by the bell" if bell else "")},
+        {"quantity": "server CPU ms per student per change", "value": change_ms,
+         "from": "the changes' CPU per page run (with their polls and news requests)"},
+        {"quantity": f"cores busy while nothing changes, {students} students", "value": idle,
+         "from": f"the quiet spell's CPU × {students}/{n}"},
+        {"quantity": f"core-seconds per change, {students} students", "value": change, "from": "students × CPU per change"},
         {"quantity": f"cores for p95 ≤ {target_s:g} s", "value": cores,
-         "from": f"polling + a change's core-seconds within {window:g} s ({target_s:g} s less one poll interval)"},
+         "from": f"the quiet load + a change's core-seconds within {window:g} s ({target_s:g} s less "
+                 + ("the bell's ~0.2 s)" if bell else "one poll interval)")},
         {"quantity": "replicas (one core each)", "value": replicas, "from": "a Streamlit process: ~1 core (GIL)"},
         {"quantity": "MB per replica before students", "value": base, "from": "memory table"},
         {"quantity": "MB per student session", "value": per_student, "from": "memory table"},

@@ -19,7 +19,11 @@ websocket ``/_stcore/stream``, subprotocol ``streamlit``), as read from the fron
 - keeps what is on screen: every element by its delta path, dropped when stale after a run (a full run drops
   what it did not redraw; a fragment run, what its fragments did not redraw), summarised as ``(kind, text)``:
   markdown / caption / heading / html / alert / exception bodies, a Plotly figure's title, widget labels;
-- calls ``on_finished(client)`` after each script run (``script_finished``), with the run's status.
+- calls ``on_finished(client)`` after each script run (``script_finished``), with the run's status;
+- runs a class bell as bell.js does (``viz_ui/classroom/bell.py``): while a ``viz_class_bell`` component is on
+  screen, one long-polled ``GET`` of its news URL at a time (with the cookies, as the browser's ``fetch``); when the
+  news differs as bell.js decides, its trigger (``{"event": "news"}`` in the component's trigger aggregator) in a
+  rerun of its fragment. A new draw of the bell (new data) replaces the request, as the frontend's cleanup does.
 
 Widget values are sent only for widgets this client set with :meth:`StClient.set_widget` (and forgotten when the
 server sets the widget's value itself): the server keeps every other widget's value from the previous run, as it
@@ -40,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from streamlit.components.v2.bidi_component.main import _make_trigger_id
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.proto.WidgetStates_pb2 import WidgetState
@@ -108,6 +113,8 @@ class StClient:
         self._fragments: tuple[str, ...] = ()
         self._connected = asyncio.Event()
         self.bytes_received = 0
+        self._bell: dict | None = None  # the class bell on screen: its path, data, ids and request loop
+        self.rings = 0  # the bell's triggers sent
 
     # ---- what is on screen -----------------------------------------------------------------------------
     def texts(self, *kinds: str) -> list[str]:
@@ -196,6 +203,8 @@ class StClient:
         """Stop: no reconnection; the websocket is closed."""
         self._closing = True
         self._stop_auto()
+        if self._bell is not None:
+            self._bell["task"].cancel()
         if self._ws is not None:
             await self._ws.close()
 
@@ -325,6 +334,9 @@ class StClient:
                 kind, text = "plotly", json.loads(el.bidi_component.json).get("figure", "")
             except (ValueError, AttributeError):
                 kind, text = "plotly", ""
+        elif etype == "bidi_component" and "viz_class_bell" in el.bidi_component.component_name:
+            kind, text = "bell", ""
+            self._draw_bell(path, el.bidi_component.id, delta.fragment_id, el.bidi_component.json)
         elif etype in WIDGETS:
             widget = getattr(el, etype)
             kind, text, wid = f"widget:{etype}", widget.label, widget.id
@@ -358,6 +370,90 @@ class StClient:
             entry = self._auto.pop(fid, None)
             if entry is not None:
                 entry[1].cancel()
+
+    # ---- the class bell (viz_ui/classroom/bell.js) --------------------------------------------------------
+    def _draw_bell(self, path: tuple, component_id: str, fragment_id: str, data_json: str) -> None:
+        data = json.loads(data_json)
+        if self._bell is not None and self._bell["path"] == path and not self._bell["task"].done() \
+                and self._bell["data"]["url"] == data["url"]:
+            self._bell.update(data=data, component_id=component_id, fragment_id=fragment_id)  # the same loop
+            return
+        if self._bell is not None:
+            self._bell["task"].cancel()
+        self._bell = {"path": path, "data": data, "component_id": component_id, "fragment_id": fragment_id}
+        self._bell["task"] = asyncio.get_running_loop().create_task(self._ring(self._bell))
+
+    def _bell_shown(self, path: tuple) -> bool:
+        return self.shown.get(path) is not None and self.shown[path].kind == "bell" and not self._closing
+
+    async def _ring(self, bell: dict) -> None:
+        seen, rung, delay = bell["data"]["news"], None, 0.0
+        connection = None  # kept alive between requests, as the browser's fetch does
+        try:
+            while True:
+                try:
+                    if connection is None:
+                        parts = urlsplit(self.base)
+                        connection = await asyncio.open_connection(parts.hostname, parts.port or 80)
+                    status, body, keep = await self._get(connection, f"/{bell['data']['url']}?seen={seen}")
+                    if not keep:
+                        connection[1].close()
+                        connection = None
+                    delay = 0.0
+                except (OSError, asyncio.IncompleteReadError, ValueError):
+                    if connection is not None:
+                        connection[1].close()
+                        connection = None
+                    delay = min(10.0, 2 * delay if delay else 0.5)
+                    await asyncio.sleep(delay)
+                    continue
+                if not self._bell_shown(bell["path"]):
+                    return  # left the page: the frontend's cleanup aborted the request
+                if status == 404:
+                    news = "gone"
+                elif status == 200:
+                    news = json.loads(body).get("news")
+                else:
+                    delay = min(10.0, 2 * delay if delay else 0.5)
+                    await asyncio.sleep(delay)
+                    continue
+                if news != rung and (news == "gone" or _bell_differs(news, bell["data"])):
+                    rung = news
+                    aggregator = _make_trigger_id(bell["component_id"], "events")
+                    self.widget_values[aggregator] = WidgetState(
+                        id=aggregator, json_trigger_value=json.dumps([{"event": "news", "value": news}]))
+                    self.rings += 1
+                    await self.rerun(fragment_id=bell["fragment_id"])
+                    del self.widget_values[aggregator]  # a trigger counts once
+                if news == "gone":
+                    return
+                seen = news
+        finally:
+            if connection is not None:
+                connection[1].close()
+
+    async def _get(self, connection, target: str) -> tuple[int, bytes, bool]:
+        """A GET of ``target`` (a path with its query) on an open keep-alive ``connection`` (reader, writer) to this
+        client's server, with its cookies: (status, body, whether the connection stays open)."""
+        reader, writer = connection
+        parts = urlsplit(self.base)
+        writer.write(f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\n{self._cookie_line()}\r\n".encode())
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+        length = next((int(line.split(":", 1)[1]) for line in head.split("\r\n")
+                       if line.lower().startswith("content-length:")), None)
+        if length is None:
+            raise ValueError("a news answer without Content-Length")
+        body = await reader.readexactly(length)
+        return int(head.split(" ", 2)[1]), body, "connection: close" not in head.lower()
+
+
+def _bell_differs(news: str, data: dict) -> bool:
+    """bell.js's ``differs``: a new view (while following), question or reveal."""
+    if news == data["news"]:
+        return False
+    view, _, question = news.partition(":")
+    shown, _, asked = data["news"].partition(":")
+    return (data["following"] and view != shown) or question != asked
 
 
 def _plotly_title(spec: str) -> str:

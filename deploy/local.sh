@@ -4,7 +4,7 @@
 #   deploy/local.sh --replicas N --port P [--pids FILE] [--redis-url URL] [--logs DIR]
 #
 # starts Redis (its own: append-only, in a temporary folder, on a free port; or the one given by --redis-url),
-# N `streamlit run app.py` replicas with ${PYTHON:-python3} (the environment this is started from) on free
+# N `streamlit run serve.py` replicas (the app with its class news route) with ${PYTHON:-python3} (the environment this is started from) on free
 # loopback ports, all with one server.cookieSecret and VIZ_CLASS_STORE set to the Redis URL, and HAProxy on
 # 127.0.0.1:P (its configuration generated from deploy/haproxy.cfg: sticky cookie VIZ_REPLICA, whose value for
 # replica i is r<i>). Prints `redis URL`, then `ready http://127.0.0.1:P` once Redis, every replica and HAProxy
@@ -119,7 +119,7 @@ echo "redis $REDIS_URL"
 SECRET=$("$PY" -c "import secrets; print(secrets.token_urlsafe(32))")
 cd "$ROOT"
 for i in $(seq 1 "$REPLICAS"); do
-  STREAMLIT_SERVER_COOKIE_SECRET=$SECRET VIZ_CLASS_STORE=$REDIS_URL "$PY" -m streamlit run app.py \
+  STREAMLIT_SERVER_COOKIE_SECRET=$SECRET VIZ_CLASS_STORE=$REDIS_URL "$PY" -m streamlit run serve.py \
     --server.address 127.0.0.1 --server.port "${FREE[$((i - 1))]}" --server.headless true \
     >"$RUN/replica$i.log" 2>&1 &
   REPLICA_PIDS+=("$!"); STARTED+=("$!"); disown "$!"  # disowned: bash reports no "Killed" when one dies

@@ -37,11 +37,12 @@ def free_port() -> int:
 
 
 def start_server(env_extra: dict, log=None) -> tuple[subprocess.Popen, str]:
-    """``streamlit run app.py`` on a free port (output to ``log``, a file: a full pipe would block the server)."""
+    """``streamlit run serve.py`` (the app as the README starts it) on a free port (output to ``log``, a file: a full
+    pipe would block the server)."""
     import os
     port = free_port()
     with open(log or os.devnull, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port",
+        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "serve.py"), "--server.port",
                                  str(port)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env_extra})
     url = f"http://127.0.0.1:{port}"
     for _ in range(120):

@@ -11,6 +11,7 @@ from test_browser import ARGS, CHROMIUM, start_server, stop
 from ui_audit import choose_option
 
 TEXT = "The cat sat on the mat and the dog sat on the"
+RING = re.compile(rb'"event"\s*:\s*"news"')  # the class bell's trigger (viz_ui/classroom/bell.js) in a sent frame
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +46,14 @@ def test_three_students_follow_the_teacher_and_answer(class_server):
             expect(link).to_contain_text(f"/?class={code}")
             assert "teach" not in link.inner_text()  # the students' link never holds the teacher's key
 
-            students = []
-            for _ in range(3):
+            students, rings, news = [], [], []
+            for i in range(3):
                 s = browser.new_context(viewport={"width": 1024, "height": 800}).new_page()
+                rings.append([])
+                s.on("websocket", lambda ws, i=i: ws.on(
+                    "framesent", lambda payload: rings[i].append(payload)
+                    if isinstance(payload, bytes) and RING.search(payload) else None))
+                s.on("response", lambda r: news.append(r.status) if f"/class/{code}/news" in r.url else None)
                 s.goto(f"{class_server}/?class={code}")
                 students.append(s)
             for s in students:  # ... switches to the teacher's page
@@ -61,6 +67,10 @@ def test_three_students_follow_the_teacher_and_answer(class_server):
             box.press("Control+Enter")
             for s in students:
                 expect(s.get_by_label("Text", exact=True)).to_have_value(TEXT)
+            # ... told by the news route (answered when the class's news changed) and the bell's rerun of the poll
+            # (a student whose page was running then may have applied the view in that run, with no ring)
+            assert news and set(news) == {200}, news
+            assert any(rings), [len(r) for r in rings]
 
             # the teacher opens the attention page and picks a head: the students are there, on that head
             teacher.get_by_role("link", name="3 · Attention").click()

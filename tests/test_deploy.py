@@ -116,7 +116,8 @@ def test_the_compose_files_agree_with_each_other_and_haproxy_accepts_its_configu
     # Every file the image copies is in the repository
     for line in (ROOT / "deploy" / "Dockerfile").read_text().splitlines():
         if line.startswith("COPY "):
-            assert (ROOT / line.split()[1]).exists(), line
+            for source in line.split()[1:-1]:
+                assert (ROOT / source).exists(), line
 
 
 def test_bad_arguments_and_a_busy_port_give_one_line(tmp_path):
@@ -161,8 +162,8 @@ def test_a_class_over_two_replicas_survives_the_loss_of_one(tmp_path):
         pids = [int(p) for p in local.pids_file.read_text().split()]
         children = psutil.Process(local.proc.pid).children()
         assert len(pids) == 2 and set(pids) <= {c.pid for c in children}
-        for pid in pids:  # each replica is `python -m streamlit run app.py` with the Redis URL as its class store
-            assert psutil.Process(pid).cmdline()[:5] == [sys.executable, "-m", "streamlit", "run", "app.py"]
+        for pid in pids:  # each replica is `python -m streamlit run serve.py` with the Redis URL as its class store
+            assert psutil.Process(pid).cmdline()[:5] == [sys.executable, "-m", "streamlit", "run", "serve.py"]
             assert psutil.Process(pid).environ()["VIZ_CLASS_STORE"] == redis_url
         assert len({psutil.Process(p).environ()["STREAMLIT_SERVER_COOKIE_SECRET"] for p in pids}) == 1
 

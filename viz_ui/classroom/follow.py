@@ -1,9 +1,14 @@
 """A student follows the teacher: a banner with Stop following / Catch up, and a tiny poll.
 
-The poll is a fragment rerun every :data:`POLL_SECONDS` by the browser: it asks the store three cheap questions (the
-view's version, a heartbeat, the current question) and draws nothing, unless the store did not answer (one line).
-Only when the teacher's view changed (and the student follows), or a question was asked or revealed, does it rerun
-the page. 100–300 students poll one server, so it does no model work and sends no element while the store answers.
+The poll is a fragment rerun: it asks the store three cheap questions (the view's version, a heartbeat, the current
+question) and draws nothing visible, unless the store did not answer (one line). Only when the teacher's view
+changed (and the student follows), or a question was asked or revealed, does it rerun the page. 100–300 students
+poll one server, so it does no model work.
+
+When the app is served with its news route (``streamlit run serve.py``, :mod:`viz_ui.classroom.news`), the poll
+draws the class bell (:mod:`viz_ui.classroom.bell`), which reruns it as soon as the class's news changes, and its
+own timer runs every :data:`HEARTBEAT_SECONDS` (the followers' heartbeat, and a safety net); otherwise the browser
+reruns it every :data:`POLL_SECONDS`.
 """
 
 from __future__ import annotations
@@ -12,9 +17,11 @@ import os
 
 import streamlit as st
 
-from viz_ui.classroom import ClassStoreUnavailable, class_store
 from viz_ui.app.navigation import PAGES
+from viz_ui.classroom import ClassStoreUnavailable, class_store, news
+from viz_ui.classroom.bell import bell, news_string
 from viz_ui.classroom.session import ClassSession, current, current_page, leave
+from viz_ui.classroom.turns import take_turn
 from viz_ui.classroom.view import keys_to_reset, student_params
 
 
@@ -29,6 +36,8 @@ def _poll_seconds(default: float = 1.0) -> float:
 
 
 POLL_SECONDS = _poll_seconds()
+# with the bell: the poll's own period; below the store's FOLLOW_WINDOW_S (10 s), so that one heartbeat may be late
+HEARTBEAT_SECONDS = 4.0
 OFFLINE = ":material/cloud_off: The class server did not answer the last check; retrying."
 
 
@@ -45,7 +54,10 @@ def student_bar(cls: ClassSession) -> None:
                      "teacher's view again.", width="content")
         bar.button("Catch up", key="class_catch_up", type="primary", on_click=_set_following, args=(True,),
                    icon=":material/cast_for_education:")
-    _poll()
+    if news.ENABLED:
+        _poll_with_bell()
+    else:
+        _poll()
 
 
 MAX_ATTEMPTS = 3  # times one view is applied again when its page or link did not arrive
@@ -60,6 +72,7 @@ def check_applied() -> None:
     cls = current()
     if cls is None or cls.teacher or cls.expect is None:
         return
+    take_turn()  # one of a few runs at once on this server that show the class a new view (viz_ui.classroom.turns)
     page, link = cls.expect
     shown = st.query_params.to_dict()
     cls.waited = 0  # a full run came
@@ -87,6 +100,18 @@ def _set_following(following: bool) -> None:
 @st.fragment(run_every=POLL_SECONDS)
 def _poll() -> None:
     """One poll (runs inline in each full run, then every POLL_SECONDS on its own)."""
+    poll()
+
+
+@st.fragment(run_every=HEARTBEAT_SECONDS)
+def _poll_with_bell() -> None:
+    """One poll (runs inline in each full run, then when the bell rings or every HEARTBEAT_SECONDS on its own)."""
+    poll(with_bell=True)
+
+
+def poll(with_bell: bool = False) -> None:
+    """Ask the store for the class's news: apply a new view (following), rerun the page for a new or revealed
+    question, leave an ended class; ``with_bell``: then draw the bell with the news this screen shows."""
     cls = current()
     if cls is None or cls.teacher:
         return
@@ -102,13 +127,19 @@ def _poll() -> None:
         # said by the poll itself, which redraws only itself: a store that stops answering (Redis restarting) costs
         # no page run, and the next poll that gets an answer draws nothing, so the line goes away
         st.caption(OFFLINE)
+        if with_bell:
+            bell(cls.code, "", cls.following)  # any news rings it once the store answers again
         return
     if cls.following and version != cls.version and version > 0:
+        take_turn()  # this thread runs the page next (viz_ui.classroom.turns)
         apply_view(cls, store.view(cls.code), version)
     elif rerun_overdue(cls):
         st.rerun()
     if cls.question_changed(question):
+        take_turn()
         st.rerun()  # the page's question area draws it
+    if with_bell:
+        bell(cls.code, news_string(version, question), cls.following)
 
 
 WAIT_POLLS = 2  # polls a student waits for the full run an applied view asked for before asking again

@@ -1,0 +1,131 @@
+"""The class news route (viz_ui/classroom/news.py): the long-polled answer a student's bell waits on."""
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+from starlette.requests import Request
+
+from viz_ui.classroom import MemoryClassStore, news
+from viz_ui.classroom.store import ClassStoreUnavailable
+
+
+def later(seconds: float, action) -> threading.Thread:
+    """Run ``action`` in another thread after ``seconds`` (as the teacher's session would, on another replica)."""
+    thread = threading.Thread(target=lambda: (time.sleep(seconds), action()))
+    thread.start()
+    return thread
+
+
+def test_the_news_names_the_view_version_the_question_and_its_reveal():
+    store = MemoryClassStore()
+    code, token = store.create()
+    assert news.news_of(store, code) == "0::0"
+    store.publish(code, token, {"page": "app.py", "params": {}})
+    assert news.news_of(store, code) == "1::0"
+    qid = store.ask(code, token, {"kind": "next_token", "prompt": "Which token comes next?"})
+    assert news.news_of(store, code) == f"1:{qid}:0"
+    store.reveal(code, token, qid)
+    assert news.news_of(store, code) == f"1:{qid}:1"
+    store.publish(code, token, {"page": "app.py", "params": {"head": "2"}})
+    assert news.news_of(store, code) == f"2:{qid}:1"
+    assert news.news_string(2, store.question(code)) == news.news_of(store, code)
+    with pytest.raises(KeyError):
+        news.news_of(store, "ZZZZZZ")
+
+
+def test_a_wait_answers_at_once_when_the_news_differs_and_holds_until_it_changes(monkeypatch):
+    monkeypatch.setattr(news, "WATCH_S", 0.05)
+    store = MemoryClassStore()
+    code, token = store.create()
+    board = news.NewsBoard(lambda: store)
+
+    async def scenario():
+        t = time.monotonic()
+        assert await board.wait(code, "something else", hold_s=5) == "0::0"
+        assert time.monotonic() - t < 1
+        # the same news: held until the teacher publishes (0.4 s later, from another thread)
+        thread = later(0.4, lambda: store.publish(code, token, {"page": "app.py", "params": {}}))
+        t = time.monotonic()
+        assert await board.wait(code, "0::0", hold_s=5) == "1::0"
+        assert 0.35 < time.monotonic() - t < 2
+        thread.join()
+        # nothing changes: answered with the same news after the hold
+        t = time.monotonic()
+        assert await board.wait(code, "1::0", hold_s=0.3) == "1::0"
+        assert 0.25 < time.monotonic() - t < 2
+        # many screens wait on one class: one change answers them all
+        thread = later(0.3, lambda: store.ask(code, token, {"kind": "next_token", "prompt": "Next?"}))
+        answers = await asyncio.gather(*(board.wait(code, "1::0", hold_s=5) for _ in range(50)))
+        thread.join()
+        assert set(answers) == {news.news_of(store, code)} and answers[0].startswith("1:1:")
+        # the class ends while screens wait: they learn it
+        thread = later(0.3, lambda: store.close(code, token))
+        assert await board.wait(code, answers[0], hold_s=5) == news.GONE
+        thread.join()
+        assert await board.wait("ZZZZZZ", "", hold_s=1) == news.GONE
+
+    asyncio.run(scenario())
+
+
+def test_a_store_that_does_not_answer_keeps_the_news_as_it_was(monkeypatch):
+    monkeypatch.setattr(news, "WATCH_S", 0.05)
+    store = MemoryClassStore()
+    code, token = store.create()
+    down = threading.Event()
+
+    class Flaky:
+        def __getattr__(self, name):
+            if down.is_set():
+                raise ClassStoreUnavailable("the class store cannot be reached")
+            return getattr(store, name)
+
+    board = news.NewsBoard(lambda: Flaky())
+
+    async def scenario():
+        assert await board.wait(code, "", hold_s=1) == "0::0"
+        down.set()
+        store.publish(code, token, {"page": "app.py", "params": {}})
+        assert await board.wait(code, "0::0", hold_s=0.4) == "0::0"  # not known yet: the same news, not an error
+        down.clear()
+        assert await board.wait(code, "0::0", hold_s=5) == "1::0"
+        # a class first asked about while the store is down: no news (the route says 503)
+        down.set()
+        other, _ = store.create()
+        assert await board.wait(other, "", hold_s=0.3) is None
+
+    asyncio.run(scenario())
+
+
+async def call(route, path: str, query: str = "") -> tuple[int, dict]:
+    """The route's answer to ``GET path?query``: (status, JSON body)."""
+    code = path.split("/")[2]
+    scope = {"type": "http", "method": "GET", "path": path, "query_string": query.encode(), "headers": [],
+             "path_params": {"code": code}}
+    response = await route.endpoint(Request(scope))
+    return response.status_code, json.loads(response.body)
+
+
+def test_the_route_answers_json_and_refuses_bad_codes(monkeypatch):
+    monkeypatch.setattr(news, "ENABLED", False)
+    monkeypatch.setattr(news, "HOLD_S", 0.3)
+    store = MemoryClassStore()
+    code, token = store.create()
+    (route,) = news.routes(lambda: store)
+    assert news.ENABLED and route.path == news.PATH and route.methods == {"GET", "HEAD"}
+
+    async def scenario():
+        assert await call(route, f"/class/{code}/news", "seen=x") == (200, {"news": "0::0"})
+        t = time.monotonic()
+        assert await call(route, f"/class/{code}/news", "seen=0::0") == (200, {"news": "0::0"})  # held, then the same
+        assert time.monotonic() - t > 0.25
+        assert (await call(route, "/class/ZZZZZZ/news"))[0] == 404  # no such class
+        for bad in ("<script>", "AB", "ABCDEFGHIJ", "ABC%00D"):
+            status, body = await call(route, f"/class/{bad}/news")
+            assert status == 404 and body == {"error": "not a class code"}
+        status, _ = await call(route, f"/class/{code}/news", "seen=" + "9" * 10_000)  # a huge parameter: cut, answered
+        assert status == 200
+
+    asyncio.run(scenario())

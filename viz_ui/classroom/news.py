@@ -1,0 +1,144 @@
+"""A class's news, pushed to students' screens by long polling: ``GET /class/CODE/news?seen=STATE``.
+
+A student's screen needs to know when the teacher published a new view or asked or revealed a question. Asking
+the server with a Streamlit fragment rerun every second costs each student ~4 ms of server CPU a second
+(bench/class_live.py: 0.38 of a core for 100 students doing nothing) and makes every change wait up to a second.
+Instead, each student's browser holds one plain HTTP request open here (the bell, :mod:`viz_ui.classroom.bell`):
+it is answered as soon as the class's news differs from what the screen last saw (or after :data:`HOLD_S`, then
+asked again), and only then does the screen rerun its poll. One watcher per server process reads the store
+:data:`WATCH_S` times a second for the classes someone waits on here, whatever the number of students.
+
+The news is a short string, ``"{view version}:{question id}:{revealed 0/1}"``; it says nothing the class code does
+not already give (a student's link reads the view itself). An unknown or ended class answers 404; a store that does
+not answer keeps the requests waiting (the fragment's slower poll says so on the screen).
+
+The route is installed when the app is served by ``serve.py`` (``streamlit run serve.py``: a Streamlit ``st.App``
+with this route); :data:`ENABLED` then says so to the pages, which otherwise poll every second as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from viz_ui.classroom.store import ClassStore, ClassStoreUnavailable
+from viz_ui.classroom.view import valid_code
+
+PATH = "/class/{code}/news"
+HOLD_S = 20.0  # a request waits at most this long (below HAProxy's 60 s `timeout server`), then answers the same news
+WATCH_S = 0.15  # the watcher reads the store this often for each class someone waits on
+IDLE_S = 60.0  # a class nobody waited on for this long is no longer watched
+MAX_CLASSES = 1_000  # classes watched at once by one process (a request for one more: 503)
+ENABLED = False  # set by routes(): the pages use the bell instead of a fast poll
+GONE = "gone"
+FULL = "full"
+
+
+def news_string(version: int, question: dict | None) -> str:
+    """The news of a class whose view is at ``version`` and whose current question is ``question`` (the store's
+    dict, or None)."""
+    revealed = int(bool(question.get("revealed"))) if question else 0
+    return f"{version}:{question['id'] if question else ''}:{revealed}"
+
+
+def news_of(store: ClassStore, code: str) -> str:
+    """The class's news now (see the module docstring). Raises ``KeyError`` for an unknown class and
+    ``ClassStoreUnavailable`` (or ``OSError``) when the store does not answer."""
+    question = store.question(code)
+    return news_string(store.version(code), question)
+
+
+class _Class:
+    __slots__ = ("news", "changed", "last_wait")
+
+    def __init__(self) -> None:
+        self.news: str | None = None  # None: not read yet
+        self.changed = asyncio.Event()  # set (and replaced) at each change
+        self.last_wait = time.monotonic()
+
+
+class NewsBoard:
+    """The classes this process's students wait on, and one watcher task that reads their news from ``store()``.
+
+    Runs on the server's event loop; the store is read in a worker thread (a Redis that hangs never blocks the
+    loop)."""
+
+    def __init__(self, store: Callable[[], ClassStore]) -> None:
+        self._store = store
+        self._classes: dict[str, _Class] = {}
+        self._watcher: asyncio.Task | None = None
+
+    async def wait(self, code: str, seen: str, hold_s: float = HOLD_S) -> str | None:
+        """The class's news as soon as it differs from ``seen``, or after ``hold_s`` seconds whatever it is;
+        :data:`GONE` for an unknown class; :data:`FULL` when too many classes are watched; None while the store has
+        not answered yet."""
+        entry = self._classes.get(code)
+        if entry is None:
+            if len(self._classes) >= MAX_CLASSES:
+                return FULL
+            entry = self._classes[code] = _Class()
+            await self._read(code, entry)
+        self._start()
+        entry.last_wait = time.monotonic()
+        end = time.monotonic() + hold_s
+        while entry.news in (None, seen) and (left := end - time.monotonic()) > 0:
+            try:
+                await asyncio.wait_for(entry.changed.wait(), timeout=left)
+            except asyncio.TimeoutError:
+                break
+            entry.last_wait = time.monotonic()
+        return entry.news
+
+    def _start(self) -> None:
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _read(self, code: str, entry: _Class) -> None:
+        try:
+            news = await asyncio.get_running_loop().run_in_executor(None, news_of, self._store(), code)
+        except KeyError:
+            news = GONE
+        except (ClassStoreUnavailable, OSError, ValueError):
+            return  # unchanged: the screens' slower poll says that the store does not answer
+        if news != entry.news:
+            entry.news = news
+            entry.changed.set()
+            entry.changed = asyncio.Event()
+
+    async def _watch(self) -> None:
+        while self._classes:
+            await asyncio.sleep(WATCH_S)
+            now = time.monotonic()
+            for code, entry in list(self._classes.items()):
+                if now - entry.last_wait > IDLE_S or entry.news == GONE:
+                    del self._classes[code]
+                else:
+                    await self._read(code, entry)
+
+
+def routes(store: Callable[[], ClassStore]) -> list[Route]:
+    """The news route (``GET /class/{code}/news?seen=STATE``), answered from a :class:`NewsBoard` over ``store()``.
+    Calling it marks the bell available (:data:`ENABLED`)."""
+    global ENABLED
+    board = NewsBoard(store)
+
+    async def news(request: Request) -> JSONResponse:
+        code = valid_code(request.path_params["code"])
+        seen = request.query_params.get("seen", "")[:64]
+        if code is None:
+            return JSONResponse({"error": "not a class code"}, status_code=404)
+        answer = await board.wait(code, seen)
+        if answer is None or answer == FULL:
+            return JSONResponse({"error": "the class store does not answer" if answer is None else "too many classes"},
+                                status_code=503)
+        if answer == GONE:
+            return JSONResponse({"error": "no such class"}, status_code=404)
+        return JSONResponse({"news": answer}, headers={"Cache-Control": "no-store"})
+
+    ENABLED = True
+    return [Route(PATH, news, methods=["GET"])]
