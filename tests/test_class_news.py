@@ -129,3 +129,38 @@ def test_the_route_answers_json_and_refuses_bad_codes(monkeypatch):
         assert status == 200
 
     asyncio.run(scenario())
+
+
+def test_a_full_run_after_a_poll_reuses_its_answers_and_the_heartbeat_is_not_sent_at_every_poll(monkeypatch):
+    from viz_ui.classroom import follow
+    from viz_ui.classroom.session import ClassSession
+
+    store = MemoryClassStore()
+    code, token = store.create()
+    store.publish(code, token, {"page": "app.py", "params": {}})
+    calls = []
+
+    class Counting:
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(store, name)
+
+    monkeypatch.setattr(news, "ENABLED", True)
+    cls = ClassSession(code, "student")
+    assert follow._news(cls, Counting(), reuse=True) == (1, None)  # nothing to reuse yet
+    assert calls == ["version", "follow", "question"] and store.followers(code) == 1
+    calls.clear()
+    assert follow._news(cls, Counting(), reuse=True) == (1, None)  # the full run right after: no store call
+    assert calls == []
+    store.publish(code, token, {"page": "app.py", "params": {"head": "1"}})
+    assert follow._news(cls, Counting(), reuse=False) == (2, None)  # a fragment run (the bell's): asks again
+    assert calls == ["version", "question"]  # the heartbeat was sent under HEARTBEAT_SECONDS / 2 ago
+    calls.clear()
+    monkeypatch.setattr(follow, "FRESH_S", 0.0)
+    cls.beat -= follow.HEARTBEAT_SECONDS
+    assert follow._news(cls, Counting(), reuse=True) == (2, None)  # too old to reuse; the heartbeat is due
+    assert calls == ["version", "follow", "question"]
+    calls.clear()
+    monkeypatch.setattr(news, "ENABLED", False)  # polling every second: a heartbeat at every poll
+    follow._news(cls, Counting(), reuse=False)
+    assert calls == ["version", "follow", "question"]

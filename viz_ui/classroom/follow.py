@@ -14,8 +14,10 @@ reruns it every :data:`POLL_SECONDS`.
 from __future__ import annotations
 
 import os
+import time
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from viz_ui.app.navigation import PAGES
 from viz_ui.classroom import ClassStoreUnavailable, class_store, news
@@ -93,6 +95,7 @@ def _set_following(following: bool) -> None:
         cls.version = -1  # apply the teacher's latest view in this run's poll, whatever its version
     try:
         class_store().follow(cls.code, cls.student_id, following)
+        cls.beat = time.monotonic()
     except (KeyError, ClassStoreUnavailable, OSError):
         pass  # the next poll says it
 
@@ -117,9 +120,7 @@ def poll(with_bell: bool = False) -> None:
         return
     try:
         store = class_store()
-        version = store.version(cls.code)
-        store.follow(cls.code, cls.student_id, cls.following)
-        question = store.question(cls.code)
+        version, question = _news(cls, store, reuse=with_bell and not _fragment_run() and cls.version >= 0)
     except KeyError:
         leave(f"Class {cls.code} has ended.")
         st.rerun()
@@ -140,6 +141,32 @@ def poll(with_bell: bool = False) -> None:
         st.rerun()  # the page's question area draws it
     if with_bell:
         bell(cls.code, news_string(version, question), cls.following)
+
+
+FRESH_S = 1.0  # a full run's poll reuses the store's answers of a poll this recent (the bell rings for anything newer)
+
+
+def _fragment_run() -> bool:
+    """Whether this run is a fragment's own rerun (the bell's, the timer's), not a full run of the page."""
+    ctx = get_script_run_ctx()
+    return bool(ctx is not None and ctx.fragment_ids_this_run)
+
+
+def _news(cls: ClassSession, store, reuse: bool) -> tuple[int, dict | None]:
+    """The class's view version and current question, from the store; ``reuse``: from the last poll's answers when
+    they are under :data:`FRESH_S` old (the full run that a poll's applied view asked for: its news came with the
+    bell, which rings again for anything newer). Sends the heartbeat at most every half :data:`HEARTBEAT_SECONDS`
+    (every poll without the bell: its period is shorter than the heartbeat's). Raises as the store does."""
+    now = time.monotonic()
+    if reuse and cls.polled is not None and now - cls.polled[0] < FRESH_S:
+        return cls.polled[1], cls.polled[2]
+    version = store.version(cls.code)
+    if now - cls.beat >= HEARTBEAT_SECONDS / 2 or not news.ENABLED:
+        store.follow(cls.code, cls.student_id, cls.following)
+        cls.beat = now
+    question = store.question(cls.code)
+    cls.polled = (now, version, question)
+    return version, question
 
 
 WAIT_POLLS = 2  # polls a student waits for the full run an applied view asked for before asking again

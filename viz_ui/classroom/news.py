@@ -73,8 +73,9 @@ class NewsBoard:
         self._classes: dict[str, _Class] = {}
         self._watcher: asyncio.Task | None = None
 
-    async def wait(self, code: str, seen: str, hold_s: float = HOLD_S) -> str | None:
-        """The class's news as soon as it differs from ``seen``, or after ``hold_s`` seconds whatever it is;
+    async def wait(self, code: str, seen: str, hold_s: float | None = None) -> str | None:
+        """The class's news as soon as it differs from ``seen``, or after ``hold_s`` seconds (default
+        :data:`HOLD_S`) whatever it is;
         :data:`GONE` for an unknown class; :data:`FULL` when too many classes are watched; None while the store has
         not answered yet."""
         entry = self._classes.get(code)
@@ -85,7 +86,7 @@ class NewsBoard:
             await self._read(code, entry)
         self._start()
         entry.last_wait = time.monotonic()
-        end = time.monotonic() + hold_s
+        end = time.monotonic() + (HOLD_S if hold_s is None else hold_s)
         while entry.news in (None, seen) and (left := end - time.monotonic()) > 0:
             try:
                 await asyncio.wait_for(entry.changed.wait(), timeout=left)

@@ -44,6 +44,8 @@ class ClassSession:
     question: tuple | None = None  # (question id, revealed) last drawn, to notice a new question or a reveal
     answers: dict = field(default_factory=dict)  # question id -> this screen's answer (shown back to the student)
     hidden: str | None = None  # the question id this screen has hidden
+    polled: tuple | None = None  # student: (monotonic time, view version, question) of the last store poll
+    beat: float = float("-inf")  # student: monotonic time of the last heartbeat sent
 
     @property
     def teacher(self) -> bool:
