@@ -71,6 +71,9 @@ def test_three_students_follow_the_teacher_and_answer(class_server):
             # (a student whose page was running then may have applied the view in that run, with no ring)
             assert news and set(news) == {200}, news
             assert any(rings), [len(r) for r in rings]
+            for s in students:  # the bell rings while it and its poll's block take no room on the page
+                expect(s.locator(".st-key-class_bell")).to_be_attached()
+                expect(s.locator("[data-testid=stLayoutWrapper]:has(.st-key-class_bell)")).to_be_hidden()
 
             # the teacher opens the attention page and picks a head: the students are there, on that head
             teacher.get_by_role("link", name="3 · Attention").click()
