@@ -209,3 +209,14 @@ def choose_option(page, label: str, option: str, timeout: float = 60.0) -> None:
         except Exception:
             if time.monotonic() > deadline:
                 raise
+        # the list may open outside the viewport while the page reruns ("element is outside of the viewport"): as a
+        # keyboard user would, type the option into the box and press Enter, then check that it was chosen
+        box = page.get_by_label(label, exact=True)
+        try:
+            box.fill(option, timeout=3_000)
+            page.keyboard.press("Enter")
+            if box.input_value(timeout=3_000) == option:
+                return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
