@@ -12,16 +12,12 @@ from pathlib import Path
 
 import streamlit as st
 
-from viz_ui.classroom.news import news_string
-
-__all__ = ["bell", "news_string"]
-
 _COMPONENT = st.components.v2.component("viz_class_bell", js=(Path(__file__).with_name("bell.js")).read_text(
     encoding="utf-8"), isolate_styles=True)
 
 
 def bell(code: str, news: str, following: bool) -> None:
-    """Draw the bell of class ``code`` on a screen drawn with ``news`` (:func:`news_string`); ``following``: a new
-    view rings it too (else only a question, a reveal or the end of the class). Draws nothing visible."""
+    """Draw the bell of class ``code`` on a screen drawn with ``news`` (:func:`viz_ui.classroom.news.news_string`);
+    ``following``: a new view rings it too (else only a question, a reveal or the end of the class). Draws nothing visible."""
     _COMPONENT(key="class_bell", data={"url": f"class/{code}/news", "news": news, "following": bool(following)},
                on_news_change=lambda: None)

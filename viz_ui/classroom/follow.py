@@ -21,7 +21,7 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from viz_ui.app.navigation import PAGES
 from viz_ui.classroom import ClassStoreUnavailable, class_store, news
-from viz_ui.classroom.bell import bell, news_string
+from viz_ui.classroom.bell import bell
 from viz_ui.classroom.session import ClassSession, current, current_page, leave
 from viz_ui.classroom.turns import take_turn
 from viz_ui.classroom.view import keys_to_reset, student_params
@@ -140,7 +140,7 @@ def poll(with_bell: bool = False) -> None:
         take_turn()
         st.rerun()  # the page's question area draws it
     if with_bell:
-        bell(cls.code, news_string(version, question), cls.following)
+        bell(cls.code, news.news_string(version, question), cls.following)
 
 
 FRESH_S = 1.0  # a full run's poll reuses the store's answers of a poll this recent (the bell rings for anything newer)
