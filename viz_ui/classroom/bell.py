@@ -18,6 +18,7 @@ _COMPONENT = st.components.v2.component("viz_class_bell", js=(Path(__file__).wit
 
 def bell(code: str, news: str, following: bool) -> None:
     """Draw the bell of class ``code`` on a screen drawn with ``news`` (:func:`viz_ui.classroom.news.news_string`);
-    ``following``: a new view rings it too (else only a question, a reveal or the end of the class). Draws nothing visible."""
+    ``following``: a new view rings it too (else only a question, a reveal or the end of the class). Draws nothing
+    visible."""
     _COMPONENT(key="class_bell", data={"url": f"class/{code}/news", "news": news, "following": bool(following)},
                on_news_change=lambda: None)
