@@ -7,7 +7,7 @@ from viz_ui.app.preload import preload_plotly
 preload_plotly()  # before the imports below load torch: the browser fetches Plotly's code meanwhile
 
 from viz_ui.analysis.explain import tokenizer_sentence
-from viz_ui.app.layout import show_table
+from viz_ui.app.layout import show_link, show_table
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.views.tables import token_chips_html, token_table
 from viz_ui.analysis.text import plain
@@ -36,3 +36,4 @@ def tokens(ctx: PageContext) -> None:
 ctx = open_page("Tokens", "The model never sees letters: the tokenizer cuts the text into pieces (tokens) "
                           "and replaces each by its integer id in a fixed vocabulary.")
 tokens(ctx)
+show_link(ctx.app)  # publishes a class's view now (a page without figures: nothing else does)

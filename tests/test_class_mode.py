@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, plotly_array, shown_figures
 from viz_model import load_model
+from viz_ui.app.navigation import PAGES
 from viz_ui.classroom import ClassStoreUnavailable, class_store
 from viz_ui.classroom.reveal import (answer_probabilities, continuation, normalise_answer, reveal_figure,
                                      top_answers)
@@ -185,6 +186,19 @@ def test_a_wrong_or_ended_class_is_one_line_and_the_app_goes_on():
     run(button(teacher, "End the class").click())
     run(student)
     assert f"Class {code} has ended." in texts(student) and "class" not in student.query_params
+
+
+def test_every_page_publishes_the_teachers_view_in_the_run_that_shows_it():
+    """The students' bell rings for a published view only: a page that left it for the teacher's next tick (every
+    TICK_SECONDS, in the browser) made the class wait up to a second longer (bench/class_live.py: page → tokens,
+    first student after 1.3 s while the teacher's run took 46 ms). AppTest never ticks."""
+    teacher, code = start_class()
+    for page in [p for p, _, _ in PAGES[1:]] + ["app.py"]:
+        run(teacher.switch_page(page))
+        view = class_store().view(code)
+        assert view["page"] == page, (page, view)
+        link = make_view(page, dict(teacher.query_params), {})["params"]
+        assert link.items() <= view["params"].items(), (page, link, view)  # the link as the run left it
 
 
 def test_the_teachers_link_resumes_teaching_in_a_new_session_without_a_new_version():
