@@ -263,7 +263,7 @@ async def run(args) -> None:
         teacher = StClient(dep.url, "", urlencode({"class": code, "teach": token}), name="teacher")
         tasks = [asyncio.create_task(teacher.run())]
         await until(lambda: teacher.runs, 300)
-        # one early student on each other replica (HAProxy: the fewest connections), so that every replica has
+        # one early student on each other replica (HAProxy: each new browser to the next replica in turn), so that every replica has
         # loaded the model before the class arrives; not counted in the figures below
         early = [StClient(dep.url, "", urlencode({"class": code}), name=f"early{i}") for i in range(args.replicas - 1)]
         for e in early:
