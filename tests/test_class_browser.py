@@ -46,7 +46,7 @@ def test_three_students_follow_the_teacher_and_answer(class_server):
             expect(link).to_contain_text(f"/?class={code}")
             assert "teach" not in link.inner_text()  # the students' link never holds the teacher's key
 
-            students, rings, news = [], [], []
+            students, rings, news, errors = [], [], [], []
             for i in range(3):
                 s = browser.new_context(viewport={"width": 1024, "height": 800}).new_page()
                 rings.append([])
@@ -54,6 +54,7 @@ def test_three_students_follow_the_teacher_and_answer(class_server):
                     "framesent", lambda payload: rings[i].append(payload)
                     if isinstance(payload, bytes) and RING.search(payload) else None))
                 s.on("response", lambda r: news.append(r.status) if f"/class/{code}/news" in r.url else None)
+                s.on("pageerror", lambda e, i=i: errors.append((i, str(e))))  # e.g. a delta the page cannot place
                 s.goto(f"{class_server}/?class={code}")
                 students.append(s)
             for s in students:  # ... switches to the teacher's page
@@ -86,6 +87,7 @@ def test_three_students_follow_the_teacher_and_answer(class_server):
                 title = s.locator(".js-plotly-plot .gtitle").filter(has_text="head 5").first
                 expect(title).to_be_attached(timeout=60_000)
             assert "teach=" not in "".join(s.url for s in students)
+            assert not errors, errors  # Streamlit's frontend threw (viz_ui/app/rerun_order.py: the page went blank)
 
             # the teacher's second tab (a projector window) shows the question and the reveal asked in the first
             projector = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -117,6 +119,7 @@ def test_three_students_follow_the_teacher_and_answer(class_server):
                 bars = screen.locator(".js-plotly-plot .bartext")
                 expect(bars.filter(has_text="2 · 67%")).to_have_count(1, timeout=20_000)  # a poll or a tick away
                 expect(bars.filter(has_text="1 · 33%")).to_have_count(1)
+            assert not errors, errors
         finally:
             browser.close()
     print(f"class browser test: {time.monotonic() - started:.1f} s")

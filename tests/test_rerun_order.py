@@ -1,5 +1,7 @@
 """viz_ui.app.rerun_order: a fragment's timed rerun that reaches the server just after a script run ended starts
-its ScriptRunner after that run's last messages are handled, not before (which made Streamlit drop them)."""
+its ScriptRunner after that run's last messages are handled, not before (which made Streamlit drop them); a fragment
+rerun asked for on a page the session has left runs on the current page (Streamlit ran it on the old page, and the
+browser blanked the new one)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from streamlit.runtime.app_session import AppSession, AppSessionState
+from streamlit.runtime.scriptrunner.script_runner import ScriptRunner
 from streamlit.runtime.scriptrunner_utils.script_requests import RerunData, ScriptRequestType
 
 from viz_ui.app import rerun_order
@@ -87,3 +90,44 @@ def test_the_app_installs_it():
     import viz_ui.app.layout  # noqa: F401  (every page imports it)
 
     assert getattr(AppSession._create_scriptrunner, "_viz_waits", False)
+    assert getattr(ScriptRunner._run_script, "_viz_current_page", False)
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """ScriptRunner._run_script replaced by a recorder of the rerun data it gets, then patched by install()."""
+    seen: list[RerunData] = []
+    monkeypatch.setattr(ScriptRunner, "_run_script", lambda self, data: seen.append(data))
+    rerun_order.install()
+    return seen
+
+
+def session_on(page: str):
+    """A stand-in ScriptRunner of a session whose current page is ``page`` (a page script hash)."""
+    return SimpleNamespace(_pages_manager=SimpleNamespace(current_page_script_hash=page))
+
+
+def test_a_fragment_rerun_asked_on_the_page_before_runs_on_the_current_page(runs):
+    stale = RerunData(fragment_id_queue=["poll"], page_script_hash="tokens", page_name="tokens",
+                      query_string="class=ABC", is_auto_rerun=True)
+    ScriptRunner._run_script(session_on("attention"), stale)  # the poll switched to attention meanwhile
+    ran = runs[-1]
+    assert (ran.page_script_hash, ran.page_name) == ("attention", "")
+    assert ran.fragment_id_queue == ["poll"] and ran.is_auto_rerun  # still the same fragment rerun
+    ScriptRunner._run_script(session_on("attention"), RerunData(fragment_id="answer", page_script_hash="tokens"))
+    assert runs[-1].page_script_hash == "attention"  # a fragment's own widget (not yet queued) too
+
+
+def test_full_reruns_and_fragment_reruns_on_the_current_page_are_unchanged(runs):
+    switch = RerunData(page_script_hash="attention", query_string="head=5")
+    poll = RerunData(fragment_id_queue=["poll"], page_script_hash="attention", query_string="head=5")
+    unnamed = RerunData(fragment_id_queue=["poll"], page_script_hash="")
+    for data, current in ((switch, "tokens"), (poll, "attention"), (unnamed, "attention"), (poll, "")):
+        ScriptRunner._run_script(session_on(current), data)
+        assert runs[-1] is data
+
+
+def test_the_current_query_string_goes_with_the_current_page():
+    stale = RerunData(fragment_id_queue=["poll"], page_script_hash="tokens", query_string="class=ABC")
+    assert rerun_order.on_current_page(stale, "attention", "head=5&class=ABC").query_string == "head=5&class=ABC"
+    assert rerun_order.on_current_page(stale, "attention", "").query_string == "class=ABC"  # not known: kept

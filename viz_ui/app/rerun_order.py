@@ -1,4 +1,7 @@
-"""A fragment's timed rerun waits for the messages of the run that just ended (a fix for a race in Streamlit).
+"""Two fixes for races in Streamlit's order of reruns: a fragment's timed rerun waits for the messages of the run that
+just ended, and a fragment rerun asked for on a page the session has left runs on the page the session shows.
+
+**Messages of the run that just ended.**
 
 Streamlit (1.67) runs a session's script in a ScriptRunner thread. The thread hands every message of a run (each
 element, then "finished") to the server's event loop with ``call_soon_threadsafe``, and when the run has ended with
@@ -18,11 +21,26 @@ again until the loop has handled that runner's shutdown, up to :data:`MAX_WAITS`
 the runner the session has then (one started meanwhile by a full rerun takes it), or to a new one. Full reruns are
 left as they are: Streamlit stops the running script for them on purpose (``runner.fastReruns``), and the full run
 that follows redraws the whole page.
+
+**A fragment rerun from the page before.** A browser's fragment rerun request names the page the browser shows. When
+it reaches the server while the script switches page (a student's class poll, itself a fragment run, applies the
+teacher's view with ``st.switch_page``), Streamlit queues it and runs it after the new page's full run, on the page the
+request named: the session's page goes back to the old one for that fragment run (its widget states are cleaned up
+as for a page change), and the browser, told by the run's ``new_session`` that the page changed, clears the new
+page's elements, then gets the fragment's elements at their place in the new page and throws ("Bad delta path
+index 2 (should be between [0, 0])"): the student sees a blank page and the websocket closes (tests/
+test_class_browser.py, 2 runs in 5 when students follow fast). A fragment rerun never changes the page on purpose,
+so :func:`install` also makes ``ScriptRunner._run_script`` run such a request on the session's current page
+(:func:`on_current_page`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from streamlit.runtime.app_session import AppSession, AppSessionState
+from streamlit.runtime.scriptrunner.script_runner import ScriptRunner
+from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 from streamlit.runtime.scriptrunner_utils.script_requests import RerunData, ScriptRequestType
 
 MAX_WAITS = 100  # turns of the event loop a fragment rerun waits for a stopped runner's shutdown (each is short)
@@ -35,8 +53,21 @@ def stopped(runner: object) -> bool:
     return getattr(requests, "_state", None) == ScriptRequestType.STOP
 
 
+def on_current_page(rerun_data: RerunData, current_page: str, current_query: str = "") -> RerunData:
+    """``rerun_data`` to run now in a session showing ``current_page`` (a page script hash, "" before the first run)
+    with the query string ``current_query`` ("" when not known): a fragment rerun that names another page gets the
+    current page, no page name, and the current query string when known; anything else is unchanged."""
+    fragment = bool(rerun_data.fragment_id or rerun_data.fragment_id_queue)
+    if fragment and current_page and rerun_data.page_script_hash not in ("", current_page):
+        return replace(rerun_data, page_script_hash=current_page, page_name="",
+                       query_string=current_query or rerun_data.query_string)
+    return rerun_data
+
+
 def install() -> None:
-    """Patch ``AppSession._create_scriptrunner`` once per process (later calls do nothing)."""
+    """Patch ``AppSession._create_scriptrunner`` and ``ScriptRunner._run_script`` once per process (later calls do
+    nothing)."""
+    _install_run_on_current_page()
     if getattr(AppSession._create_scriptrunner, "_viz_waits", False):
         return
     original = AppSession._create_scriptrunner
@@ -56,3 +87,19 @@ def install() -> None:
     create_scriptrunner._viz_waits = True
     create_scriptrunner.__doc__ = original.__doc__
     AppSession._create_scriptrunner = create_scriptrunner
+
+
+def _install_run_on_current_page() -> None:
+    if getattr(ScriptRunner._run_script, "_viz_current_page", False):
+        return
+    original = ScriptRunner._run_script
+
+    def run_script(self: ScriptRunner, rerun_data: RerunData) -> None:
+        pages = getattr(self, "_pages_manager", None)  # None where this Streamlit's internals differ: unchanged
+        current = getattr(pages, "current_page_script_hash", "") or ""
+        ctx = get_script_run_ctx(suppress_warning=True)  # this runner's thread: the last run's query string, or ""
+        return original(self, on_current_page(rerun_data, current, getattr(ctx, "query_string", "") or ""))
+
+    run_script._viz_current_page = True
+    run_script.__doc__ = original.__doc__
+    ScriptRunner._run_script = run_script
