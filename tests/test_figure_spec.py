@@ -139,3 +139,23 @@ def test_grid_pooled_says_what_attention_grid_draws(n, pooled_by):
     fig, pooled = attention_grid(patterns, pooled_by=pooled_by)
     assert grid_pooled(patterns.shape, pooled_by) == pooled
     assert attention_grid_figure(patterns, pooled_by=pooled_by).to_json() == fig.to_json()
+
+
+def test_a_live_charts_json_is_plotlys_own_text_with_or_without_non_finite_numbers():
+    """plotly_json writes what plotly.io.json.to_json_plotly writes, character for character: a figure whose typed
+    array's base64 happens to hold "NaN" (Plotly then decodes and encodes its text again; we skip that pass), labels
+    that could end an HTML script element, and NaN and ±inf in plain lists (written as null, by Plotly)."""
+    rng = np.random.default_rng(3)
+    for _ in range(500):  # a matrix whose base64 holds "NaN": Plotly's second pass, the one skipped
+        m = rng.random((64, 64)).astype(np.float32)
+        plain = plain_figure(attention_heatmap(m, [f"</script>{i}" for i in range(64)], "x < y > z", "weights"))
+        if "NaN" in pio.json.to_json_plotly(plain, engine="json"):
+            break
+    else:
+        raise AssertionError("no matrix with NaN in its base64")
+    for figure in (plain, style_plain(plain, 1.6, "dark"),
+                   {"data": [{"type": "scatter", "x": [1.0, float("nan"), 3.0], "y": [float("inf"), -float("inf"), 0.5]}],
+                    "layout": {"title": {"text": "a/b"}}}):
+        expected = pio.json.to_json_plotly(figure, engine="json")
+        assert live_chart.plotly_json(figure) == expected
+    assert '"x":[1.0,null,3.0]' in expected and "</" not in live_chart.plotly_json(plain)

@@ -16,6 +16,7 @@ and callers fall back to ``st.plotly_chart``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -28,6 +29,7 @@ import plotly
 import plotly.graph_objects as go
 import plotly.io
 import streamlit as st
+from _plotly_utils.utils import PlotlyJSONEncoder
 
 from viz_ui.app.gate import one_at_a_time
 from viz_ui.views.figure_spec import FigureSpec
@@ -131,6 +133,28 @@ class _Payloads:
 PAYLOADS = _Payloads()
 
 
+class _StrictEncoder(PlotlyJSONEncoder):
+    """Plotly's JSON encoder (numpy arrays, dates, ...) without its second pass: Plotly decodes and encodes its text
+    again whenever "NaN" or "Infinity" occurs anywhere in it, to write non-finite numbers as ``null``; the base64 text
+    of a typed array (every numeric array of a figure) often holds "NaN" by chance, so that a 128 × 128 heatmap took
+    that pass at every build (37 ms a figure instead of 18). Here a non-finite float raises ``ValueError`` instead
+    (``allow_nan=False``), and :func:`plotly_json` then leaves the figure to Plotly."""
+
+    def encode(self, o):
+        return json.JSONEncoder.encode(self, o)
+
+
+def plotly_json(figure: dict) -> str:
+    """``plotly.io.json.to_json_plotly(figure)`` with the built-in ``json`` engine, the same text, faster (see
+    :class:`_StrictEncoder`). ``figure``: a plain figure dict (:func:`viz_ui.views.figures.plain_figure`)."""
+    try:
+        text = json.dumps(figure, cls=_StrictEncoder, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # NaN or ±inf somewhere: Plotly writes them as null
+        return plotly.io.json.to_json_plotly(figure, engine="json")
+    # as Plotly's writer does: no "</script>" can end an HTML script element around the text
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("/", "\\u002f")
+
+
 def figure_json(fig: go.Figure | FigureSpec, style: tuple[float, str] | None = None) -> tuple[str, str]:
     """``(json, revision)``: the figure as the JSON text a live chart draws (styled by ``style``, see
     :func:`live_chart`) and a revision that changes with it. A :class:`~viz_ui.views.figure_spec.FigureSpec` with a
@@ -141,7 +165,7 @@ def figure_json(fig: go.Figure | FigureSpec, style: tuple[float, str] | None = N
     if key is None:
         fig = fig.figure() if isinstance(fig, FigureSpec) else fig
         plain = plain_figure(fig)  # no deep copy, no validation: see plain_figure
-        text = plotly.io.json.to_json_plotly(plain if style is None else style_plain(plain, *style))
+        text = plotly_json(plain if style is None else style_plain(plain, *style))
         return text, str(hash(text))
     revision = f"{key}:{style}"
     text = PAYLOADS.get((key, style))
