@@ -36,9 +36,15 @@ def test_the_news_names_the_view_version_the_question_and_its_reveal():
         news.news_of(store, "ZZZZZZ")
 
 
-def test_a_wait_answers_at_once_when_the_news_differs_and_holds_until_it_changes(monkeypatch):
-    monkeypatch.setattr(news, "WATCH_S", 0.05)
+@pytest.mark.parametrize("tells", [True, False], ids=["store tells of changes", "store read again and again"])
+def test_a_wait_answers_at_once_when_the_news_differs_and_holds_until_it_changes(monkeypatch, tells):
+    """A store that tells of changes (subscribe) answers the waits at once with the watcher's own reads 30 s apart;
+    one that cannot is read every WATCH_S."""
+    monkeypatch.setattr(news, "WATCH_S", 0.05 if not tells else 30.0)
+    monkeypatch.setattr(news, "CHECK_S", 30.0)
     store = MemoryClassStore()
+    if not tells:
+        monkeypatch.setattr(store, "subscribe", lambda on_change: None)
     code, token = store.create()
     board = news.NewsBoard(lambda: store)
 

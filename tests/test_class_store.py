@@ -224,6 +224,70 @@ def test_closing_ends_the_class(klass):
         assert list(store._redis.scan_iter(match=f"viz:class:{code}*")) == []
 
 
+def _told(store):
+    """Subscribe to ``store``: (the codes told so far, a function that waits until ``n`` were told, stop)."""
+    told, event = [], threading.Event()
+
+    def on_change(code):
+        told.append(code)
+        event.set()
+
+    stop = store.subscribe(on_change)
+
+    def wait_for(n, timeout=5.0):
+        end = time.monotonic() + timeout
+        while len(told) < n and time.monotonic() < end:
+            event.wait(0.05)
+            event.clear()
+        return list(told)
+    return told, wait_for, stop
+
+
+def test_a_change_of_a_classs_news_is_told_to_subscribers(klass):
+    """publish, ask, reveal and close tell subscribers the class's code (Redis: on its pub/sub channel); answers,
+    heartbeats and reads do not; after stop, nothing more."""
+    store, code, token = klass
+    other, other_token = store.create()
+    told, wait_for, stop = _told(store)
+    time.sleep(0.3)  # Redis: the listening connection subscribes
+    store.publish(code, token, {"page": "/attention"})
+    assert wait_for(1) == [code]
+    qid = store.ask(code, token, QUESTION)
+    store.answer(code, qid, "s1", " time")
+    store.follow(code, "s2")
+    store.view(code), store.question(code), store.tally(code, qid)
+    store.reveal(code, token, qid)
+    store.publish(other, other_token, {"page": "/tokens"})
+    assert wait_for(4) == [code, code, code, other]
+    store.close(code, token)
+    assert wait_for(5)[-1] == code
+    with pytest.raises(PermissionError):
+        store.publish(other, "not-the-token", {"page": "/x"})
+    time.sleep(0.3)
+    assert len(told) == 5  # a refused change tells nothing
+    stop()
+    time.sleep(1.2)  # Redis: the listener notices within its 1 s read
+    store.publish(other, other_token, {"page": "/output"})
+    time.sleep(0.3)
+    assert len(told) == 5
+
+
+def test_a_subscriber_hears_again_after_a_redis_restart(redis_server):
+    store = RedisClassStore(redis_server.url)
+    code, token = store.create()
+    told, wait_for, stop = _told(store)
+    time.sleep(0.3)
+    store.publish(code, token, {"page": "/attention"})
+    assert wait_for(1) == [code]
+    redis_server.restart()
+    deadline = time.monotonic() + 15
+    while len(told) < 2 and time.monotonic() < deadline:  # the listener reconnects after 0.5-1 s
+        store.publish(code, token, {"page": "/output"})
+        time.sleep(0.5)
+    stop()
+    assert len(told) >= 2 and set(told) == {code}
+
+
 def test_a_class_survives_a_redis_restart(redis_server):
     store = RedisClassStore(redis_server.url)
     code, token = store.create()

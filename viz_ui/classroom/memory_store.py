@@ -35,6 +35,24 @@ class MemoryClassStore(ClassStore):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._classes: dict[str, _Class] = {}
+        self._listeners: list = []  # subscribe()'s on_change functions
+
+    def subscribe(self, on_change):
+        with self._lock:
+            self._listeners.append(on_change)
+
+        def stop() -> None:
+            with self._lock:
+                if on_change in self._listeners:
+                    self._listeners.remove(on_change)
+        return stop
+
+    def _changed(self, code: str) -> None:
+        """Tell the listeners (call after the lock is released)."""
+        with self._lock:
+            listeners = list(self._listeners)
+        for on_change in listeners:
+            on_change(code)
 
     def _get(self, code: str) -> _Class:
         code = check_code(code)
@@ -72,7 +90,9 @@ class MemoryClassStore(ClassStore):
         with self._lock:
             klass = self._teacher(code, teacher_token)
             klass.view, klass.version = encoded, klass.version + 1
-            return klass.version
+            version = klass.version
+        self._changed(check_code(code))
+        return version
 
     def view(self, code: str) -> dict | None:
         with self._lock:
@@ -93,7 +113,8 @@ class MemoryClassStore(ClassStore):
             klass.questions[qid] = {"id": qid, **body, "revealed": False}
             klass.answers[qid] = {}
             klass.current = qid
-            return qid
+        self._changed(check_code(code))
+        return qid
 
     def question(self, code: str) -> dict | None:
         with self._lock:
@@ -109,6 +130,7 @@ class MemoryClassStore(ClassStore):
         with self._lock:
             klass = self._teacher(code, teacher_token)
             self._question(klass, question_id)["revealed"] = True
+        self._changed(check_code(code))
 
     def answer(self, code: str, question_id: str, student_id: str, value: str) -> None:
         check_student(student_id)
@@ -151,3 +173,4 @@ class MemoryClassStore(ClassStore):
         with self._lock:
             self._teacher(code, teacher_token)
             del self._classes[check_code(code)]
+        self._changed(check_code(code))

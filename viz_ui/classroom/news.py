@@ -5,8 +5,11 @@ the server with a Streamlit fragment rerun every second costs each student ~4 ms
 (bench/class_live.py: 0.38 of a core for 100 students doing nothing) and makes every change wait up to a second.
 Instead, each student's browser holds one plain HTTP request open here (the bell, :mod:`viz_ui.classroom.bell`):
 it is answered as soon as the class's news differs from what the screen last saw (or after :data:`HOLD_S`, then
-asked again), and only then does the screen rerun its poll. One watcher per server process reads the store
-:data:`WATCH_S` times a second for the classes someone waits on here, whatever the number of students.
+asked again), and only then does the screen rerun its poll. Each server process reads a class's news from the store
+when the store tells it of a change (:meth:`ClassStore.subscribe <viz_ui.classroom.store.ClassStore.subscribe>`:
+Redis pub/sub, or the in-process store's own call), and every :data:`CHECK_S` all the same (a change told while Redis
+restarted); a store that cannot tell is read every :data:`WATCH_S`. Either way one read per class, whatever the
+number of students.
 
 The news is a short string, ``"{view version}:{question id}:{revealed 0/1}"``; it says nothing the class code does
 not already give (a student's link reads the view itself). An unknown or ended class answers 404; a store that does
@@ -31,7 +34,8 @@ from viz_ui.classroom.view import valid_code
 
 PATH = "/class/{code}/news"
 HOLD_S = 20.0  # a request waits at most this long (below HAProxy's 60 s `timeout server`), then answers the same news
-WATCH_S = 0.15  # the watcher reads the store this often for each class someone waits on
+WATCH_S = 0.15  # a store that cannot tell of changes: the watcher reads it this often for each class waited on
+CHECK_S = 1.0  # a store that tells of changes: the watcher reads it this often all the same
 IDLE_S = 60.0  # a class nobody waited on for this long is no longer watched
 MAX_CLASSES = 1_000  # classes watched at once by one process (a request for one more: 503)
 ENABLED = False  # set by routes(): the pages use the bell instead of a fast poll
@@ -54,12 +58,14 @@ def news_of(store: ClassStore, code: str) -> str:
 
 
 class _Class:
-    __slots__ = ("news", "changed", "last_wait")
+    __slots__ = ("news", "changed", "last_wait", "reading", "again")
 
     def __init__(self) -> None:
         self.news: str | None = None  # None: not read yet
         self.changed = asyncio.Event()  # set (and replaced) at each change
         self.last_wait = time.monotonic()
+        self.reading = False  # a read of the store is under way (one at a time: answers never go back in time)
+        self.again = False  # a change was told during that read: read once more
 
 
 class NewsBoard:
@@ -72,6 +78,8 @@ class NewsBoard:
         self._store = store
         self._classes: dict[str, _Class] = {}
         self._watcher: asyncio.Task | None = None
+        self._told: Callable[[], None] | None = None  # stops the store's calls (None: not subscribed yet or cannot)
+        self._tasks: set[asyncio.Task] = set()
 
     async def wait(self, code: str, seen: str, hold_s: float | None = None) -> str | None:
         """The class's news as soon as it differs from ``seen``, or after ``hold_s`` seconds (default
@@ -83,7 +91,7 @@ class NewsBoard:
             if len(self._classes) >= MAX_CLASSES:
                 return FULL
             entry = self._classes[code] = _Class()
-            await self._read(code, entry)
+            await self._refresh(code, entry)
         self._start()
         entry.last_wait = time.monotonic()
         end = time.monotonic() + (HOLD_S if hold_s is None else hold_s)
@@ -96,8 +104,45 @@ class NewsBoard:
         return entry.news
 
     def _start(self) -> None:
+        if self._told is None:
+            self._subscribe(asyncio.get_running_loop())
         if self._watcher is None or self._watcher.done():
             self._watcher = asyncio.get_running_loop().create_task(self._watch())
+
+    def _subscribe(self, loop: asyncio.AbstractEventLoop) -> None:
+        def told(code: str) -> None:  # in the store's thread
+            try:
+                loop.call_soon_threadsafe(self._poke, code)
+            except RuntimeError:  # the loop has closed (the server stopping)
+                pass
+        try:
+            self._told = self._store().subscribe(told)
+        except (ClassStoreUnavailable, OSError, ValueError, AttributeError):
+            self._told = None
+        if self._told is None:
+            self._told = _cannot_tell
+
+    def _poke(self, code: str) -> None:
+        entry = self._classes.get(code)
+        if entry is not None:
+            task = asyncio.get_running_loop().create_task(self._refresh(code, entry))
+            self._tasks.add(task)  # held until done (the loop keeps only a weak reference)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _refresh(self, code: str, entry: _Class) -> None:
+        """Read the class's news, one read at a time per class; a change told during a read reads again after it."""
+        if entry.reading:
+            entry.again = True
+            return
+        entry.reading = True
+        try:
+            while True:
+                entry.again = False
+                await self._read(code, entry)
+                if not entry.again:
+                    return
+        finally:
+            entry.reading = False
 
     async def _read(self, code: str, entry: _Class) -> None:
         try:
@@ -113,13 +158,17 @@ class NewsBoard:
 
     async def _watch(self) -> None:
         while self._classes:
-            await asyncio.sleep(WATCH_S)
+            await asyncio.sleep(WATCH_S if self._told in (None, _cannot_tell) else CHECK_S)
             now = time.monotonic()
             for code, entry in list(self._classes.items()):
                 if now - entry.last_wait > IDLE_S or entry.news == GONE:
                     del self._classes[code]
                 else:
-                    await self._read(code, entry)
+                    await self._refresh(code, entry)
+
+
+def _cannot_tell() -> None:
+    """The store cannot tell of changes (``subscribe`` returned None): the watcher reads it every WATCH_S."""
 
 
 def routes(store: Callable[[], ClassStore]) -> list[Route]:

@@ -10,6 +10,9 @@ Keys of class ``CODE`` (all expire with the class, ``CLASS_TTL_S`` after it was 
 | ``viz:class:CODE:s`` | set | every student who followed or answered (the 2,000 bound) |
 | ``viz:class:CODE:hb`` | sorted set | following students, scored by the time of their last heartbeat |
 
+Every change of a class's news (a view published, a question asked or revealed, the class closed) is also published
+on the channel ``viz:class:CODE:news`` (Redis pub/sub), which :meth:`RedisClassStore.subscribe` listens to.
+
 The checks that must not race (admitting a student under the bound, counting questions) run as Lua scripts,
 which Redis executes atomically. A lost connection is retried three times (a restarted Redis is reached again);
 past that, ``ClassStoreUnavailable``. See ``viz_ui.classroom.store`` for the API, bounds and errors.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 import time
 from collections import Counter
 
@@ -31,6 +35,7 @@ from viz_ui.classroom.store import (CLASS_TTL_S, FOLLOW_WINDOW_S, MAX_QUESTIONS,
                                     encode_question, encode_view, new_code, new_token, token_digest)
 
 _UNKNOWN = "unknown class code (it may have ended or expired)"
+NEWS_CHANNEL = "viz:class:{code}:news"  # published to at every change of a class's news (subscribe())
 
 # KEYS: class hash, students set, heartbeats zset; ARGV: student, limit, now, following (1/0)
 # -> -1 unknown class, 0 class full, 1 done
@@ -128,8 +133,8 @@ class RedisClassStore(ClassStore):
     def publish(self, code: str, teacher_token: str, view: dict) -> int:
         code, encoded = check_code(code), encode_view(view)
         self._teacher(code, teacher_token)
-        _, version = self._redis.pipeline().hset(self._key(code), "view", encoded) \
-            .hincrby(self._key(code), "version", 1).execute()
+        _, version, _ = self._redis.pipeline().hset(self._key(code), "view", encoded) \
+            .hincrby(self._key(code), "version", 1).publish(NEWS_CHANNEL.format(code=code), "view").execute()
         return int(version)
 
     @_reachable
@@ -154,6 +159,7 @@ class RedisClassStore(ClassStore):
             raise PermissionError(WRONG_TOKEN)
         if done == 0:
             raise ValueError(f"a class asks at most {MAX_QUESTIONS} questions")
+        self._redis.publish(NEWS_CHANNEL.format(code=code), "question")
         return str(done)
 
     def _question(self, code: str, question_id) -> dict:
@@ -176,7 +182,8 @@ class RedisClassStore(ClassStore):
         self._teacher(code, teacher_token)
         question = self._question(code, question_id)
         question["revealed"] = True
-        self._redis.hset(self._key(code, ":q"), question_id, json.dumps(question, ensure_ascii=False))
+        self._redis.pipeline().hset(self._key(code, ":q"), question_id, json.dumps(question, ensure_ascii=False)) \
+            .publish(NEWS_CHANNEL.format(code=code), "reveal").execute()
 
     def _admit(self, code: str, student_id: str, following: bool | None) -> None:
         done = self._follow(keys=[self._key(code), self._key(code, ":s"), self._key(code, ":hb")],
@@ -225,4 +232,32 @@ class RedisClassStore(ClassStore):
         self._teacher(code, teacher_token)
         keys = [self._key(code), self._key(code, ":q"), self._key(code, ":s"), self._key(code, ":hb")]
         keys += list(self._redis.scan_iter(match=self._key(code, ":a:*"), count=500))
-        self._redis.delete(*keys)
+        self._redis.pipeline().delete(*keys).publish(NEWS_CHANNEL.format(code=code), "closed").execute()
+
+    def subscribe(self, on_change):
+        """Listen to every class's news channel (``PSUBSCRIBE viz:class:*:news``) in a daemon thread, on a connection
+        of its own; a lost connection (Redis restarting) is opened again after 0.5 s, doubling up to 10 s (changes
+        meanwhile are missed: see :meth:`ClassStore.subscribe`)."""
+        stop = threading.Event()
+        prefix, suffix = NEWS_CHANNEL.split("{code}")
+
+        def listen() -> None:
+            delay = 0.5
+            while not stop.is_set():
+                pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+                try:
+                    pubsub.psubscribe(NEWS_CHANNEL.format(code="*"))
+                    delay = 0.5
+                    while not stop.is_set():
+                        message = pubsub.get_message(timeout=1.0)
+                        channel = message.get("channel", "") if message else ""
+                        if channel.startswith(prefix) and channel.endswith(suffix):
+                            on_change(channel[len(prefix):-len(suffix)])
+                except (redis.ConnectionError, redis.TimeoutError, OSError):
+                    stop.wait(delay)
+                    delay = min(10.0, 2 * delay)
+                finally:
+                    pubsub.close()
+
+        threading.Thread(target=listen, name="viz-class-news", daemon=True).start()
+        return stop.set

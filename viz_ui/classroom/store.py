@@ -23,6 +23,7 @@ import json
 import re
 import secrets
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: a code read off a projector
 CODE_LENGTH = 6
@@ -197,3 +198,10 @@ class ClassStore(ABC):
     @abstractmethod
     def close(self, code: str, teacher_token: str) -> None:
         """End the class now: its code becomes unknown."""
+
+    def subscribe(self, on_change: Callable[[str], None]) -> Callable[[], None] | None:
+        """Have ``on_change(code)`` called (from another thread, soon after) whenever class ``code``'s news changes:
+        a view published, a question asked or revealed, the class closed; it must return at once. Returns the
+        function that stops the calls, or None when this back end cannot tell (then read the store again and again).
+        A call may be missed (Redis restarting): a reader still reads the store now and then."""
+        return None
