@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 import numpy as np
 import pytest
 import torch
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError, expect, sync_playwright
 
 from conftest import ROOT
 from ui_audit import contrast, open_select
@@ -535,13 +535,20 @@ def test_clicking_a_cell_of_the_head_splits_its_score(server, browser):
     settled(page)
     expect(page.get_by_role("heading", name=re.compile(r"Why this score\? Layer 2, head 1: 9 "))).to_be_visible(timeout=60_000)
     fig = page.locator(".js-plotly-plot").nth(1)  # the all-heads grid, then the head
-    fig.scroll_into_view_if_needed()
-    # screen position of cell (query 5, key 2)
-    x, y = page.evaluate("""(el) => { const xa = el._fullLayout.xaxis,
-        ya = el._fullLayout.yaxis, r = el.getBoundingClientRect();
-        return [r.left + xa._offset + xa.l2p(2), r.top + ya._offset + ya.l2p(5)]; }""", fig.element_handle())
-    page.mouse.click(x, y)
-    expect(page).to_have_url(re.compile(r"query=5.*key=2|key=2.*query=5"), timeout=60_000)
+    moved = re.compile(r"query=5.*key=2|key=2.*query=5")
+    for _ in range(3):  # a click between Plotly's mousedown and mouseup of a redraw is no click: tried again
+        fig.scroll_into_view_if_needed()
+        # screen position of cell (query 5, key 2)
+        x, y = page.evaluate("""(el) => { const xa = el._fullLayout.xaxis,
+            ya = el._fullLayout.yaxis, r = el.getBoundingClientRect();
+            return [r.left + xa._offset + xa.l2p(2), r.top + ya._offset + ya.l2p(5)]; }""", fig.element_handle())
+        page.mouse.click(x, y)
+        try:
+            page.wait_for_url(moved, timeout=15_000)
+            break
+        except PlaywrightTimeoutError:
+            settled(page)
+    expect(page).to_have_url(moved, timeout=30_000)
     expect(page.get_by_role("heading", name=re.compile(r"Why this score\? Layer 2, head 1: 5 .* → 2 "))).to_be_visible(
         timeout=60_000)
     page.close()
