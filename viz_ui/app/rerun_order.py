@@ -53,12 +53,16 @@ def stopped(runner: object) -> bool:
     return getattr(requests, "_state", None) == ScriptRequestType.STOP
 
 
+def is_fragment_rerun(rerun_data: RerunData) -> bool:
+    """Whether ``rerun_data`` reruns fragments only (not the whole page)."""
+    return bool(rerun_data.fragment_id or rerun_data.fragment_id_queue)
+
+
 def on_current_page(rerun_data: RerunData, current_page: str, current_query: str = "") -> RerunData:
     """``rerun_data`` to run now in a session showing ``current_page`` (a page script hash, "" before the first run)
     with the query string ``current_query`` ("" when not known): a fragment rerun that names another page gets the
     current page, no page name, and the current query string when known; anything else is unchanged."""
-    fragment = bool(rerun_data.fragment_id or rerun_data.fragment_id_queue)
-    if fragment and current_page and rerun_data.page_script_hash not in ("", current_page):
+    if is_fragment_rerun(rerun_data) and current_page and rerun_data.page_script_hash not in ("", current_page):
         return replace(rerun_data, page_script_hash=current_page, page_name="",
                        query_string=current_query or rerun_data.query_string)
     return rerun_data
@@ -73,7 +77,7 @@ def install() -> None:
     original = AppSession._create_scriptrunner
 
     def create_scriptrunner(self: AppSession, initial_rerun_data: RerunData, _waited: int = 0) -> None:
-        fragment = bool(initial_rerun_data.fragment_id or initial_rerun_data.fragment_id_queue)
+        fragment = is_fragment_rerun(initial_rerun_data)
         if _waited and getattr(self, "_state", None) == AppSessionState.SHUTDOWN_REQUESTED:
             return None  # the browser left while this request waited: Streamlit discards requests then
         old = self._scriptrunner

@@ -78,7 +78,7 @@ class NewsBoard:
         self._store = store
         self._classes: dict[str, _Class] = {}
         self._watcher: asyncio.Task | None = None
-        self._told: Callable[[], None] | None = None  # stops the store's calls (None: not subscribed yet or cannot)
+        self._tells: bool | None = None  # whether the store tells this board of changes (None: not asked yet)
         self._tasks: set[asyncio.Task] = set()
 
     async def wait(self, code: str, seen: str, hold_s: float | None = None) -> str | None:
@@ -104,7 +104,7 @@ class NewsBoard:
         return entry.news
 
     def _start(self) -> None:
-        if self._told is None:
+        if self._tells is None:
             self._subscribe(asyncio.get_running_loop())
         if self._watcher is None or self._watcher.done():
             self._watcher = asyncio.get_running_loop().create_task(self._watch())
@@ -115,12 +115,10 @@ class NewsBoard:
                 loop.call_soon_threadsafe(self._poke, code)
             except RuntimeError:  # the loop has closed (the server stopping)
                 pass
-        try:
-            self._told = self._store().subscribe(told)
+        try:  # the calls last as long as the process (one board per process): the stop function is not kept
+            self._tells = self._store().subscribe(told) is not None
         except (ClassStoreUnavailable, OSError, ValueError, AttributeError):
-            self._told = None
-        if self._told is None:
-            self._told = _cannot_tell
+            self._tells = False
 
     def _poke(self, code: str) -> None:
         entry = self._classes.get(code)
@@ -158,17 +156,13 @@ class NewsBoard:
 
     async def _watch(self) -> None:
         while self._classes:
-            await asyncio.sleep(WATCH_S if self._told in (None, _cannot_tell) else CHECK_S)
+            await asyncio.sleep(CHECK_S if self._tells else WATCH_S)
             now = time.monotonic()
             for code, entry in list(self._classes.items()):
                 if now - entry.last_wait > IDLE_S or entry.news == GONE:
                     del self._classes[code]
                 else:
                     await self._refresh(code, entry)
-
-
-def _cannot_tell() -> None:
-    """The store cannot tell of changes (``subscribe`` returned None): the watcher reads it every WATCH_S."""
 
 
 def routes(store: Callable[[], ClassStore]) -> list[Route]:
