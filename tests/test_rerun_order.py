@@ -65,6 +65,44 @@ def test_a_runner_started_meanwhile_takes_the_fragment_rerun(calls, loop):
     assert calls == ["element", "element", "finished", "shutdown", ("taken", ["poll"])]
 
 
+def test_a_timed_rerun_that_waited_does_not_undo_a_change_handled_meanwhile(monkeypatch, loop):
+    """The teacher's tick fired (its widget states: head 0), then the teacher picked head 5 (a full rerun, handled
+    while the tick waited): the tick reaches the new runner without its old states, so head 5 stands; a click in a
+    fragment keeps its states (they are the change)."""
+    from streamlit.proto.WidgetStates_pb2 import WidgetStates
+
+    started: list[RerunData] = []
+    monkeypatch.setattr(AppSession, "_create_scriptrunner", lambda self, data: started.append(data))
+    rerun_order.install()
+
+    def states(head: int) -> WidgetStates:
+        w = WidgetStates()
+        w.widgets.add(id="head", int_value=head)
+        return w
+
+    tick = RerunData(fragment_id_queue=["tick"], is_auto_rerun=True, widget_states=states(0))
+    click = RerunData(fragment_id_queue=["answer"], widget_states=states(0))
+    for data in (tick, click):
+        taken: list[RerunData] = []
+        new_runner = SimpleNamespace(_requests=SimpleNamespace(_state=ScriptRequestType.CONTINUE),
+                                     request_rerun=lambda d, taken=taken: taken.append(d) or True)
+        s = SimpleNamespace(_event_loop=loop, _scriptrunner=runner(ScriptRequestType.STOP))
+        loop.call_soon(AppSession._create_scriptrunner, s, data)
+        loop.call_soon(setattr, s, "_scriptrunner", new_runner)  # the full rerun for head 5 started it
+        loop.run_until_complete(asyncio.sleep(0.05))
+        assert len(taken) == 1 and taken[0].fragment_id_queue == data.fragment_id_queue
+        assert taken[0].widget_states == (None if data is tick else data.widget_states)
+    # the same when the full run already ended and the tick starts a runner of its own
+    s = SimpleNamespace(_event_loop=loop, _scriptrunner=runner(ScriptRequestType.STOP))
+    loop.call_soon(AppSession._create_scriptrunner, s, tick)
+    loop.call_soon(setattr, s, "_scriptrunner", None)
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert started[-1].fragment_id_queue == ["tick"] and started[-1].widget_states is None
+    started.clear()
+    AppSession._create_scriptrunner(SimpleNamespace(_event_loop=loop, _scriptrunner=None), tick)
+    assert started == [tick]  # a tick that did not wait is unchanged
+
+
 def test_full_reruns_and_first_runners_start_at_once(calls, loop):
     replay(SimpleNamespace(_event_loop=loop, _scriptrunner=runner(ScriptRequestType.STOP)), calls, RerunData())
     assert calls[0] == ("new runner", "full")  # Streamlit stops the old run for a full rerun on purpose

@@ -18,7 +18,9 @@ and left up to 45 students per change without the teacher's view.
 rerun while the session still holds its stopped one (``AppSession._create_scriptrunner``), the start is put after
 what the event loop already has queued (``loop.call_soon``), which includes every message that runner sent, and
 again until the loop has handled that runner's shutdown, up to :data:`MAX_WAITS` times; then the request goes to
-the runner the session has then (one started meanwhile by a full rerun takes it), or to a new one. Full reruns are
+the runner the session has then (one started meanwhile by a full rerun takes it), or to a new one, without the
+widget states a timed rerun carried (:func:`without_stale_states`: older than any request handled meanwhile, they
+would undo it). Full reruns are
 left as they are: Streamlit stops the running script for them on purpose (``runner.fastReruns``), and the full run
 that follows redraws the whole page.
 
@@ -68,6 +70,18 @@ def on_current_page(rerun_data: RerunData, current_page: str, current_query: str
     return rerun_data
 
 
+def without_stale_states(rerun_data: RerunData) -> RerunData:
+    """``rerun_data`` of a fragment's timed rerun (``is_auto_rerun``) without its widget states, once it has waited
+    for its turn: they are the browser's snapshot of every widget when the timer fired, and a request handled while
+    it waited (a select changed meanwhile: a full rerun) has newer ones. Streamlit's coalescing lets the later
+    request's values win, and the timed rerun, handed on after the newer one, would take the page back to the old
+    values (a head picked while a teacher's tick waited would be undone). A timed rerun brings no change of its own,
+    so the session's values stand. Any other rerun (a click in a fragment: its values are the change) is unchanged."""
+    if rerun_data.is_auto_rerun and is_fragment_rerun(rerun_data) and rerun_data.widget_states is not None:
+        return replace(rerun_data, widget_states=None)
+    return rerun_data
+
+
 def install() -> None:
     """Patch ``AppSession._create_scriptrunner`` and ``ScriptRunner._run_script`` once per process (later calls do
     nothing)."""
@@ -80,6 +94,8 @@ def install() -> None:
         fragment = is_fragment_rerun(initial_rerun_data)
         if _waited and getattr(self, "_state", None) == AppSessionState.SHUTDOWN_REQUESTED:
             return None  # the browser left while this request waited: Streamlit discards requests then
+        if _waited == 1:
+            initial_rerun_data = without_stale_states(initial_rerun_data)
         old = self._scriptrunner
         if fragment and old is not None and _waited < MAX_WAITS and stopped(old):
             self._event_loop.call_soon(lambda: create_scriptrunner(self, initial_rerun_data, _waited + 1))
