@@ -195,17 +195,32 @@ def open_select(page, label: str, timeout: float = 60.0):
                 raise
 
 
-def choose_option(page, label: str, option: str, timeout: float = 60.0) -> None:
+def choose_option(page, label: str, option: str, timeout: float = 60.0, chosen=None) -> None:
     """Choose ``option`` (its exact text) in the select box labelled ``label``, retrying as :func:`open_select`
-    does when a rerun closes the list between opening it and the click."""
+    does when a rerun closes the list between opening it and the click. ``chosen``: a callable that tells when the
+    choice has reached the page (e.g. the address has the new value), waited for up to 15 s after each try; without
+    it a try is not checked beyond the click (the box may show typed text that no option was chosen for)."""
     import time
 
     deadline = time.monotonic() + timeout
+
+    def took() -> bool:
+        end = time.monotonic() + 15
+        while chosen is not None and not chosen():
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.25)
+        return True
+
     while True:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{option!r} was not chosen in the select box {label!r} in {timeout} s")
         open_select(page, label, max(1.0, deadline - time.monotonic()))
         try:
             page.get_by_role("option", name=option, exact=True).click(timeout=3_000)
-            return
+            if took():
+                return
+            continue  # the browser sent no choice (seen once in 12 runs with a teacher's tick every second)
         except Exception:
             if time.monotonic() > deadline:
                 raise
@@ -215,7 +230,7 @@ def choose_option(page, label: str, option: str, timeout: float = 60.0) -> None:
         try:
             box.fill(option, timeout=3_000)
             page.keyboard.press("Enter")
-            if box.input_value(timeout=3_000) == option:
+            if box.input_value(timeout=3_000) == option and took():
                 return
         except Exception:
             if time.monotonic() > deadline:
