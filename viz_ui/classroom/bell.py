@@ -17,9 +17,9 @@ _COMPONENT = st.components.v2.component("viz_class_bell", js=(Path(__file__).wit
     encoding="utf-8"), isolate_styles=True)
 
 
-def bell(code: str, news: str, following: bool, on_ring=None) -> None:
+def bell(code: str, news: str, following: bool) -> None:
     """Draw the bell of class ``code`` on a screen drawn with ``news`` (:func:`viz_ui.classroom.news.news_string`);
-    ``following``: a new view rings it too (else only a question, a reveal or the end of the class). ``on_ring``:
-    called (no arguments) before the run its ring asks for, as a widget's callback is. Draws nothing visible."""
+    ``following``: a new view rings it too (else only a question, a reveal or the end of the class). Draws nothing
+    visible."""
     _COMPONENT(key="class_bell", data={"url": f"class/{code}/news", "news": news, "following": bool(following)},
-               on_news_change=on_ring or (lambda: None))
+               on_news_change=lambda: None)

@@ -63,7 +63,7 @@ def student_bar(cls: ClassSession) -> None:
         # outside the poll's fragment: its ring reruns the whole page, whose start applies a new view in place
         # (check_applied), instead of a fragment run that applies it and asks for the page run (one run fewer)
         with st.container():
-            bell(cls.code, cls.news, cls.following, on_ring=_rang)
+            bell(cls.code, cls.news, cls.following)
     else:
         _poll()
 
@@ -82,9 +82,7 @@ def check_applied() -> None:
     Then, with the bell (:data:`viz_ui.classroom.news.ENABLED`) and while following: a view newer than the one shown
     is applied in this run, before the page draws anything (:func:`apply_view` with ``rerun=False``): the bell's ring
     reruns the page, and the view is shown by that run, without a run of the poll's fragment first. A view of another
-    page switches to it (a rerun, as before). A run the bell asked for applies the latest view even when its version
-    is the one shown (its request may name a page the session has left since). The store not answering leaves it to
-    this run's poll, which says so."""
+    page switches to it (a rerun, as before). The store not answering leaves it to this run's poll, which says so."""
     cls = current()
     if cls is None or cls.teacher:
         return
@@ -99,13 +97,7 @@ def check_applied() -> None:
             cls.expect, cls.attempts = None, 0  # given up: the student's Catch up applies the view again
         else:
             cls.version = 0  # not shown: applied again below, or by this run's poll
-    rang, cls.rang = cls.rang, False
     if news.ENABLED and cls.following:
-        if rang:
-            # the ring's request names the page and link the browser showed when it rang, which a view applied since
-            # may have changed (a page switch, then a second ring sent before the switch reached the browser): the
-            # latest view is applied again, whatever the version shown
-            cls.version = 0
         try:
             store = class_store()
             version, _ = _news(cls, store, reuse=False)
@@ -116,13 +108,6 @@ def check_applied() -> None:
         except (KeyError, ClassStoreUnavailable, OSError, ValueError):
             return  # this run's poll says it (an ended class, a store that does not answer)
         apply_view(cls, view, version, rerun=False)
-
-
-def _rang() -> None:
-    """The bell's callback: the run it asks for applies the teacher's latest view whatever the version shown."""
-    cls = current()
-    if cls is not None:
-        cls.rang = True
 
 
 def _set_following(following: bool) -> None:

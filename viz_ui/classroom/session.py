@@ -47,7 +47,6 @@ class ClassSession:
     polled: tuple | None = None  # student: (monotonic time, view version, question) of the last store poll
     beat: float = float("-inf")  # student: monotonic time of the last heartbeat sent
     news: str = ""  # student: the class's news this screen shows (viz_ui.classroom.news.news_string; the bell's)
-    rang: bool = False  # student: the bell rang for the run about to start (its callback; read by check_applied)
 
     @property
     def teacher(self) -> bool:
