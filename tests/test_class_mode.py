@@ -159,31 +159,6 @@ def test_a_view_whose_rerun_was_lost_is_applied_again(monkeypatch):
     assert student.query_params["class"] == code and f"Following class {code}" in texts(student)
 
 
-def test_with_the_bell_the_run_it_asks_for_shows_the_new_view_without_another_run(monkeypatch):
-    """With the news route (the bell), the page run the bell's ring asks for applies the teacher's new view at its
-    start, before any widget: that one run shows the new head and text, with no rerun (st.rerun does nothing here)
-    and no poll fragment run before it. A view of another page still switches to it."""
-    import streamlit as st
-
-    from viz_ui.classroom import news
-
-    monkeypatch.setattr(news, "ENABLED", True)
-    teacher, code = start_class()
-    student = session({"class": code})
-    teacher.switch_page("pages/attention.py").run()
-    run(teacher.selectbox(key="head").set_value(5))
-    run(student)  # another page: switched to it
-    assert student.title[0].value == "Attention" and student.selectbox(key="head").value == 5
-    run(teacher.text_area(key="text").set_value(TEXT))
-    run(teacher.selectbox(key="head").set_value(2))
-    with monkeypatch.context() as once:
-        once.setattr(st, "rerun", lambda *args, **kwargs: pytest.fail("a second run was asked for"))
-        run(student)  # the bell's run
-    assert student.selectbox(key="head").value == 2 and student.text_area(key="text").value == TEXT
-    assert student.query_params["head"] == "2" and student.query_params["class"] == code
-    assert f"Following class {code}" in texts(student)
-
-
 def test_a_poll_asks_again_for_the_full_run_an_applied_view_never_got():
     """A student's poll applied a view (its page and link) and asked for a full run that never came (no later run
     checks it): after WAIT_POLLS more polls without a full run, a poll asks again, at most MAX_ATTEMPTS times in

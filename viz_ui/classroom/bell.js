@@ -1,8 +1,8 @@
 // A student's class bell (viz_ui/classroom/bell.py): one long-polled request at a time to the app's news route
 // (viz_ui/classroom/news.py), answered by the server when the class's news differs from what it was sent. When the
 // news differs from the news this screen was drawn with (a new view while following, a new or revealed question,
-// the class ended), the bell rings once: a trigger, which reruns the page on the server (the bell is drawn outside
-// the poll's fragment); the run's start applies the new view. The request in flight survives a new draw of the bell (new data); it is
+// the class ended), the bell rings once: a trigger, which reruns the poll's fragment on the server, as the poll's
+// own timer would a few seconds later. The request in flight survives a new draw of the bell (new data); it is
 // aborted when the bell leaves the page.
 
 const LOOPS = new WeakMap(); // the bell's element -> its loop

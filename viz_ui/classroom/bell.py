@@ -1,6 +1,5 @@
-"""A student's class bell: a tiny component in the student's bar that waits in the browser for the class's news
-(the long-polled route of :mod:`viz_ui.classroom.news`) and reruns the page as soon as it changes (bell.js); the
-run's start applies the teacher's new view (:func:`viz_ui.classroom.follow.check_applied`).
+"""A student's class bell: a tiny component in the poll's fragment that waits in the browser for the class's news
+(the long-polled route of :mod:`viz_ui.classroom.news`) and reruns the fragment as soon as it changes (bell.js).
 
 With it, a student's screen follows the teacher within ~0.2 s of a change instead of up to a poll period, and the
 fragment itself polls only every :data:`viz_ui.classroom.follow.HEARTBEAT_SECONDS` (the heartbeat that counts the

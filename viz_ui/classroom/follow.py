@@ -5,12 +5,10 @@ question) and draws nothing visible, unless the store did not answer (one line).
 changed (and the student follows), or a question was asked or revealed, does it rerun the page. 100–300 students
 poll one server, so it does no model work.
 
-When the app is served with its news route (``streamlit run serve.py``, :mod:`viz_ui.classroom.news`), the bar
-draws the class bell (:mod:`viz_ui.classroom.bell`), which reruns the page as soon as the class's news changes; the
-run's start applies a new view before the page draws anything (:func:`check_applied`), so a change costs a student
-one page run (the bell once rang the poll's fragment, which applied the view and asked for the page run: two runs).
-The poll's own timer then runs every :data:`HEARTBEAT_SECONDS` (the followers' heartbeat, and a safety net);
-otherwise the browser reruns it every :data:`POLL_SECONDS`.
+When the app is served with its news route (``streamlit run serve.py``, :mod:`viz_ui.classroom.news`), the poll
+draws the class bell (:mod:`viz_ui.classroom.bell`), which reruns it as soon as the class's news changes, and its
+own timer runs every :data:`HEARTBEAT_SECONDS` (the followers' heartbeat, and a safety net); otherwise the browser
+reruns it every :data:`POLL_SECONDS`.
 """
 
 from __future__ import annotations
@@ -60,10 +58,6 @@ def student_bar(cls: ClassSession) -> None:
                    icon=":material/cast_for_education:")
     if news.ENABLED:
         _poll_with_bell()
-        # outside the poll's fragment: its ring reruns the whole page, whose start applies a new view in place
-        # (check_applied), instead of a fragment run that applies it and asks for the page run (one run fewer)
-        with st.container():
-            bell(cls.code, cls.news, cls.following)
     else:
         _poll()
 
@@ -72,42 +66,24 @@ MAX_ATTEMPTS = 3  # times one view is applied again when its page or link did no
 
 
 def check_applied() -> None:
-    """At the start of a student's full run (call before any widget writes to the link).
-
-    First, after a view was applied: when this run shows another page, or a link without the view's parameters, the
-    rerun that would have shown the view was lost (the browser's poll asked for a rerun of the old page with the old
-    link while it was pending, and Streamlit kept the newer request's page and query string): the view is applied
-    again, up to :data:`MAX_ATTEMPTS` times.
-
-    Then, with the bell (:data:`viz_ui.classroom.news.ENABLED`) and while following: a view newer than the one shown
-    is applied in this run, before the page draws anything (:func:`apply_view` with ``rerun=False``): the bell's ring
-    reruns the page, and the view is shown by that run, without a run of the poll's fragment first. A view of another
-    page switches to it (a rerun, as before). The store not answering leaves it to this run's poll, which says so."""
+    """At the start of a student's full run after a view was applied (call before any widget writes to the link):
+    when this run shows another page, or a link without the view's parameters, the rerun that would have shown the
+    view was lost (the browser's poll asked for a rerun of the old page with the old link while it was pending, and
+    Streamlit kept the newer request's page and query string): the view is applied again in this run's poll, up to
+    :data:`MAX_ATTEMPTS` times."""
     cls = current()
-    if cls is None or cls.teacher:
+    if cls is None or cls.teacher or cls.expect is None:
         return
-    if cls.expect is not None:
-        take_turn()  # one of a few runs at once on this server that show the class a new view (viz_ui.classroom.turns)
-        page, link = cls.expect
-        shown = st.query_params.to_dict()
-        cls.waited = 0  # a full run came
-        if page == current_page() and all(shown.get(key) == value for key, value in link.items()):
-            cls.expect, cls.attempts = None, 0
-        elif not cls.following or cls.attempts >= MAX_ATTEMPTS:
-            cls.expect, cls.attempts = None, 0  # given up: the student's Catch up applies the view again
-        else:
-            cls.version = 0  # not shown: applied again below, or by this run's poll
-    if news.ENABLED and cls.following:
-        try:
-            store = class_store()
-            version, _ = _news(cls, store, reuse=False)
-            if version == cls.version or version <= 0:
-                return
-            take_turn()
-            view = store.view(cls.code)
-        except (KeyError, ClassStoreUnavailable, OSError, ValueError):
-            return  # this run's poll says it (an ended class, a store that does not answer)
-        apply_view(cls, view, version, rerun=False)
+    take_turn()  # one of a few runs at once on this server that show the class a new view (viz_ui.classroom.turns)
+    page, link = cls.expect
+    shown = st.query_params.to_dict()
+    cls.waited = 0  # a full run came
+    if page == current_page() and all(shown.get(key) == value for key, value in link.items()):
+        cls.expect, cls.attempts = None, 0
+    elif not cls.following or cls.attempts >= MAX_ATTEMPTS:
+        cls.expect, cls.attempts = None, 0  # given up: the student's Catch up applies the view again
+    else:
+        cls.version = 0  # not shown: this run's poll applies the latest view again
 
 
 def _set_following(following: bool) -> None:
@@ -138,8 +114,7 @@ def _poll_with_bell() -> None:
 
 def poll(with_bell: bool = False) -> None:
     """Ask the store for the class's news: apply a new view (following), rerun the page for a new or revealed
-    question, leave an ended class; note the news this screen shows (``ClassSession.news``, the bell's). ``with_bell``:
-    a full run reuses the answers its start got (:func:`check_applied`)."""
+    question, leave an ended class; ``with_bell``: then draw the bell with the news this screen shows."""
     cls = current()
     if cls is None or cls.teacher:
         return
@@ -153,17 +128,19 @@ def poll(with_bell: bool = False) -> None:
         # said by the poll itself, which redraws only itself: a store that stops answering (Redis restarting) costs
         # no page run, and the next poll that gets an answer draws nothing, so the line goes away
         st.caption(OFFLINE)
-        cls.news = ""  # the bell this run draws rings for any news once the store answers again
+        if with_bell:
+            bell(cls.code, "", cls.following)  # any news rings it once the store answers again
         return
     if cls.following and version != cls.version and version > 0:
         take_turn()  # this thread runs the page next (viz_ui.classroom.turns)
         apply_view(cls, store.view(cls.code), version)
     elif rerun_overdue(cls):
         st.rerun()
-    if cls.question_changed(question) and _fragment_run():
+    if cls.question_changed(question):
         take_turn()
-        st.rerun()  # the page's question area draws it (a full run's draws it after this poll: no rerun)
-    cls.news = news.news_string(version, question)  # what this screen shows: the bell rings for anything else
+        st.rerun()  # the page's question area draws it
+    if with_bell:
+        bell(cls.code, news.news_string(version, question), cls.following)
 
 
 FRESH_S = 1.0  # a full run's poll reuses the store's answers of a poll this recent (the bell rings for anything newer)
@@ -213,12 +190,11 @@ def rerun_overdue(cls: ClassSession) -> bool:
     return True
 
 
-def apply_view(cls: ClassSession, view: object, version: int, rerun: bool = True) -> None:
+def apply_view(cls: ClassSession, view: object, version: int) -> None:
     """Show the teacher's ``view`` as opening its link would: forget the shared values it and the previous view
     name, give the session the view's parameters as its link, then switch to the view's page or rerun this one.
     A view that is not a dict of strings is ignored (the version is still marked seen). The page and link it should
-    show are checked at the next full run (:func:`check_applied`). ``rerun=False`` (the start of a full run, before
-    any widget): a view of the same page is shown by this run, with no rerun."""
+    show are checked at the next full run (:func:`_check_applied`)."""
     cls.attempts = cls.attempts + 1 if cls.expect is not None else 1
     cls.version, cls.waited = version, 0
     if not isinstance(view, dict) or not isinstance(view.get("params"), dict):
@@ -238,7 +214,4 @@ def apply_view(cls: ClassSession, view: object, version: int, rerun: bool = True
     if known and page != current_page():
         st.switch_page(page, query_params=link)
     st.query_params.from_dict(link)
-    if not rerun:  # applied at the start of a full run (check_applied): this run shows it
-        cls.expect, cls.attempts = None, 0
-        return
     st.rerun()

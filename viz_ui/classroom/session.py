@@ -46,7 +46,6 @@ class ClassSession:
     hidden: str | None = None  # the question id this screen has hidden
     polled: tuple | None = None  # student: (monotonic time, view version, question) of the last store poll
     beat: float = float("-inf")  # student: monotonic time of the last heartbeat sent
-    news: str = ""  # student: the class's news this screen shows (viz_ui.classroom.news.news_string; the bell's)
 
     @property
     def teacher(self) -> bool:
