@@ -389,6 +389,20 @@ def settled(page, timeout: float = 60.0) -> None:
         time.sleep(0.25)
 
 
+def until_url(page, act, url, tries: int = 3, wait_s: float = 15.0) -> None:
+    """Do ``act()`` (a click) until ``page``'s address matches ``url`` (a pattern), at most ``tries`` times, waiting
+    ``wait_s`` seconds after each and letting the page settle before the next: a click that meets a redraw can be
+    no click (Plotly's mousedown and mouseup split by a redraw; a button lost once in 8 rounds). Then asserts it."""
+    for _ in range(tries):
+        act()
+        try:
+            page.wait_for_url(url, timeout=wait_s * 1000)
+            break
+        except PlaywrightTimeoutError:
+            settled(page)
+    expect(page).to_have_url(url, timeout=30_000)
+
+
 def audit(page, url: str, lecture: bool) -> tuple[list, dict]:
     page.goto(url)
     expect(page.locator("[data-testid=stMain] h1").first).to_be_visible(timeout=60_000)
@@ -535,20 +549,15 @@ def test_clicking_a_cell_of_the_head_splits_its_score(server, browser):
     settled(page)
     expect(page.get_by_role("heading", name=re.compile(r"Why this score\? Layer 2, head 1: 9 "))).to_be_visible(timeout=60_000)
     fig = page.locator(".js-plotly-plot").nth(1)  # the all-heads grid, then the head
-    moved = re.compile(r"query=5.*key=2|key=2.*query=5")
-    for _ in range(3):  # a click between Plotly's mousedown and mouseup of a redraw is no click: tried again
+
+    def click_cell() -> None:  # cell (query 5, key 2), at its screen position
         fig.scroll_into_view_if_needed()
-        # screen position of cell (query 5, key 2)
         x, y = page.evaluate("""(el) => { const xa = el._fullLayout.xaxis,
             ya = el._fullLayout.yaxis, r = el.getBoundingClientRect();
             return [r.left + xa._offset + xa.l2p(2), r.top + ya._offset + ya.l2p(5)]; }""", fig.element_handle())
         page.mouse.click(x, y)
-        try:
-            page.wait_for_url(moved, timeout=15_000)
-            break
-        except PlaywrightTimeoutError:
-            settled(page)
-    expect(page).to_have_url(moved, timeout=30_000)
+
+    until_url(page, click_cell, re.compile(r"query=5.*key=2|key=2.*query=5"))
     expect(page.get_by_role("heading", name=re.compile(r"Why this score\? Layer 2, head 1: 5 .* → 2 "))).to_be_visible(
         timeout=60_000)
     page.close()

@@ -20,9 +20,8 @@ what the event loop already has queued (``loop.call_soon``), which includes ever
 again until the loop has handled that runner's shutdown, up to :data:`MAX_WAITS` times; then the request goes to
 the runner the session has then (one started meanwhile by a full rerun takes it), or to a new one, without the
 widget states a timed rerun carried (:func:`without_stale_states`: older than any request handled meanwhile, they
-would undo it). Full reruns are
-left as they are: Streamlit stops the running script for them on purpose (``runner.fastReruns``), and the full run
-that follows redraws the whole page.
+would undo it). Full reruns are left as they are: Streamlit stops the running script for them on purpose
+(``runner.fastReruns``), and the full run that follows redraws the whole page.
 
 **A fragment rerun from the page before.** A browser's fragment rerun request names the page the browser shows. When
 it reaches the server while the script switches page (a student's class poll, itself a fragment run, applies the
