@@ -71,7 +71,7 @@ def test_attention_figure_shows_the_models_own_pattern():
     at.radio(key="attn_kind").set_value("scores (scaled, masked, before softmax)").run()
     scores = figure_titled(at, "Layer 1, head 2")["data"][0]
     assert np.isnan(plotly_array(scores["z"])[0, 1])  # masked: drawn blank
-    assert scores["customdata"][0][1][2] == "masked (−∞)"
+    assert scores["hoverongaps"] is False  # and without a hover label
 
 
 def test_temperature_zero_is_greedy_and_the_maximum_is_fine():

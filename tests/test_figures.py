@@ -35,9 +35,13 @@ def test_score_heatmap_blanks_the_mask_and_names_it():
     fig = attention_heatmap(scores, LABELS, "t", kind="scores")
     z = np.array(fig.data[0].z, dtype=float)
     assert np.isnan(z[0, 1]) and z[1, 0] == pytest.approx(scores[1, 0])
-    assert fig.data[0].customdata[0][3][2] == "masked (−∞)"
-    assert fig.data[0].customdata[3][0][2] == f"{scores[3, 0]:.4f}"
+    # a masked cell is a gap without hover; the others hover with their query, key and score
+    assert fig.data[0].hoverongaps is False and fig.data[0].hovertemplate.endswith("%{z:.4f}<extra></extra>")
+    assert list(fig.data[0].customdata[3][0]) == ["·the", "The"]  # the tokens; %{y}, %{x}: their positions
     assert fig.data[0].zmax == pytest.approx(np.abs(scores[np.isfinite(scores)]).max())
+    # the clickable markers (st.plotly_chart) cover every cell: theirs name a masked cell
+    clickable = attention_heatmap(scores, LABELS, "t", kind="scores", clickable=True).data[1].customdata
+    assert clickable[0 * 5 + 3][2] == "masked (−∞)" and clickable[3 * 5 + 0][2] == f"{scores[3, 0]:.4f}"
 
 
 def test_attention_grid_tiles_every_head_and_pools_long_inputs():

@@ -102,7 +102,7 @@ def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: s
     ``offset + i``: a square window of a long text).
 
     ``kind="weights"``: softmax weights on a fixed 0..1 scale. ``kind="scores"``: scaled pre-softmax
-    scores; masked entries (-inf) are left blank and hover as "masked (−∞)". ``patch`` and ``display``: see
+    scores; masked entries (-inf) are left blank, with no hover label (Plotly's ``hoverongaps=False``). ``patch`` and ``display``: see
     :func:`one_pass_figure`. ``clickable``: a second trace, an invisible scatter with one point per cell (``x`` = key
     position, ``y`` = query position, the heatmap's hover text), so that a click selects a cell in ``st.plotly_chart``,
     which selects no heatmap cell. A live chart (viz_ui/app/live_chart.py) reports clicks on the heatmap itself and
@@ -112,29 +112,27 @@ def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: s
     # fixed-width strings, not objects: Plotly copies every array of a new figure, an object array one item at a time
     q_lab = np.array(labels, dtype=str).reshape(n, 1).repeat(n, 1)
     k_lab = np.array(labels, dtype=str).reshape(1, n).repeat(n, 0)
-    hover = "query %{y} %{customdata[0]}<br>key %{x} %{customdata[1]}<br>"
-    if kind == "weights":  # the hover reads the weight from z: a new z (another step of a timeline) is all that changes
-        trace = dict(z=matrix, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, colorbar=dict(title="weight"),
-                     customdata=np.stack([q_lab, k_lab], axis=-1), hovertemplate=hover + "%{z:.4f}<extra></extra>")
-    else:
+    # the hover reads the value from z: a new z (another step of a timeline) is all that changes
+    hover = "query %{y} %{customdata[0]}<br>key %{x} %{customdata[1]}<br>%{z:.4f}<extra></extra>"
+    if kind == "weights":
+        trace = dict(z=matrix, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, colorbar=dict(title="weight"))
+    else:  # masked cells are gaps (NaN): drawn blank, with no hover (hoverongaps)
         finite = np.isfinite(matrix)
         z = np.where(finite, matrix, np.nan)
-        shown = np.where(finite, np.char.mod("%.4f", np.where(finite, matrix, 0)), "masked (−∞)")
         limit = float(np.abs(z[finite]).max()) if finite.any() else 1.0
-        trace = dict(z=z, colorscale=DIVERGING, zmin=-limit, zmax=limit, colorbar=dict(title="score"),
-                     customdata=np.stack([q_lab, k_lab, shown], axis=-1),
-                     hovertemplate=hover + "%{customdata[2]}<extra></extra>")
+        trace = dict(z=z, colorscale=DIVERGING, zmin=-limit, zmax=limit, colorbar=dict(title="score"))
     positions = np.arange(offset, offset + n)
-    trace.update(type="heatmap", x=positions, y=positions, hoverongaps=False)
+    trace.update(type="heatmap", x=positions, y=positions, hoverongaps=False, hovertemplate=hover,
+                 customdata=np.stack([q_lab, k_lab], axis=-1))
     data = [trace]
     if clickable:  # heatmap cells cannot be selected: a transparent square marker over each cell can
-        custom = np.asarray(trace["customdata"]).reshape(n * n, -1)
+        # the scatter has no gaps: its hover names a masked cell
+        value = np.where(np.isfinite(matrix), np.char.mod("%.4f", np.nan_to_num(matrix, neginf=0.0)), "masked (−∞)")
+        custom = np.concatenate([trace["customdata"].reshape(n * n, 2), value.reshape(n * n, 1)], axis=1)
         data.append(dict(type="scatter", mode="markers", x=np.tile(positions, n), y=np.repeat(positions, n),
                          customdata=custom, showlegend=False,
                          hovertemplate="query %{y}<br>key %{x}<br>%{customdata[2]}<extra></extra>",  # y, x: tick texts
                          marker=dict(symbol="square", size=max(6, min(40, 560 // max(1, n))), color="rgba(0,0,0,0)")))
-        if kind == "weights":  # the weight for the scatter's hover
-            data[1]["customdata"] = np.concatenate([custom, np.char.mod("%.4f", matrix.reshape(-1, 1))], axis=1)
     ticks = position_ticks(labels, offset=offset)
     base = dict(yaxis=dict(autorange="reversed", title="query position", **ticks),
                 xaxis=dict(title="key position", tickangle=-60, scaleanchor="y", constrain="domain", **ticks),
