@@ -51,6 +51,9 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
+import common  # noqa: F401  (the project's root on sys.path)
+from viz_ui.app.live_chart import unpack
+
 FINISHED = {ForwardMsg.FINISHED_SUCCESSFULLY: "ok", ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY: "fragment ok",
             ForwardMsg.FINISHED_WITH_COMPILE_ERROR: "compile error", ForwardMsg.FINISHED_EARLY_FOR_RERUN: "rerun"}
 WIDGETS = {"text_area", "text_input", "selectbox", "slider", "number_input", "checkbox", "radio", "multiselect",
@@ -330,8 +333,8 @@ class StClient:
         elif etype == "plotly_chart":
             kind, text = "plotly", el.plotly_chart.spec
         elif etype == "bidi_component" and "viz_live_chart" in el.bidi_component.component_name:
-            try:  # a live chart (viz_ui/app/live_chart.py): the figure is in the component's data
-                kind, text = "plotly", json.loads(el.bidi_component.json).get("figure", "")
+            try:  # a live chart (viz_ui/app/live_chart.py): the figure is in the component's packed data
+                kind, text = "plotly", unpack(el.bidi_component.bytes).get("figure", "")
             except (ValueError, AttributeError):
                 kind, text = "plotly", ""
         elif etype == "bidi_component" and "viz_class_bell" in el.bidi_component.component_name:

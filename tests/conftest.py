@@ -79,7 +79,7 @@ def shown_figures(at, index: int | None = None) -> list[dict]:
     from viz_ui.views.figures import merge_layout
     figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     for c in at.get("bidi_component"):
-        data = json.loads(c.proto.json)
+        data = proto_data(c.proto)
         if "figure" not in data:
             continue
         fig = json.loads(data["figure"])
@@ -98,9 +98,16 @@ def merge_frame(fig: dict, frame: dict) -> dict:
     return dict(fig, data=traces, layout=merge_layout(fig["layout"], frame.get("layout")))
 
 
+def proto_data(proto) -> dict:
+    """The data a custom component's message (``BidiComponent`` proto) carries: a live chart's packed bytes
+    (``viz_ui.app.live_chart.pack``) or another component's JSON."""
+    from viz_ui.app.live_chart import unpack
+    return unpack(proto.bytes) if proto.WhichOneof("data") == "bytes" else json.loads(proto.json)
+
+
 def component_data(at, key: str) -> dict:
     """The data the custom component ``key`` (``st.components.v2``) was sent in the last run of an AppTest."""
-    return next(json.loads(c.proto.json) for c in at.get("bidi_component") if c.proto.id.endswith(f"-{key}"))
+    return next(proto_data(c.proto) for c in at.get("bidi_component") if c.proto.id.endswith(f"-{key}"))
 
 
 def report_component_event(at, key: str, event: str, value):

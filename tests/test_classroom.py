@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from conftest import proto_data
 from test_app import figure_titled, figures, open_page
 from viz_ui.analysis.generation import StepRecord, next_token_view, salient_head, shown_bars
 from viz_ui.analysis.heads import HEAD_THRESHOLD, cell_text_fits, heads_passing, most_salient, salience
@@ -23,7 +24,7 @@ def in_columns(node) -> list:
         n, inside = stack.pop()
         inside = inside or getattr(n, "type", "") == "column"
         kind = getattr(n, "type", "")
-        if inside and (kind == "plotly_chart" or kind == "bidi_component" and "figure" in json.loads(n.proto.json)):
+        if inside and (kind == "plotly_chart" or kind == "bidi_component" and "figure" in proto_data(n.proto)):
             found.append(n)
         children = getattr(n, "children", None) or {}
         stack.extend((c, inside) for c in (children.values() if isinstance(children, dict) else children))

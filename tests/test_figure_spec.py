@@ -159,3 +159,18 @@ def test_a_live_charts_json_is_plotlys_own_text_with_or_without_non_finite_numbe
         expected = pio.json.to_json_plotly(figure, engine="json")
         assert live_chart.plotly_json(figure) == expected
     assert '"x":[1.0,null,3.0]' in expected and "</" not in live_chart.plotly_json(plain)
+
+
+def test_a_live_charts_data_is_packed_as_bytes_and_unpacked_whole():
+    """The live chart's data travels as bytes (live_chart.pack: a JSON header line, then the figure's and frames' text,
+    not escaped into Streamlit's JSON); unpack gives back every field and text, any Unicode included."""
+    figure = json.dumps({"data": [{"type": "bar", "y": [1, 2]}], "layout": {"title": {"text": "é → 𝔸\nline"}}},
+                        ensure_ascii=False)
+    data = {"config": {"displaylogo": False}, "src": "app/static/p.js", "clickable": True, "revision": "r1"}
+    packed = live_chart.pack(data, figure=figure, frames="[{}]")
+    assert isinstance(packed, bytes) and figure.encode() in packed
+    assert live_chart.unpack(packed) == {**data, "figure": figure, "frames": "[{}]"}
+    assert live_chart.unpack(live_chart.pack({"a": 1})) == {"a": 1}
+    for broken in (b"no header", packed[:-1], packed + b"x"):
+        with pytest.raises(ValueError):
+            live_chart.unpack(broken)

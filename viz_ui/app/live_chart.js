@@ -201,8 +201,22 @@ function schedule(div) {
   }
 }
 
+function unpack(raw, head, end) {
+  // live_chart.py's pack: one line of JSON (head, ending at byte end), then the texts it names (figure, frames) one
+  // after the other, as bytes
+  const decoder = new TextDecoder();
+  const data = JSON.parse(head);
+  let at = end + 1;
+  for (const [name, length] of data.parts) {
+    data[name] = decoder.decode(raw.subarray(at, at + length));
+    at += length;
+  }
+  return data;
+}
+
 export default function (component) {
-  const {data, parentElement, setTriggerValue} = component;
+  const {parentElement, setTriggerValue} = component;
+  const raw = component.data;
   let div = parentElement.querySelector(":scope > .viz-live-chart");
   if (!div) {
     div = document.createElement("div");
@@ -233,6 +247,14 @@ export default function (component) {
     watchSliders();
   }
   div.__vizSend = setTriggerValue; // clicks go through the latest mount's callbacks
+  // the header names the figure and frames by their revisions: the same header is the same data, already drawn
+  // (Streamlit compares a component's JSON data by value and calls again only on a change; bytes are a new object
+  // at every run)
+  const end = raw.indexOf(10);
+  const head = new TextDecoder().decode(raw.subarray(0, end));
+  if (head === div.__vizHead && div.__vizShown) return div.__vizCleanup;
+  div.__vizHead = head;
+  const data = unpack(raw, head, end);
   const shown = div.__vizShown;
   const figure = shown && shown.revision === data.revision ? shown.figure : JSON.parse(data.figure);
   const frames = !data.frames ? null
@@ -250,12 +272,13 @@ export default function (component) {
                     framesRevision: data.framesRevision, follow: data.follow};
   if (shown && JSON.stringify(shown.config) !== JSON.stringify(config)) div.__vizDrawn = undefined;
   schedule(div);
-  return () => {
+  return (div.__vizCleanup = () => {
+    div.__vizHead = undefined;
     pending.delete(div);
     div.__vizResize.disconnect();
     div.__vizView.disconnect();
     window.removeEventListener("viz-step", div.__vizOnStep);
     window.removeEventListener("viz-slider", div.__vizOnSlider);
     if (window.Plotly) window.Plotly.purge(div);
-  };
+  });
 }
