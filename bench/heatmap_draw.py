@@ -1,12 +1,13 @@
 """What drawing page 3's single-head heatmap costs in Chromium, and which part of the figure costs it.
 
-The head heatmap of ``--texts`` new texts of ``--tokens`` tokens (shipped model, layer 3 head 6, built and written as the
-app sends it to a live chart: ``attention_heatmap`` → ``plain_figure`` → ``style_plain`` → ``plotly_json``), drawn one
-after the other with ``Plotly.react`` (the plotly package's own plotly.min.js, as the app serves it) in an otherwise empty
-page of Debian's Chromium, 1280×800; each try is timed from the call to the next frame after its promise. Variants of
-the same figures show where the time goes: its tick labels (Plotly measures each label's box), the margins it sizes to
-them (automargin), the heatmap's image. In the app the same draw costs more: the page around it is larger and
-Streamlit renders its messages on the same thread.
+The head heatmap of ``--texts`` new texts of ``--tokens`` tokens (shipped model, layer 3 head 6, built and written as
+the app sends it to a live chart: ``attention_heatmap`` → ``plain_figure`` → ``style_plain`` → ``plotly_json``), drawn
+one after the other with ``Plotly.react`` (the plotly package's own plotly.min.js, as the app serves it) in an
+otherwise empty page of Debian's Chromium, 1280×800; each try is timed from the call to the next frame after its
+promise.
+Variants of the same figures show where the time goes: its tick labels (Plotly measures each label's box), the margins
+it sizes to them (automargin), the heatmap's image. In the app the same draw costs more: the page around it is larger
+and Streamlit renders its messages on the same thread.
 
     .venv/bin/python bench/heatmap_draw.py [--tokens 64] [--texts 8] [--rounds 3]
 """

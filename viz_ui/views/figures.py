@@ -102,11 +102,12 @@ def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: s
     ``offset + i``: a square window of a long text).
 
     ``kind="weights"``: softmax weights on a fixed 0..1 scale. ``kind="scores"``: scaled pre-softmax
-    scores; masked entries (-inf) are left blank, with no hover label (Plotly's ``hoverongaps=False``). ``patch`` and ``display``: see
-    :func:`one_pass_figure`. ``clickable``: a second trace, an invisible scatter with one point per cell (``x`` = key
-    position, ``y`` = query position, the heatmap's hover text), so that a click selects a cell in ``st.plotly_chart``,
-    which selects no heatmap cell. A live chart (viz_ui/app/live_chart.py) reports clicks on the heatmap itself and
-    needs none: at 64 tokens the 4,096 SVG markers took 340–650 ms of the browser's drawing (issue 26).
+    scores; masked entries (-inf) are left blank, with no hover label (Plotly's ``hoverongaps=False``).
+    ``patch`` and ``display``: see :func:`one_pass_figure`. ``clickable``: a second trace, an invisible scatter with
+    one point per cell (``x`` = key position, ``y`` = query position, the heatmap's hover text), so that a click
+    selects a cell in ``st.plotly_chart``, which selects no heatmap cell. A live chart (viz_ui/app/live_chart.py)
+    reports clicks on the heatmap itself and needs none: at 64 tokens the 4,096 SVG markers took 340–650 ms of the
+    browser's drawing (issue 26).
     """
     n = len(labels)
     # fixed-width strings, not objects: Plotly copies every array of a new figure, an object array one item at a time
