@@ -31,6 +31,7 @@ VARIANTS = {
     "no tick labels": "f => { for (const a of ['xaxis', 'yaxis']) f.layout[a].showticklabels = false; return f; }",
     "fixed margins (no automargin)": """f => { for (const a of ['xaxis', 'yaxis']) f.layout[a].automargin = false;
         f.layout.margin = {l: 110, r: 10, t: 60, b: 110}; return f; }""",
+    "wide margins, automargin kept": """f => { f.layout.margin = {...f.layout.margin, l: 140, b: 140}; return f; }""",
     "zsmooth fast": "f => { f.data[0].zsmooth = 'fast'; return f; }",
 }
 

@@ -114,6 +114,89 @@ function frameOf(shown, index) {
   return shown.frames && k >= 0 && k < shown.frames.length ? shown.frames[k] : null;
 }
 
+// Margins held from one drawing to the next. The figures leave the room for their tick labels, axis titles, colour
+// bar and title to Plotly (automargin, small margins of their own); Plotly draws the whole chart, measures those
+// texts, and when they need other margins than the figure's, draws the whole chart again with them: every drawing
+// of a token heatmap was two (page 3's head heatmap at 64 tokens: 92 ms, 51-54 ms with margins that fit already,
+// bench/heatmap_draw.py). So a chart is drawn with the margins of its last drawing: a new text whose labels fit them
+// is drawn once, and the plot does not jump while one types. Labels that need more still get it (Plotly grows the
+// margins and draws again, as before), and a side that had to grow gets HEADROOM_PX more for the next drawing (a
+// side that Plotly sized from the figure's own margins, SLACK_PX), so that labels a few pixels wider fit too. Margins wider than the texts need by more than SPARE_PX (shorter labels)
+// are fitted at the next idle moment, off the path from a keystroke to the chart: drawn with the figure's own margins,
+// which Plotly sizes to the texts.
+const HEADROOM_PX = 10;
+const SLACK_PX = 4; // after a drawing with the figure's own margins, on the sides the texts pushed: a colour bar's
+// margin moves by a pixel or two with the other side's
+const SPARE_PX = 24;
+const SIDES = ["l", "r", "t", "b"];
+
+function ownMargins(layout) {
+  const own = {};
+  for (const side of SIDES) own[side] = Number.isFinite((layout.margin || {})[side]) ? layout.margin[side] : 0;
+  return own;
+}
+
+function marginKey(layout, full) {
+  // held margins fit the same figure drawn at the same font size, height and screen only
+  return JSON.stringify([layout.margin || null, layout.height || null, (layout.font || {}).size || null, full]);
+}
+
+function heldMargins(div, layout, full) {
+  // the margins to draw with, or null: the figure's own (a first drawing; another font size, height or screen)
+  const held = div.__vizMargins;
+  return held && held.key === marginKey(layout, full) ? held : null;
+}
+
+function needed(full, own) {
+  // the margins the chart's texts ask for, at least the figure's own, from Plotly's margin pushes as its doAutoMargin
+  // works each out against the other side's margin: a push of ``size`` px at ``val`` (where the text's anchor stands,
+  // as a fraction of the plot: a y axis at 0, a colour bar at 1.02, an axis moved inwards by a square plot's
+  // constraint at 0.3) needs (size - across * val) / (1 - val) px on the left or bottom, and
+  // (size - across * (1 - val)) / val on the right or top, ``across`` being the figure's width (height) less the
+  // other side's margin. Plotly weighs pushes in pairs, so this is close, not exact: it only tells margins far too
+  // wide (SPARE_PX).
+  const out = {...own};
+  const across = {l: full.width - full._size.r, r: full.width - full._size.l,
+                  b: full.height - full._size.t, t: full.height - full._size.b};
+  for (const [id, push] of Object.entries(full._pushmargin || {})) {
+    if (id === "base") continue;
+    for (const side of SIDES) {
+      const p = push[side];
+      if (!p || !Number.isFinite(p.size) || !Number.isFinite(p.val)) continue;
+      const near = side === "l" || side === "b" ? 1 - p.val : p.val; // the text's anchor from the far edge
+      if (near <= 0.01) continue;
+      out[side] = Math.max(out[side], (p.size - across[side] * (1 - near)) / near);
+    }
+  }
+  return out;
+}
+
+function keepMargins(div, layout, full, asked) {
+  // after a drawing with the margins ``asked`` (null: the figure's own): the margins Plotly drew with, held for the
+  // next drawing (with headroom on a side that had to grow); when they were held and are far wider than the texts
+  // need now, the chart is drawn again with its own margins at the next idle moment
+  const fullLayout = div._fullLayout;
+  if (!fullLayout || !fullLayout._size) return;
+  const drawn = fullLayout._size;
+  const size = {};
+  const own = ownMargins(layout);
+  for (const side of SIDES) {
+    const grew = asked ? drawn[side] > asked[side] + 1 : drawn[side] > own[side];
+    size[side] = drawn[side] + (!grew ? 0 : asked ? HEADROOM_PX : SLACK_PX);
+  }
+  const held = div.__vizMargins = {key: marginKey(layout, full), size, text: JSON.stringify(size)};
+  if (!asked) return; // Plotly sized these margins to the texts itself
+  const need = needed(fullLayout, own);
+  if (!SIDES.some(side => drawn[side] - need[side] > SPARE_PX)) return;
+  const idle = window.requestIdleCallback || (task => setTimeout(task, 200));
+  idle(() => {
+    if (div.__vizMargins === held && div.isConnected) {
+      div.__vizMargins = null;
+      redraw(div);
+    }
+  }, {timeout: 2000});
+}
+
 function draw(Plotly, div) {
   // the whole figure with the frame of its step; the frame's layout only when nothing else changed since
   const shown = div.__vizShown;
@@ -122,22 +205,27 @@ function draw(Plotly, div) {
   const waiting = Boolean(shown.frames) && !frame; // a step the server has not sent yet: the last one stays, faded
   div.classList.toggle("viz-live-waiting", waiting);
   if (waiting && div.__vizDrawn) return Promise.resolve();
-  const now = {revision: shown.revision, frames: shown.framesRevision, full: document.fullscreenElement === div,
-               step: frame ? index : null};
+  const full = document.fullscreenElement === div;
+  const layout = merge(shown.figure.layout, frame ? frame.layout : null);
+  const margins = heldMargins(div, layout, full);
+  const now = {revision: shown.revision, frames: shown.framesRevision, full, step: frame ? index : null,
+               margins: margins ? margins.text : null};
   const last = div.__vizDrawn;
-  const same = last && last.revision === now.revision && last.frames === now.frames && last.full === now.full;
+  const same = last && last.revision === now.revision && last.frames === now.frames && last.full === now.full
+    && last.margins === now.margins;
   div.__vizDrawn = now;
   if (same && last.step === now.step) return Promise.resolve();
   // another step of a chart whose frames change its layout only (the losses' marks): moved, not drawn again
   if (same && last.step !== null && frame && !frame.data) return Plotly.relayout(div, paths(frame.layout));
   const {figure, config} = shown;
   const data = frame && frame.data ? figure.data.map((t, k) => (frame.data[k] ? {...t, ...frame.data[k]} : t)) : figure.data;
-  const layout = merge(figure.layout, frame ? frame.layout : null);
   const buttons = config.displayModeBar === false ? [] : [fullscreenButton(div)];
   // a new data revision tells Plotly that the arrays changed; the same one, that they did not (nothing recomputed)
   const revision = `${shown.revision}:${frame && frame.data ? index : ""}`;
-  return Plotly.react(div, data, {...withScreen(div, layout), datarevision: revision},
-                      {...config, modeBarButtonsToAdd: buttons});
+  const drawn = margins ? {...layout, margin: {...layout.margin, ...margins.size}} : layout;
+  return Plotly.react(div, data, {...withScreen(div, drawn), datarevision: revision},
+                      {...config, modeBarButtonsToAdd: buttons})
+    .then(() => keepMargins(div, layout, full, margins && margins.size));
 }
 
 function redraw(div) {
