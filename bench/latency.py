@@ -4,7 +4,8 @@ both running, measured in turns (round-robin; the order flips every round) so th
 alike. Rows (issue 26):
 
 - typing → attention: Ctrl+Enter after a new text of 16 / 64 / 256 tokens → the frame that shows the single-head
-  heatmap's new first tick (page 3);
+  heatmap's new first tick (page 3); and → page 3 settled: the same keydown → the end of the last chart drawing of
+  that rerun (all seven charts of page 3; Plotly.react timed in the page, the page then quiet for 0.8 s);
 - page switch → first figure: a click on "3 · Attention" in the navigation (from page 1) → the frame that shows the
   all-heads grid;
 - temperature → chart: ArrowRight on the temperature slider (page 9) → the frame whose output chart title shows the
@@ -127,8 +128,34 @@ def timed(page, action, selector: str, text: str, event: str = "keydown") -> flo
     return page.evaluate("window.__done")
 
 
-def typing(page, url: str, n: int, repeats: int, skip: int) -> list[float]:
-    """Ctrl+Enter after a new text of ``n`` tokens → the single-head heatmap's new first tick (page 3)."""
+# Every Plotly.react of a live chart, timed: the end of the last one after a keydown is when the page settled (every
+# chart of the rerun drawn). Installed before the page's scripts run (Plotly is set on window later, by live_chart.js).
+DRAWS = """(() => {
+  let plotly;
+  window.__drawEnds = [];
+  document.addEventListener("keydown", e => { if (window.__keyAt === null) window.__keyAt = e.timeStamp; },
+                            {capture: true});
+  Object.defineProperty(window, "Plotly", {configurable: true, get: () => plotly, set: value => {
+    plotly = value;
+    const react = value.react;
+    value.react = (...args) => react(...args).then(gd => { window.__drawEnds.push(performance.now()); return gd; });
+  }});
+})()"""
+
+
+def settled(page, quiet_ms: int = 800, limit_ms: int = 15_000) -> float:
+    """Milliseconds from the keydown armed by ``window.__keyAt = null`` to the end of the last chart drawing, once no
+    chart has been drawn for ``quiet_ms``; NaN when nothing was drawn."""
+    page.wait_for_function(f"""() => {{ const ends = window.__drawEnds.filter(t => t > window.__keyAt);
+        return ends.length && performance.now() - ends[ends.length - 1] > {quiet_ms}; }}""", timeout=limit_ms)
+    return page.evaluate("() => { const ends = window.__drawEnds.filter(t => t > window.__keyAt);"
+                         " return ends.length ? ends[ends.length - 1] - window.__keyAt : NaN; }")
+
+
+def typing(page, url: str, n: int, repeats: int, skip: int, settle: list[float] | None = None) -> list[float]:
+    """Ctrl+Enter after a new text of ``n`` tokens → the single-head heatmap's new first tick (page 3); with a list
+    ``settle``, each try's keydown → the end of the last chart drawn (every chart of page 3) is appended to it (the page
+    needs :data:`DRAWS` installed)."""
     from playwright.sync_api import expect
     page.goto(url + "/attention")
     expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=120_000)
@@ -142,7 +169,11 @@ def typing(page, url: str, n: int, repeats: int, skip: int) -> list[float]:
             continue  # the view would not visibly change
         previous, shown = tick, text
         box.fill(text)
+        if settle is not None:
+            page.evaluate("window.__keyAt = null")
         out.append(timed(page, lambda: box.press("Control+Enter"), ".js-plotly-plot", tick))
+        if settle is not None:
+            settle.append(settled(page))
         page.wait_for_timeout(400)  # let the rest of the page settle before the next try
         if len(out) > repeats:
             break
@@ -223,11 +254,14 @@ def side_run(browser, url: str, args, skip: int) -> dict[str, list[float]]:
     """Every row once on the app at ``url`` (a new browser context), texts from number ``skip`` on; each series'
     first try dropped."""
     context = browser.new_context(viewport=VIEWPORT)
+    context.add_init_script(DRAWS)
     page = context.new_page()
     got = {}
     try:
         for n in map(int, args.tokens.split(",")):
-            got[f"typing → attention, {n} tokens"] = typing(page, url, n, args.repeats, skip)[1:]
+            settle = []
+            got[f"typing → attention, {n} tokens"] = typing(page, url, n, args.repeats, skip, settle)[1:]
+            got[f"typing → page 3 settled, {n} tokens"] = settle[1:]
         got["page switch → first figure"] = page_switch(page, url, args.repeats)[1:]
         got["temperature → chart"] = temperature(page, url, args.repeats)[1:]
         if not args.no_ablation:
