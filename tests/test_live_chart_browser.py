@@ -40,13 +40,15 @@ CUT = """() => { const fig = document.querySelector(".js-plotly-plot").getBoundi
     .map(([text]) => text); }"""
 
 
-def payload(word: str, revision: str) -> str:
-    """A live chart's packed data (base64) for a head heatmap of N tokens, each labelled ``word``."""
+def payload(word: str, revision: str, chart: str = "head") -> str:
+    """A live chart's packed data (base64) for a head heatmap of N tokens, each labelled ``word``, in the chart whose
+    key is ``chart``."""
     rng = np.random.default_rng(len(word))
     weights = np.tril(rng.random((N, N)))
     weights /= weights.sum(1, keepdims=True)
     figure = style_plain(plain_figure(attention_heatmap(weights, [word] * N, "Layer 0, head 0: attention weights")))
-    data = {"config": {"displaylogo": False}, "src": "unused", "clickable": False, "revision": revision}
+    data = {"config": {"displaylogo": False}, "src": "unused", "clickable": False, "revision": revision,
+            "chart": chart}
     return base64.b64encode(pack(data, figure=plotly_json(figure))).decode("ascii")
 
 
@@ -63,11 +65,11 @@ def page():
         browser.close()
 
 
-def draw(page, word: str, revision: str, count: int, idle_ms: int = 1500) -> list[dict]:
-    """Show the heatmap labelled ``word``; the drawings it made, once ``count`` of them are done and the page has been
-    idle ``idle_ms`` (a chart fits margins that are too wide when the page is idle)."""
+def draw(page, word: str, revision: str, count: int, idle_ms: int = 1500, chart: str = "head") -> list[dict]:
+    """Show the heatmap labelled ``word`` in the chart ``chart``; the drawings it made, once ``count`` of them are done
+    and the page has been idle ``idle_ms`` (a chart fits margins that are too wide when the page is idle)."""
     start = page.evaluate("window.__draws.length")
-    page.evaluate("encoded => window.show(encoded)", payload(word, revision))
+    page.evaluate("encoded => window.show(encoded)", payload(word, revision, chart))
     page.wait_for_function(f"window.__draws.length >= {start + count}", timeout=20_000)
     page.wait_for_timeout(idle_ms)
     return page.evaluate(f"window.__draws.slice({start})")
@@ -110,12 +112,30 @@ def test_a_chart_holds_its_margins_while_the_labels_fit_and_fits_them_when_idle(
     assert again[0]["asked"]["l"] == grown["l"] + 10 and again[0]["asked"]["b"] == grown["b"] + 10
 
 
+REMOVE = """() => { const host = document.getElementById("host"); Plotly.purge(host.firstChild);
+  host.firstChild.remove(); }"""  # the chart leaves the page (another page of the app is shown)
+
+
 def test_fitted_margins_are_those_plotly_gives_the_figure_drawn_afresh(page):
     """After the idle fit, a chart's margins are those of the same figure drawn for the first time: held margins never
     leave a chart smaller than a fresh one for longer than it takes the page to be idle."""
     draw(page, "mmmmmmmmmmmm", "f", 1)
     fitted = draw(page, "ab", "g", 2)[-1]["drawn"]
-    page.evaluate("() => { const host = document.getElementById('host'); Plotly.purge(host.firstChild);"
-                  " host.firstChild.remove(); }")
-    fresh = draw(page, "ab", "h", 1)[-1]["drawn"]
-    assert fitted == fresh
+    page.evaluate(REMOVE)
+    fresh = draw(page, "ab", "h", 1, chart="another")[-1]
+    assert fresh["asked"]["l"] == 10  # a chart key never drawn before: the figure's own margins
+    assert fitted == fresh["drawn"]
+
+
+def test_a_chart_shown_again_draws_with_the_margins_it_had(page):
+    """A page opened again (its charts mounted anew under the same keys) draws each chart with the margins it was last
+    drawn with, once."""
+    page.evaluate(REMOVE)
+    last = draw(page, "mmmmmmmm", "i", 1, chart="again")[-1]
+    assert last["asked"]["l"] == 10
+    page.evaluate(REMOVE)
+    again = draw(page, "mmmmmmmm", "j", 1, chart="again")
+    assert len(again) == 1
+    assert again[0]["asked"]["l"] > 10 and {k: again[0]["drawn"][k] for k in "lrtb"} == again[0]["asked"]
+    for side in "lrtb":
+        assert last["drawn"][side] <= again[0]["asked"][side] <= last["drawn"][side] + 4, side

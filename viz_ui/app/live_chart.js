@@ -141,9 +141,12 @@ function marginKey(layout, full) {
   return JSON.stringify([layout.margin || null, layout.height || null, (layout.font || {}).size || null, full]);
 }
 
+// The margins a chart was last drawn with, by its key, for the tab: a page opened again draws its charts once too.
+const MARGINS_BY_CHART = window.__vizMarginsByChart = window.__vizMarginsByChart || new Map();
+
 function heldMargins(div, layout, full) {
   // the margins to draw with, or null: the figure's own (a first drawing; another font size, height or screen)
-  const held = div.__vizMargins;
+  const held = div.__vizMargins || MARGINS_BY_CHART.get(div.__vizShown.chart);
   return held && held.key === marginKey(layout, full) ? held : null;
 }
 
@@ -185,6 +188,7 @@ function keepMargins(div, layout, full, asked) {
     size[side] = drawn[side] + (!grew ? 0 : asked ? HEADROOM_PX : SLACK_PX);
   }
   const held = div.__vizMargins = {key: marginKey(layout, full), size, text: JSON.stringify(size)};
+  MARGINS_BY_CHART.set(div.__vizShown.chart, held);
   if (!asked) return; // Plotly sized these margins to the texts itself
   const need = needed(fullLayout, own);
   if (!SIDES.some(side => drawn[side] - need[side] > SPARE_PX)) return;
@@ -192,6 +196,7 @@ function keepMargins(div, layout, full, asked) {
   idle(() => {
     if (div.__vizMargins === held && div.isConnected) {
       div.__vizMargins = null;
+      MARGINS_BY_CHART.delete(div.__vizShown.chart);
       redraw(div);
     }
   }, {timeout: 2000});
@@ -357,7 +362,7 @@ export default function (component) {
   const config = {...data.config, toImageButtonOptions: div.__vizImage};
   div.__vizShown = {figure, config, src: data.src, revision: data.revision, clickable: data.clickable,
                     channel: data.channel, index: data.index, first: data.first, frames,
-                    framesRevision: data.framesRevision, follow: data.follow};
+                    framesRevision: data.framesRevision, follow: data.follow, chart: data.chart};
   if (shown && JSON.stringify(shown.config) !== JSON.stringify(config)) div.__vizDrawn = undefined;
   schedule(div);
   return (div.__vizCleanup = () => {

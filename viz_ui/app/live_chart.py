@@ -199,7 +199,7 @@ def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=Non
     if src is None:
         return None
     figure, revision = figure_json(fig if frames is None else frames.figure, style)
-    data = {"config": config, "src": src, "clickable": on_click is not None, "revision": revision}
+    data = {"config": config, "src": src, "clickable": on_click is not None, "revision": revision, "chart": key}
     texts = {"figure": figure}
     if frames is not None:
         data.update(channel=frames.channel, index=frames.index, first=frames.first, count=frames.count,
