@@ -6,8 +6,10 @@ one after the other with ``Plotly.react`` (the plotly package's own plotly.min.j
 otherwise empty page of Debian's Chromium, 1280×800; each try is timed from the call to the next frame after its
 promise.
 Variants of the same figures show where the time goes: its tick labels (Plotly measures each label's box), the margins
-it sizes to them (automargin), the heatmap's image. In the app the same draw costs more: the page around it is larger
-and Streamlit renders its messages on the same thread.
+it sizes to them (automargin: with margins too small for the labels Plotly draws the chart a second time; "wide
+margins, automargin kept" is how live charts now draw, with the margins of their last drawing), the heatmap's image.
+In the app the same draw costs more: the page around it is larger and Streamlit renders its messages on the same
+thread.
 
     .venv/bin/python bench/heatmap_draw.py [--tokens 64] [--texts 8] [--rounds 3]
 """
