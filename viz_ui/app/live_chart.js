@@ -121,9 +121,10 @@ function frameOf(shown, index) {
 // bench/heatmap_draw.py). So a chart is drawn with the margins of its last drawing: a new text whose labels fit them
 // is drawn once, and the plot does not jump while one types. Labels that need more still get it (Plotly grows the
 // margins and draws again, as before), and a side that had to grow gets HEADROOM_PX more for the next drawing (a
-// side that Plotly sized from the figure's own margins, SLACK_PX), so that labels a few pixels wider fit too. Margins wider than the texts need by more than SPARE_PX (shorter labels)
-// are fitted at the next idle moment, off the path from a keystroke to the chart: drawn with the figure's own margins,
-// which Plotly sizes to the texts.
+// side that Plotly sized from the figure's own margins, SLACK_PX), so that labels a few pixels wider fit too.
+// Margins wider than the texts need by more than SPARE_PX (shorter labels) are fitted at the next idle moment, off the
+// path from a keystroke to the chart: drawn with the figure's own margins, which Plotly sizes to the texts. The
+// margins are held by chart key for the tab: a page opened again draws its charts once too.
 const HEADROOM_PX = 10;
 const SLACK_PX = 4; // after a drawing with the figure's own margins, on the sides the texts pushed: a colour bar's
 // margin moves by a pixel or two with the other side's
@@ -141,12 +142,12 @@ function marginKey(layout, full) {
   return JSON.stringify([layout.margin || null, layout.height || null, (layout.font || {}).size || null, full]);
 }
 
-// The margins a chart was last drawn with, by its key, for the tab: a page opened again draws its charts once too.
+// The margins each chart (by its key) was last drawn with, for the tab.
 const MARGINS_BY_CHART = window.__vizMarginsByChart = window.__vizMarginsByChart || new Map();
 
 function heldMargins(div, layout, full) {
   // the margins to draw with, or null: the figure's own (a first drawing; another font size, height or screen)
-  const held = div.__vizMargins || MARGINS_BY_CHART.get(div.__vizShown.chart);
+  const held = MARGINS_BY_CHART.get(div.__vizShown.chart);
   return held && held.key === marginKey(layout, full) ? held : null;
 }
 
@@ -187,16 +188,16 @@ function keepMargins(div, layout, full, asked) {
     const grew = asked ? drawn[side] > asked[side] + 1 : drawn[side] > own[side];
     size[side] = drawn[side] + (!grew ? 0 : asked ? HEADROOM_PX : SLACK_PX);
   }
-  const held = div.__vizMargins = {key: marginKey(layout, full), size, text: JSON.stringify(size)};
-  MARGINS_BY_CHART.set(div.__vizShown.chart, held);
+  const chart = div.__vizShown.chart;
+  const held = {key: marginKey(layout, full), size, text: JSON.stringify(size)};
+  MARGINS_BY_CHART.set(chart, held);
   if (!asked) return; // Plotly sized these margins to the texts itself
   const need = needed(fullLayout, own);
   if (!SIDES.some(side => drawn[side] - need[side] > SPARE_PX)) return;
   const idle = window.requestIdleCallback || (task => setTimeout(task, 200));
   idle(() => {
-    if (div.__vizMargins === held && div.isConnected) {
-      div.__vizMargins = null;
-      MARGINS_BY_CHART.delete(div.__vizShown.chart);
+    if (MARGINS_BY_CHART.get(chart) === held && div.isConnected) {
+      MARGINS_BY_CHART.delete(chart);
       redraw(div);
     }
   }, {timeout: 2000});
