@@ -44,6 +44,26 @@ def all_heads(ctx: PageContext) -> None:
                    "The single-head view below shows every cell.")
 
 
+def head_title(cfg, layer: int, head: int, weights: bool) -> str:
+    """The single-head heatmap's title: the weights' or the scores' formula for this model."""
+    if weights:
+        return f"Layer {layer}, head {head}: attention weights softmax({score_formula(cfg)})"
+    return f"Layer {layer}, head {head}: scores {score_formula(cfg)} (d_k = {cfg.d_head})"
+
+
+def head_matrix(trace, layer: int, head: int, weights: bool):
+    """One head's ``[query_pos, key_pos]`` weights (``hook_pattern``) or scores (``hook_attn_scores``)."""
+    return trace.arrays[f"blocks.{layer}.attn.{'hook_pattern' if weights else 'hook_attn_scores'}"][head]
+
+
+def head_spec(trace, cfg, layer: int, head: int, weights: bool, window: tuple[int, int]) -> FigureSpec:
+    """The single-head heatmap of positions ``window = (start, stop)``, as page 3 draws it."""
+    a, b = window
+    return FigureSpec(attention_heatmap, head_matrix(trace, layer, head, weights)[a:b, a:b], trace.labels[a:b],
+                      head_title(cfg, layer, head, weights), "weights" if weights else "scores", offset=a,
+                      clickable=live_chart_source() is None)
+
+
 def one_head(ctx: PageContext) -> tuple[int, int, tuple[int, int]]:
     """One head's weights or scores, with its query-key panel; returns its layer, head and the drawn window
     ``(start, stop)`` of positions."""
@@ -53,14 +73,12 @@ def one_head(ctx: PageContext) -> tuple[int, int, tuple[int, int]]:
     layer, head = pick_layer_head(ctx.app, c1, c2)
     kind = c3.radio("Show", ["weights (after softmax)", "scores (scaled, masked, before softmax)"],
                     horizontal=True, key="attn_kind")
-    if kind.startswith("weights"):
-        matrix = trace.arrays[f"blocks.{layer}.attn.hook_pattern"][head]
-        title = f"Layer {layer}, head {head}: attention weights softmax({score_formula(cfg)})"
+    weights = kind.startswith("weights")
+    matrix = head_matrix(trace, layer, head, weights)
+    if weights:
         st.markdown("Each row is a probability distribution: how much of each "
                     + ("earlier token's" if cfg.causal else "token's") + " value vector the query token takes.")
     else:
-        matrix = trace.arrays[f"blocks.{layer}.attn.hook_attn_scores"][head]
-        title = f"Layer {layer}, head {head}: scores {score_formula(cfg)} (d_k = {cfg.d_head})"
         st.markdown(score_sentence(cfg)
                     + (" Blank cells above the diagonal are masked with −∞: a token may not look at tokens after it, and "
                        "softmax turns −∞ into 0." if cfg.causal else " This encoder masks nothing: every cell is a score."))
@@ -68,16 +86,13 @@ def one_head(ctx: PageContext) -> tuple[int, int, tuple[int, int]]:
     query = pick_position(c4, trace, "Query token (the one that asks)")
     key = pick_key(c5, trace, layer, head, query)
     a, b = position_window(st, trace, centre=query)
-    labels = trace.labels[a:b]
-    if (a, b) != (0, n) and kind.startswith("weights"):
+    if (a, b) != (0, n) and weights:
         inside = float(matrix[a:b, a:b].sum() / max(1e-9, matrix[a:b].sum()))
         st.caption(f"In this window, {inside:.0%} of these rows' attention falls on keys inside it; the other "
                    f"{1 - inside:.0%} goes to keys outside positions {a}–{b - 1}" + (" (often position 0)" if a > 0 else "")
                    + ", so the map can look pale. Move the window, or see whole rows on page 3a.")
-    show_figure(FigureSpec(attention_heatmap, matrix[a:b, a:b], labels, title,
-                           "weights" if kind.startswith("weights") else "scores", offset=a,
-                           clickable=live_chart_source() is None), ctx.app, f"attention_L{layer}_H{head}", select_key="attn_head",
-                on_select=cell_click("attn_head"))
+    show_figure(head_spec(trace, cfg, layer, head, weights, (a, b)), ctx.app, f"attention_L{layer}_H{head}",
+                select_key="attn_head", on_select=cell_click("attn_head"))
     st.caption("Click a cell (or pick the query and key above) to see below why the head gives it this score.")
     qk_section(ctx.app, trace, layer, head, query, key, "attention")
     return layer, head, (a, b)

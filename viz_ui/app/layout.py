@@ -382,6 +382,15 @@ def needs_window(trace: Trace, width: int | None = None) -> bool:
     return trace.n_tokens > size
 
 
+def window_around(n: int, centre: int, size: int = SQUARE_SIDE) -> tuple[int, int]:
+    """The ``size`` positions ``(start, stop)`` of ``0 .. n - 1`` around ``centre`` (all ``n`` when they fit): the
+    window :func:`position_window` draws, without its note."""
+    if n <= size:
+        return 0, n
+    start = min(max(0, centre - size // 2), n - size)
+    return start, start + size
+
+
 def position_window(container, trace: Trace, width: int | None = None, centre: int | None = None) -> tuple[int, int]:
     """The positions ``(start, stop)`` a heatmap over positions draws: all of them when they fit, otherwise a
     window around ``centre``, or around the position chosen in the shared ``query`` selector (drawn here, only
@@ -393,7 +402,7 @@ def position_window(container, trace: Trace, width: int | None = None, centre: i
     size = SQUARE_SIDE if width is None else max(16, MATRIX_CELLS // max(1, width))
     if centre is None:
         centre = pick_position(container, trace, "Window around position")
-    start = min(max(0, centre - size // 2), n - size)
+    start, _ = window_around(n, centre, size)
     container.caption(f":material/crop: {n} tokens are too many to draw at once here: positions {start}–{start + size - 1} "
                       f"around the selected position {centre} are shown. The CSV under the figure has those rows; "
                       "the whole trace is in the .npz download.")
