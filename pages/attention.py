@@ -10,12 +10,12 @@ from viz_ui.analysis.explain import score_formula, score_sentence
 from viz_ui.views.export import pattern_table, pooled_pattern_table
 from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import attention_grid_figure, attention_heatmap, grid_pooled
-from viz_ui.app.layout import (pick_layer_head, pick_position, position_window, selected_points, set_layer_head,
-                           show_figure, side_by_side)
+from viz_ui.app.layout import (MAX_CHARS, pick_layer_head, pick_position, position_window, selected_points,
+                               set_layer_head, show_figure, side_by_side, window_around)
 from viz_ui.app.live_chart import live_chart_source
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.app.qk_panel import cell_click, pick_key, qk_section
-from viz_ui.app.state import get_overview
+from viz_ui.app.state import UPLOAD_PREFIX, get_overview, get_trace
 from viz_ui.analysis.head_steps import future_share, unmasked_view
 
 def open_head(n_heads: int) -> None:
@@ -64,6 +64,27 @@ def head_spec(trace, cfg, layer: int, head: int, weights: bool, window: tuple[in
                       clickable=live_chart_source() is None)
 
 
+def head_ahead(path: str, cfg, layer: int, head: int, weights: bool, query: int):
+    """The single-head heatmap that this page's rerun will draw for a new text, as a function of the text (drawn ahead
+    of the rerun, :mod:`viz_ui.app.ahead`): the same layer, head and kind; the query position kept while the new text
+    has it, else its last token (as the shared ``query`` selector does); the text cut as the sidebar cuts it. None for
+    a session's upload (its model lives in the session)."""
+    if path.startswith(UPLOAD_PREFIX):
+        return None
+
+    def build(text: str) -> FigureSpec | None:
+        text = text[:MAX_CHARS]
+        if not text.strip():
+            return None
+        try:
+            trace = get_trace(path, text)
+        except ValueError:  # the rerun shows why
+            return None
+        n = trace.n_tokens
+        return head_spec(trace, cfg, layer, head, weights, window_around(n, query if 0 <= query < n else n - 1))
+    return build
+
+
 def one_head(ctx: PageContext) -> tuple[int, int, tuple[int, int]]:
     """One head's weights or scores, with its query-key panel; returns its layer, head and the drawn window
     ``(start, stop)`` of positions."""
@@ -92,7 +113,8 @@ def one_head(ctx: PageContext) -> tuple[int, int, tuple[int, int]]:
                    f"{1 - inside:.0%} goes to keys outside positions {a}–{b - 1}" + (" (often position 0)" if a > 0 else "")
                    + ", so the map can look pale. Move the window, or see whole rows on page 3a.")
     show_figure(head_spec(trace, cfg, layer, head, weights, (a, b)), ctx.app, f"attention_L{layer}_H{head}",
-                select_key="attn_head", on_select=cell_click("attn_head"))
+                select_key="attn_head", on_select=cell_click("attn_head"),
+                ahead=head_ahead(ctx.path, cfg, layer, head, weights, query))
     st.caption("Click a cell (or pick the query and key above) to see below why the head gives it this score.")
     qk_section(ctx.app, trace, layer, head, query, key, "attention")
     return layer, head, (a, b)

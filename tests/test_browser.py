@@ -119,6 +119,56 @@ def test_typing_a_sentence_updates_the_attention_view(server, browser):
     expect(fresh.get_by_label("Text", exact=True)).to_have_value(TEXT, timeout=30_000)
 
 
+# Every Plotly.react of a live chart: its key, the revision drawn, and whether the server had sent the chart anything
+# since the keydown (window.__heads, taken then). Installed before the page's scripts (Plotly is set on window later).
+DRAWN = """(() => {
+  let plotly;
+  window.__draws = [];
+  window.__heads = {};
+  Object.defineProperty(window, "Plotly", {configurable: true, get: () => plotly, set: value => {
+    plotly = value;
+    const react = value.react;
+    value.react = (div, ...rest) => {
+      const shown = div.__vizShown || {};
+      window.__draws.push([shown.chart, shown.revision, div.__vizHead !== window.__heads[shown.chart]]);
+      return react(div, ...rest);
+    };
+  }});
+})()"""
+
+
+def test_a_new_text_s_head_heatmap_is_drawn_ahead_of_the_rerun(server, browser):
+    """Ctrl+Enter on a new text: the browser asks ``POST /viz/ahead`` for the head heatmap (viz_ui/app/ahead.py) and
+    draws the answer before the page's rerun has sent the chart anything; the rerun then sends the same figure (its
+    revision), which stays."""
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.add_init_script(DRAWN)
+    answers = []
+    page.on("response", lambda r: answers.append((r.status, r.headers.get("x-viz-revision")))
+            if urlparse(r.url).path == "/viz/ahead" else None)
+    page.goto(server + "/attention")
+    expect(page.locator(".js-plotly-plot svg text").filter(has_text="0 Once").first).to_be_attached(timeout=60_000)
+    settled(page)
+    text = "The old dog slept by the warm fire all night."
+    _, tok = load_model()
+    tick = f"{len(tok.encode(text).ids) - 1} {token_label(tok, tok.encode(text).ids[-1])}"
+    box = page.get_by_label("Text", exact=True)
+    box.fill(text)
+    page.evaluate("""() => { window.__draws = []; for (const div of document.querySelectorAll('.viz-live-chart'))
+                               window.__heads[div.__vizShown.chart] = div.__vizHead; }""")
+    box.press("Control+Enter")
+    expect(page.locator(".js-plotly-plot svg text").filter(has_text=tick).first).to_be_attached(timeout=60_000)
+    settled(page)
+    assert len(answers) == 1 and answers[0][0] == 200, answers
+    revision = answers[0][1]
+    head_draws = [d for d in page.evaluate("window.__draws") if d[0] == "attn_head"]
+    assert head_draws and head_draws[0] == ["attn_head", revision, False], head_draws  # drawn ahead of the rerun
+    shown = page.evaluate("""() => [...document.querySelectorAll('.viz-live-chart')]
+                               .filter(d => d.__vizShown.chart === 'attn_head').map(d => d.__vizShown.revision)""")
+    assert shown == [revision]  # the rerun sent the same figure
+    page.close()
+
+
 def test_step_by_step_and_head_view_pages(server, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(server + "/head_steps?layer=1&head=1")

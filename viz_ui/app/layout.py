@@ -457,7 +457,8 @@ def side_by_side(state: AppState, spec) -> list:
 
 
 def show_figure(fig: go.Figure | FigureSpec, state: AppState, view: str, data=None, select_key: str | None = None,
-                on_select=None, styled: bool = False, live: str | None = None, frames: Frames | None = None) -> None:
+                on_select=None, styled: bool = False, live: str | None = None, frames: Frames | None = None,
+                ahead=None) -> None:
     """Render a figure with a PNG/SVG export in its toolbar and a CSV of its data, named after the model
     and view. ``data``: a callable returning the DataFrame to export, when the figure's own cells are not
     the best table (e.g. tiled or pooled figures); by default :func:`figure_frame` of the figure.
@@ -474,7 +475,8 @@ def show_figure(fig: go.Figure | FigureSpec, state: AppState, view: str, data=No
     :class:`viz_ui.views.figure_spec.FigureSpec`: a figure named by what it is built from, built and written once per
     server for all the sessions that show it (a class following its teacher), and built again for a CSV. Where this
     server cannot draw live charts (static serving off), the figure is shown with ``st.plotly_chart``, clickable
-    under ``select_key`` (or ``live``)."""
+    under ``select_key`` (or ``live``). ``ahead``: a function of a new text that returns the figure this call would
+    show for it, so that the chart is drawn ahead of the rerun (:mod:`viz_ui.app.ahead`)."""
     d = state.display
     filename = f"{_file_stem(state.model_name)}_{view}"
     config = {"displaylogo": False, "displayModeBar": not d.lecture,
@@ -483,7 +485,7 @@ def show_figure(fig: go.Figure | FigureSpec, state: AppState, view: str, data=No
     live_config = dict(config, modeBarButtonsToRemove=["lasso2d", "select2d", "sendChartToCloud"])
     live = live or select_key or f"chart_{view}"
     if live_chart(fig, live_config, live, on_click=on_select, frames=frames,
-                  style=None if styled else (d.scale, d.theme)) is None:
+                  style=None if styled else (d.scale, d.theme), ahead=ahead) is None:
         fig = fig.figure() if isinstance(fig, FigureSpec) else fig
         if not styled:
             style_for_display(fig, d.scale, d.theme)

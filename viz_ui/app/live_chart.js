@@ -295,6 +295,54 @@ function schedule(div) {
   }
 }
 
+// Drawn ahead of the rerun (viz_ui/app/ahead.py): a chart registered with a function of the text (data.ahead, its
+// token) is sent each newly submitted text of the sidebar's Text box (Ctrl+Enter, or leaving the box: Streamlit's
+// own ways to submit it) at once, and the server answers with the figure its rerun will send for that text, drawn as
+// soon as it comes. The rerun's own figure then has the same revision and is not drawn again. An answer that comes
+// after the rerun sent the chart anything new is dropped: the server's figure always wins.
+const TEXT_BOX = 'textarea[aria-label="Text"]';
+
+function drawAhead(div, text) {
+  const shown = div.__vizShown;
+  if (!shown || !shown.ahead || div.__vizAheadText === text) return;
+  div.__vizAheadText = text;
+  const head = div.__vizHead;
+  const ask = (div.__vizAheadAsk || 0) + 1;
+  div.__vizAheadAsk = ask;
+  fetch(new URL(shown.aheadUrl, document.baseURI), {
+    method: "POST", headers: {"Content-Type": "application/json"}, credentials: "same-origin", cache: "no-store",
+    body: JSON.stringify({token: shown.ahead, text}),
+  })
+    .then(response => (response.status === 200
+      ? response.text().then(figure => [response.headers.get("X-Viz-Revision"), figure]) : null))
+    .then(got => {
+      // the latest question only, and only while the server has sent this chart nothing since it was asked
+      if (!got || !got[0] || ask !== div.__vizAheadAsk || head !== div.__vizHead || !div.isConnected) return;
+      const [revision, figure] = got;
+      if (revision === div.__vizShown.revision) return;
+      div.__vizShown = {...div.__vizShown, figure: JSON.parse(figure), revision};
+      redraw(div);
+    })
+    .catch(() => {}); // nothing drawn ahead: the rerun draws the chart as before
+}
+
+function submitted(text) {
+  for (const div of document.querySelectorAll(".viz-live-chart")) drawAhead(div, text);
+}
+
+function watchTextBox() {
+  // one pair of listeners for the tab, in the capture phase: before Streamlit's own handlers submit the text
+  if (window.__vizAheadWatch) return;
+  window.__vizAheadWatch = true;
+  document.addEventListener("keydown", event => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && event.target.matches
+        && event.target.matches(TEXT_BOX)) submitted(event.target.value);
+  }, {capture: true});
+  document.addEventListener("focusout", event => {
+    if (event.target.matches && event.target.matches(TEXT_BOX)) submitted(event.target.value);
+  }, {capture: true});
+}
+
 function unpack(raw, head, end) {
   // live_chart.py's pack: one line of JSON (head, ending at byte end), then the texts it names (figure, frames) one
   // after the other, as bytes
@@ -348,6 +396,7 @@ export default function (component) {
   const head = new TextDecoder().decode(raw.subarray(0, end));
   if (head === div.__vizHead && div.__vizShown) return div.__vizCleanup;
   div.__vizHead = head;
+  div.__vizAheadText = undefined; // the server has spoken: the next submitted text is asked for again
   const data = unpack(raw, head, end);
   const shown = div.__vizShown;
   const figure = shown && shown.revision === data.revision ? shown.figure : JSON.parse(data.figure);
@@ -363,7 +412,9 @@ export default function (component) {
   const config = {...data.config, toImageButtonOptions: div.__vizImage};
   div.__vizShown = {figure, config, src: data.src, revision: data.revision, clickable: data.clickable,
                     channel: data.channel, index: data.index, first: data.first, frames,
-                    framesRevision: data.framesRevision, follow: data.follow, chart: data.chart};
+                    framesRevision: data.framesRevision, follow: data.follow, chart: data.chart,
+                    ahead: data.ahead, aheadUrl: data.aheadUrl};
+  if (data.ahead) watchTextBox();
   if (shown && JSON.stringify(shown.config) !== JSON.stringify(config)) div.__vizDrawn = undefined;
   schedule(div);
   return (div.__vizCleanup = () => {

@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ import plotly.io
 import streamlit as st
 from _plotly_utils.utils import PlotlyJSONEncoder
 
+from viz_ui.app import ahead as ahead_route
 from viz_ui.app.gate import one_at_a_time
 from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import plain_figure, style_plain
@@ -179,7 +181,8 @@ def figure_json(fig: go.Figure | FigureSpec, style: tuple[float, str] | None = N
 
 
 def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=None, frames: Frames | None = None,
-               style: tuple[float, str] | None = None) -> dict | None:
+               style: tuple[float, str] | None = None,
+               ahead: Callable[[str], FigureSpec | None] | None = None) -> dict | None:
     """Draw ``fig`` in the live chart ``key`` (the same key at every rerun: the browser keeps the chart and
     updates it in place). ``fig``: a figure, or a :class:`~viz_ui.views.figure_spec.FigureSpec` built and written
     once per server for every session that shows it (:func:`figure_json`). ``config``: Plotly's config (mode bar,
@@ -189,7 +192,9 @@ def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=Non
     a frame that changes the layout only is drawn with Plotly.relayout, a few ms); a step without a frame here shows
     the chart faded until the server sends frames that hold it. ``style``: ``(scale, theme)`` to style the figure sent as
     :func:`viz_ui.views.figures.style_for_display` would (on its plain dict, :func:`viz_ui.views.figures.style_plain`);
-    None: sent as it is.
+    None: sent as it is. ``ahead``: a function of a new text that returns the figure this chart's rerun would show for
+    it (or None): the chart is then drawn ahead of the rerun when the user submits a new text
+    (:mod:`viz_ui.app.ahead`; it runs outside the page's run: no session state, no Streamlit elements).
 
     Returns:
         The component's result (``.click`` is the last click, for one rerun), or None when live charts are not
@@ -198,8 +203,13 @@ def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=Non
     src = live_chart_source()
     if src is None:
         return None
+    # registered first: a figure for this chart drawn ahead and still under way is waited for (its JSON reused)
+    token = (ahead_route.register(key, lambda text: _ahead_json(ahead, text, style))
+             if ahead is not None and frames is None else None)
     figure, revision = figure_json(fig if frames is None else frames.figure, style)
     data = {"config": config, "src": src, "clickable": on_click is not None, "revision": revision, "chart": key}
+    if token is not None:
+        data.update(ahead=token, aheadUrl=ahead_route.URL)
     texts = {"figure": figure}
     if frames is not None:
         data.update(channel=frames.channel, index=frames.index, first=frames.first, count=frames.count,
@@ -209,6 +219,13 @@ def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=Non
             label, origin, step = frames.follow
             data.update(follow={"label": label, "origin": origin, "step": step})
     return _COMPONENT(key=key, data=pack(data, **texts), on_click_change=on_click or (lambda: None))
+
+
+def _ahead_json(build: Callable[[str], FigureSpec | None], text: str,
+                style: tuple[float, str] | None) -> tuple[str, str] | None:
+    """What a chart drawn ahead answers for ``text``: ``figure_json`` of ``build(text)``, or None."""
+    spec = build(text)
+    return None if spec is None else figure_json(spec, style)
 
 
 def pack(data: dict, **texts: str) -> bytes:

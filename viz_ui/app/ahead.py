@@ -1,0 +1,187 @@
+"""Charts drawn ahead of the rerun: the browser asks for a chart's figure of a new text as the text is submitted.
+
+After Ctrl+Enter in the sidebar's Text box, Streamlit reruns the whole page: the sidebar, the forward pass, then
+every figure of the page in order, each drawn by the browser in turn, between the rendering of about a hundred other
+messages (typing → attention at 64 tokens: 630–700 ms on this machine on 2026-11-27; page 3's head heatmap was drawn
+470–650 ms after the keydown, bench/latency.py). A live chart registered here (:func:`register`, through
+:func:`viz_ui.app.live_chart.live_chart`'s ``ahead``) comes with a function of the new text that returns the figure
+the page's rerun will draw for that text. At the keydown the browser sends the text to ``POST /viz/ahead``
+(live_chart.js); this server runs the function in a worker thread (the forward pass it needs is the shared cached one
+the rerun reads, computed once: the second caller waits for the first) and answers with the figure's JSON and
+revision. The browser draws it at once; when the rerun then sends the same figure (the same revision), it is not
+drawn again. The rerun's figure always wins: a chart drawn ahead that differs from the rerun's is drawn over, and an
+answer that comes after the rerun's figure is dropped.
+
+The request: a JSON object ``{"token": str, "text": str}`` of at most :data:`MAX_BODY_BYTES`; the token names one
+chart of one session (random, :func:`register`), so a request can only ask for a figure its own page would draw.
+Answers: 200 with the figure's JSON (``X-Viz-Revision``: its revision); 204 when there is nothing to draw ahead (an
+empty text, a text the model cannot run: the rerun shows the message); 400 for a body that is not such an object;
+404 for an unknown token (another replica, a server restarted, a registration dropped); 413 for a body too large;
+429 while the same chart's previous request is still being answered.
+
+The route is installed when the app is served by ``serve.py`` (:func:`routes`); :data:`ENABLED` then says so to the
+pages, which register nothing otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import streamlit as st
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+PATH = "/viz/ahead"
+URL = PATH.lstrip("/")  # relative to the page: the browser resolves it against the page's address
+MAX_BODY_BYTES = 128 * 1024  # the Text box's 20,000 characters (layout.MAX_CHARS) in UTF-8 and JSON, with room
+MAX_CHARTS = 10_000  # charts registered at once by this process, least recently registered dropped first
+WORKERS = 4  # charts built ahead at once by this process (each runs the model: more would only share the cores)
+ENABLED = False  # set by routes()
+_log = logging.getLogger(__name__)
+_THREADS = "viz-ahead"
+_executor: ThreadPoolExecutor | None = None
+
+Answer = Callable[[str], "tuple[str, str] | None"]  # a new text → (figure JSON, revision), or None: nothing ahead
+
+
+@dataclass
+class _Chart:
+    answer: Answer
+    busy: bool = False  # a request for this chart is being answered (read and set on the event loop)
+    idle: threading.Event = field(default_factory=threading.Event)  # clear while busy: the page's run waits on it
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+
+class _Registry:
+    """The registered charts by token, bounded by :data:`MAX_CHARTS` (least recently registered dropped first)."""
+
+    def __init__(self, limit: int = MAX_CHARTS):
+        self.limit = limit
+        self.items: OrderedDict[str, _Chart] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def put(self, token: str, answer: Answer) -> _Chart:
+        with self.lock:
+            chart = self.items.get(token)
+            if chart is None:
+                chart = self.items[token] = _Chart(answer)
+            else:
+                chart.answer = answer
+                self.items.move_to_end(token)
+            while len(self.items) > self.limit:
+                self.items.popitem(last=False)
+            return chart
+
+    def get(self, token: str) -> _Chart | None:
+        with self.lock:
+            return self.items.get(token)
+
+
+REGISTRY = _Registry()
+
+
+WAIT_S = 5.0  # a page's run waits at most this long for its chart's answer under way (see register)
+
+
+def register(chart: str, answer: Answer) -> str | None:
+    """Register this session's live chart ``chart`` (its key) to be drawn ahead of the rerun: ``answer(text)`` gives
+    ``(figure JSON, revision)`` of the figure the page's rerun would draw for ``text`` (or None), exactly as the live
+    chart sends them (:func:`viz_ui.app.live_chart.figure_json`). Called at every run that draws the chart (the
+    latest ``answer`` is kept), before the run builds the chart's figure: while an answer for this chart is under way,
+    the run waits for it (at most :data:`WAIT_S`), so that the answer reaches the browser before the run's own copy of
+    the chart, and the run reuses the figure's JSON it wrote. Returns the chart's token for the browser, or None when
+    the route is not installed. ``answer`` runs in a worker thread outside the page's run: it may read the server's
+    caches, not the session's state."""
+    if not ENABLED:
+        return None
+    tokens = st.session_state.setdefault("_ahead_tokens", {})
+    token = tokens.get(chart)
+    if token is None:
+        token = tokens[chart] = secrets.token_urlsafe(18)
+    REGISTRY.put(token, answer).idle.wait(WAIT_S)
+    return token
+
+
+def _error(message: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+async def _body(request: Request) -> bytes | None:
+    """The request's body, or None when it is (or would be) over :data:`MAX_BODY_BYTES`."""
+    length = request.headers.get("content-length", "")
+    if length and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+        return None
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            return None
+    return bytes(body)
+
+
+def _run(chart: _Chart, text: str) -> tuple[str, str] | None:
+    try:
+        return chart.answer(text)
+    except Exception:  # the rerun reports the same failure on the page; here only the log
+        _log.exception("a chart drawn ahead could not be built")
+        return None
+
+
+async def answer(request: Request) -> Response:
+    """``POST /viz/ahead``: see the module's docstring."""
+    body = await _body(request)
+    if body is None:
+        return _error(f"the request is larger than {MAX_BODY_BYTES:,} bytes", 413)
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        payload = None
+    if (not isinstance(payload, dict) or not isinstance(payload.get("token"), str)
+            or not isinstance(payload.get("text"), str)):
+        return _error('expected a JSON object {"token": string, "text": string}', 400)
+    chart = REGISTRY.get(payload["token"][:64])
+    if chart is None:
+        return _error("no such chart", 404)
+    if chart.busy:
+        return _error("this chart's previous text is still being drawn", 429)
+    chart.busy = True
+    chart.idle.clear()
+    try:
+        got = await asyncio.get_running_loop().run_in_executor(_executor, _run, chart, payload["text"])
+    finally:
+        chart.busy = False
+        chart.idle.set()
+    if got is None:
+        return Response(status_code=204, headers={"Cache-Control": "no-store"})
+    figure, revision = got
+    return Response(figure, media_type="application/json",
+                    headers={"X-Viz-Revision": revision, "Cache-Control": "no-store"})
+
+
+class _QuietWorkers(logging.Filter):
+    """Drops Streamlit's "missing ScriptRunContext" warning in this module's worker threads: the answers read
+    Streamlit's caches outside a page's run on purpose (a cache's spinner there draws nothing)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.threadName or "").startswith(_THREADS)
+
+
+def routes() -> list[Route]:
+    """The route ``POST /viz/ahead``; calling this marks drawing ahead available (:data:`ENABLED`)."""
+    global ENABLED, _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=_THREADS)
+        logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").addFilter(_QuietWorkers())
+    ENABLED = True
+    return [Route(PATH, answer, methods=["POST"])]
