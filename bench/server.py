@@ -26,13 +26,14 @@ def peak_rss_mb(pid: int) -> float:
 @contextmanager
 def app_server(port: int | None = None, root: Path = ROOT, args: list[str] | tuple[str, ...] = ()):
     """Yield ``(url, process)`` of a running app (on ``port``, or a free one; the app in the folder ``root``, by
-    default this checkout; ``args`` passed to the app after ``--``, e.g. ``["--model", path]``); stopped
-    afterwards."""
+    default this checkout, served as the README starts it: ``serve.py``, with its routes, where the folder has one,
+    else ``app.py``; ``args`` passed to the app after ``--``, e.g. ``["--model", path]``); stopped afterwards."""
     if port is None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(root / "app.py"), "--server.port", str(port),
+    script = root / "serve.py" if (root / "serve.py").is_file() else root / "app.py"
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
                              *(["--", *args] if args else [])],
                             cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
