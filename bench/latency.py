@@ -55,15 +55,27 @@ GOALS = {"typing → attention, 64 tokens": 250, "typing → attention, 256 toke
          "Cause and effect: head removed → output": 300, "Cause and effect: head chosen → output": 300}
 
 
+SOURCES = ("heldout.txt", "dictionary_heldout.txt", "stories.txt")  # tests/data: stories the model never saw
+STRIDE = 7  # tokens between the starts of two texts
+
+
 def texts(n_tokens: int, count: int, skip: int = 0) -> list[str]:
     """``count`` different texts of about ``n_tokens`` tokens (decoding and encoding again may merge a few), cut
-    from the tests' held-out story (140 tokens), repeated as often as needed; ``skip`` texts left out first (a new
-    round gets new texts, so that no server cache answers)."""
+    :data:`STRIDE` tokens apart from the tests' held-out stories (:data:`SOURCES`, about 3,500 tokens, read round and
+    round); ``skip`` texts left out first (a new round gets new texts, so that no server cache answers).
+
+    Raises:
+        ValueError: when ``skip + count`` is more than the different texts the stories give (about 500): one would
+            be a text asked for before, answered from the server's caches.
+    """
     from viz_model import load_model
     _, tok = load_model()
-    ids = tok.encode((ROOT / "tests" / "data" / "heldout.txt").read_text(encoding="utf-8")).ids
-    ids = ids * (2 + n_tokens // len(ids) + (skip + count) * 7 // len(ids))
-    return [tok.decode(ids[i * 7:i * 7 + n_tokens]) for i in range(skip, skip + count)]
+    text = "\n\n".join((ROOT / "tests" / "data" / name).read_text(encoding="utf-8").strip() for name in SOURCES)
+    ids = tok.encode(text + "\n\n").ids
+    if skip + count > len(ids) // STRIDE:
+        raise ValueError(f"texts {skip}..{skip + count - 1}: the stories give {len(ids) // STRIDE} different ones")
+    ids = ids * (2 + n_tokens // len(ids))
+    return [tok.decode(ids[i * STRIDE:i * STRIDE + n_tokens]) for i in range(skip, skip + count)]
 
 
 def tick_for(text: str, query: int | None = None) -> str:
@@ -281,7 +293,7 @@ def warm_up(browser, url: str) -> None:
     page.goto(url + "/attention")
     box = page.get_by_label("Text", exact=True)
     expect(box).not_to_have_value("", timeout=180_000)
-    for text in texts(24, 3, 1000):
+    for text in texts(24, 3, 480):
         box.fill(text)
         box.press("Control+Enter")
         page.wait_for_timeout(1500)
@@ -335,7 +347,7 @@ def main() -> None:
         for r in range(args.rounds):
             for side in (list(sides) if r % 2 == 0 else list(reversed(sides))):
                 load = os.getloadavg()[0]
-                got = side_run(browser, urls[side], args, skip=r * 40)
+                got = side_run(browser, urls[side], args, skip=r * max(40, 4 * args.repeats))
                 for row, v in got.items():
                     times[row, side] += v
                     kept = [x for x in v if not math.isnan(x)]
