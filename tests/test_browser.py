@@ -169,6 +169,29 @@ def test_a_new_text_s_head_heatmap_is_drawn_ahead_of_the_rerun(server, browser):
     page.close()
 
 
+def test_a_new_text_reaches_the_server_when_the_chart_cannot_be_drawn_ahead(server, browser):
+    """The held Ctrl+Enter is given to Streamlit whatever the answer: a failed request at once, one that never
+    answers after live_chart.js's AHEAD_WAIT_MS (1.5 s). The text is run and the page shows it either way."""
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(server + "/attention")
+    expect(page.locator(".js-plotly-plot svg text").filter(has_text="0 Once").first).to_be_attached(timeout=60_000)
+    settled(page)
+    _, tok = load_model()
+    box = page.get_by_label("Text", exact=True)
+    for text, answer in [("A red fox ran past the old barn.", lambda route: route.abort()),
+                         ("Two small frogs sat on a wet log.", lambda route: None)]:  # never answered
+        page.unroute("**/viz/ahead")
+        page.route("**/viz/ahead", answer)
+        ids = tok.encode(text).ids
+        box.fill(text)
+        box.press("Control+Enter")
+        expect(page.locator(".js-plotly-plot svg text").filter(has_text=f"{len(ids) - 1} {token_label(tok, ids[-1])}")
+               .first).to_be_attached(timeout=60_000)
+        expect(page).to_have_url(re.compile(re.escape(text.split()[2])), timeout=30_000)
+        settled(page)
+    page.close()
+
+
 def test_step_by_step_and_head_view_pages(server, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(server + "/head_steps?layer=1&head=1")

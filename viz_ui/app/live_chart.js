@@ -296,20 +296,25 @@ function schedule(div) {
 }
 
 // Drawn ahead of the rerun (viz_ui/app/ahead.py): a chart registered with a function of the text (data.ahead, its
-// token) is sent each newly submitted text of the sidebar's Text box (Ctrl+Enter, or leaving the box: Streamlit's
-// own ways to submit it) at once, and the server answers with the figure its rerun will send for that text, drawn as
-// soon as it comes. The rerun's own figure then has the same revision and is not drawn again. An answer that comes
-// after the rerun sent the chart anything new is dropped: the server's figure always wins.
+// token) is sent each newly submitted text of the sidebar's Text box, and the server answers with the figure its rerun
+// will send for that text, drawn as soon as it comes. The rerun's own figure then has the same revision and is not
+// drawn again. An answer that comes after the rerun sent the chart anything new is dropped: the server's figure
+// always wins. On Ctrl+Enter the text reaches Streamlit once the answer is drawn (or after AHEAD_WAIT_MS): the keydown
+// is held from Streamlit and given to it again then, so that the server computes the answer without the rerun
+// beside it and the browser draws it without the rerun's hundred messages to render first (typing → attention at 64
+// tokens: ~400 ms with both at once, bench/latency.py). Leaving the box (Streamlit's other way to submit) is not held.
 const TEXT_BOX = 'textarea[aria-label="Text"]';
+const AHEAD_WAIT_MS = 1500;
 
 function drawAhead(div, text) {
+  // a promise, resolved once the answer is drawn (its drawing started) or dropped
   const shown = div.__vizShown;
-  if (!shown || !shown.ahead || div.__vizAheadText === text) return;
+  if (!shown || !shown.ahead || div.__vizAheadText === text) return Promise.resolve();
   div.__vizAheadText = text;
   const head = div.__vizHead;
   const ask = (div.__vizAheadAsk || 0) + 1;
   div.__vizAheadAsk = ask;
-  fetch(new URL(shown.aheadUrl, document.baseURI), {
+  return fetch(new URL(shown.aheadUrl, document.baseURI), {
     method: "POST", headers: {"Content-Type": "application/json"}, credentials: "same-origin", cache: "no-store",
     body: JSON.stringify({token: shown.ahead, text}),
   })
@@ -327,16 +332,45 @@ function drawAhead(div, text) {
 }
 
 function submitted(text) {
-  for (const div of document.querySelectorAll(".viz-live-chart")) drawAhead(div, text);
+  return Promise.all([...document.querySelectorAll(".viz-live-chart")].map(div => drawAhead(div, text)));
+}
+
+let handing = false; // a keydown we give to Streamlit ourselves
+
+function handOver(box, event) {
+  // the held Ctrl+Enter, given to Streamlit's own handlers (React listens at its root for bubbling events)
+  if (!box.isConnected) return;
+  handing = true;
+  try {
+    box.dispatchEvent(new KeyboardEvent("keydown", {key: "Enter", code: "Enter", keyCode: 13, which: 13, bubbles: true,
+      cancelable: true, ctrlKey: event.ctrlKey, metaKey: event.metaKey, shiftKey: event.shiftKey, altKey: event.altKey}));
+  } finally {
+    handing = false;
+  }
 }
 
 function watchTextBox() {
-  // one pair of listeners for the tab, in the capture phase: before Streamlit's own handlers submit the text
+  // one pair of listeners for the tab, in the capture phase: before Streamlit's own handlers
   if (window.__vizAheadWatch) return;
   window.__vizAheadWatch = true;
   document.addEventListener("keydown", event => {
-    if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && event.target.matches
-        && event.target.matches(TEXT_BOX)) submitted(event.target.value);
+    if (handing || event.key !== "Enter" || !(event.ctrlKey || event.metaKey) || !event.target.matches
+        || !event.target.matches(TEXT_BOX)) return;
+    const box = event.target;
+    const charts = [...document.querySelectorAll(".viz-live-chart")]
+      .filter(div => div.__vizShown && div.__vizShown.ahead && div.__vizAheadText !== box.value);
+    if (!charts.length) return; // nothing to draw ahead: Streamlit's as usual
+    event.stopImmediatePropagation();
+    event.preventDefault();
+    let given = false;
+    const give = () => {
+      if (!given) {
+        given = true;
+        handOver(box, event);
+      }
+    };
+    setTimeout(give, AHEAD_WAIT_MS);
+    Promise.all(charts.map(div => drawAhead(div, box.value))).then(give, give);
   }, {capture: true});
   document.addEventListener("focusout", event => {
     if (event.target.matches && event.target.matches(TEXT_BOX)) submitted(event.target.value);
