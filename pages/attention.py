@@ -1,5 +1,7 @@
 """Attention: every layer and head at a glance, and one head in detail."""
 
+from collections.abc import Callable
+
 import streamlit as st
 
 from viz_ui.app.preload import preload_plotly
@@ -64,7 +66,8 @@ def head_spec(trace, cfg, layer: int, head: int, weights: bool, window: tuple[in
                       clickable=live_chart_source() is None)
 
 
-def head_ahead(path: str, cfg, layer: int, head: int, weights: bool, query: int):
+def head_ahead(path: str, cfg, layer: int, head: int, weights: bool,
+               query: int) -> Callable[[str], FigureSpec | None] | None:
     """The single-head heatmap that this page's rerun will draw for a new text, as a function of the text (drawn ahead
     of the rerun, :mod:`viz_ui.app.ahead`): the same layer, head and kind; the query position kept while the new text
     has it, else its last token (as the shared ``query`` selector does); the text cut as the sidebar cuts it. None for

@@ -2,15 +2,17 @@
 
 After Ctrl+Enter in the sidebar's Text box, Streamlit reruns the whole page: the sidebar, the forward pass, then
 every figure of the page in order, each drawn by the browser in turn, between the rendering of about a hundred other
-messages (typing → attention at 64 tokens: 630–700 ms on this machine on 2026-11-27; page 3's head heatmap was drawn
-470–650 ms after the keydown, bench/latency.py). A live chart registered here (:func:`register`, through
+messages (typing → attention at 64 tokens: 630–760 ms on this machine on 2026-11-27/28; page 3's head heatmap was
+drawn 470–650 ms after the keydown, bench/latency.py). A live chart registered here (:func:`register`, through
 :func:`viz_ui.app.live_chart.live_chart`'s ``ahead``) comes with a function of the new text that returns the figure
-the page's rerun will draw for that text. At the keydown the browser sends the text to ``POST /viz/ahead``
-(live_chart.js); this server runs the function in a worker thread (the forward pass it needs is the shared cached one
-the rerun reads, computed once: the second caller waits for the first) and answers with the figure's JSON and
-revision. The browser draws it at once; when the rerun then sends the same figure (the same revision), it is not
-drawn again. The rerun's figure always wins: a chart drawn ahead that differs from the rerun's is drawn over, and an
-answer that comes after the rerun's figure is dropped.
+the page's rerun will draw for that text. At the keydown the browser sends the text to ``POST /viz/ahead`` and
+holds the keydown from Streamlit until the answer is drawn (live_chart.js; at most 1.5 s); this server runs the
+function in a worker thread (the forward pass it needs is the shared cached one the rerun reads, computed once: the
+second caller waits for the first) and answers with the figure's JSON and revision. The browser draws it at once,
+then gives Streamlit the keydown; when the rerun then sends the same figure (the same revision), it is not drawn
+again (typing → attention at 64 tokens: 760 → 193 ms, bench/latency.py). The rerun's figure always wins: a chart
+drawn ahead that differs from the rerun's is drawn over, and an answer that comes after the rerun's figure is
+dropped.
 
 The request: a JSON object ``{"token": str, "text": str}`` of at most :data:`MAX_BODY_BYTES`; the token names one
 chart of one session (random, :func:`register`), so a request can only ask for a figure its own page would draw.
