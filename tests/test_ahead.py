@@ -99,9 +99,8 @@ def test_one_answer_at_a_time_per_chart_and_a_page_run_waits_for_it(route):
 
     async def scenario():
         first = asyncio.create_task(post(route, ask("slow", "one")))
-        while not chart.busy:
+        while not chart.busy or chart.idle.is_set():  # taken, then being built in a worker
             await asyncio.sleep(0.01)
-        assert not chart.idle.is_set()
         assert (await post(route, ask("slow", "two"))).status_code == 429
         assert (await post(route, ask("fast", "three"))).status_code == 200  # other charts are not held up
         run = threading.Thread(target=page_run)
@@ -116,6 +115,41 @@ def test_one_answer_at_a_time_per_chart_and_a_page_run_waits_for_it(route):
     assert response.status_code == 200 and response.headers["x-viz-revision"] == "one"
     assert chart.idle.is_set() and not chart.busy
     assert len(waited) == 1 and 0.25 < waited[0] < 4
+
+
+def test_an_answer_is_not_built_once_its_page_ran_again_nor_after_its_token_expired(route, monkeypatch):
+    asked = []
+    chart = ahead.REGISTRY.put("tok", lambda text: asked.append(text) or ("{}", "r"))
+    runs = chart.runs
+    ahead.REGISTRY.put("tok", chart.answer)  # the page ran again (its own copy of the chart is on its way)
+    assert ahead._run(chart, "stale", runs) is None and asked == []
+    assert ahead._run(chart, "fresh", chart.runs) == ("{}", "r") and asked == ["fresh"] and chart.idle.is_set()
+    monkeypatch.setattr(ahead, "TOKEN_TTL_S", 0.05)
+    time.sleep(0.1)  # the session's page has not run for longer than the tokens live
+    assert asyncio.run(post(route, ask("tok", "late"))).status_code == 404 and ahead.REGISTRY.get("tok") is None
+
+
+def test_hostile_bodies_and_too_many_answers_at_once_are_refused(route, monkeypatch):
+    release = threading.Event()
+    ahead.REGISTRY.put("slow", lambda text: release.wait(5) and ("{}", "r"))
+    ahead.REGISTRY.put("other", lambda text: ("{}", "r"))
+    monkeypatch.setattr(ahead, "MAX_PENDING", 1)
+
+    async def scenario():
+        nested = await post(route, b"[" * 100_000)  # deeper than Python's parser goes: refused, not a 500
+        odd_length = await route.endpoint(Request(
+            {"type": "http", "method": "POST", "path": ahead.PATH, "query_string": b"",
+             "headers": [(b"content-length", "²".encode())]}, lambda: {"type": "http.request", "body": b""}))
+        first = asyncio.create_task(post(route, ask("slow", "one")))
+        while not ahead.REGISTRY.get("slow").busy:
+            await asyncio.sleep(0.01)
+        crowded = await post(route, ask("other", "two"))  # one answer pending already: the rerun draws this one
+        release.set()
+        await first
+        after = await post(route, ask("other", "three"))
+        return nested.status_code, odd_length.status_code, crowded.status_code, after.status_code
+
+    assert asyncio.run(scenario()) == (400, 413, 503, 200)
 
 
 def test_the_registry_keeps_the_latest_answer_and_drops_the_oldest_chart():

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 import pytest
@@ -171,24 +171,38 @@ def test_a_new_text_s_head_heatmap_is_drawn_ahead_of_the_rerun(server, browser):
 
 def test_a_new_text_reaches_the_server_when_the_chart_cannot_be_drawn_ahead(server, browser):
     """The held Ctrl+Enter is given to Streamlit whatever the answer: a failed request at once, one that never
-    answers after live_chart.js's AHEAD_WAIT_MS (1.5 s). The text is run and the page shows it either way."""
+    answers after live_chart.js's AHEAD_WAIT_MS (1.5 s), and at once when another key is typed meanwhile (the text
+    submitted is the one at the Ctrl+Enter, not what was typed after it). The text is run and the page shows it."""
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     page.goto(server + "/attention")
     expect(page.locator(".js-plotly-plot svg text").filter(has_text="0 Once").first).to_be_attached(timeout=60_000)
     settled(page)
     _, tok = load_model()
     box = page.get_by_label("Text", exact=True)
-    for text, answer in [("A red fox ran past the old barn.", lambda route: route.abort()),
-                         ("Two small frogs sat on a wet log.", lambda route: None)]:  # never answered
+    asked = []
+
+    def linked() -> str:
+        return parse_qs(urlparse(page.url).query).get("text", [""])[0]
+
+    for text, answer, typed, held_s in [("A red fox ran past the old barn.", lambda route: route.abort(), "", 0),
+                                        ("Two small frogs sat on a wet log.", lambda route: None, "", 1.4),  # no answer
+                                        ("Three grey geese flew over the hill.", lambda route: None, " And", 0)]:
         page.unroute("**/viz/ahead")
-        page.route("**/viz/ahead", answer)
+        page.route("**/viz/ahead", (lambda reply: lambda route: asked.append(route.request.url) or reply(route))(answer))
         ids = tok.encode(text).ids
         box.fill(text)
+        start = time.monotonic()
         box.press("Control+Enter")
+        if typed:
+            box.press_sequentially(typed)  # typed while the Ctrl+Enter is held: that one goes first
         expect(page.locator(".js-plotly-plot svg text").filter(has_text=f"{len(ids) - 1} {token_label(tok, ids[-1])}")
                .first).to_be_attached(timeout=60_000)
-        expect(page).to_have_url(re.compile(re.escape(text.split()[2])), timeout=30_000)
+        page.wait_for_function("t => new URLSearchParams(location.search).get('text') === t", arg=text, timeout=30_000)
+        waited = time.monotonic() - start
+        assert waited > held_s  # the unanswered one: held until live_chart.js's AHEAD_WAIT_MS, then handed over
         settled(page)
+        assert linked() == text  # the text at the Ctrl+Enter, not with what was typed after it
+    assert len(asked) == 3  # each Ctrl+Enter asked for the heatmap (and was held)
     page.close()
 
 

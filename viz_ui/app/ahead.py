@@ -18,8 +18,10 @@ The request: a JSON object ``{"token": str, "text": str}`` of at most :data:`MAX
 chart of one session (random, :func:`register`), so a request can only ask for a figure its own page would draw.
 Answers: 200 with the figure's JSON (``X-Viz-Revision``: its revision); 204 when there is nothing to draw ahead (an
 empty text, a text the model cannot run: the rerun shows the message); 400 for a body that is not such an object;
-404 for an unknown token (another replica, a server restarted, a registration dropped); 413 for a body too large;
-429 while the same chart's previous request is still being answered.
+404 for an unknown token (another replica, a server restarted, a registration dropped, a page that has not run for
+:data:`TOKEN_TTL_S`); 413 for a body too large; 429 while the same chart's previous request is still being answered;
+503 while :data:`MAX_PENDING` answers are (the page's rerun then draws the chart, as without this route). An answer
+whose chart's page ran again before a worker took it up is not built (204).
 
 The route is installed when the app is served by ``serve.py`` (:func:`routes`); :data:`ENABLED` then says so to the
 pages, which register nothing otherwise.
@@ -32,6 +34,7 @@ import json
 import logging
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -46,11 +49,14 @@ PATH = "/viz/ahead"
 URL = PATH.lstrip("/")  # relative to the page: the browser resolves it against the page's address
 MAX_BODY_BYTES = 128 * 1024  # the Text box's 20,000 characters (layout.MAX_CHARS) in UTF-8 and JSON, with room
 MAX_CHARTS = 10_000  # charts registered at once by this process, least recently registered dropped first
+TOKEN_TTL_S = 3_600.0  # a chart's token answers for this long after its page last ran (a session gone stops answering)
+MAX_PENDING = 16  # answers taken and not sent yet, for every chart together: more are refused (503)
 WORKERS = 4  # charts built ahead at once by this process (each runs the model: more would only share the cores)
 ENABLED = False  # set by routes()
 _log = logging.getLogger(__name__)
 _THREADS = "viz-ahead"
 _executor: ThreadPoolExecutor | None = None
+_pending = 0  # answers taken and not sent yet (read and changed on the event loop)
 
 Answer = Callable[[str], "tuple[str, str] | None"]  # a new text → (figure JSON, revision), or None: nothing ahead
 
@@ -58,8 +64,11 @@ Answer = Callable[[str], "tuple[str, str] | None"]  # a new text → (figure JSO
 @dataclass
 class _Chart:
     answer: Answer
-    busy: bool = False  # a request for this chart is being answered (read and set on the event loop)
-    idle: threading.Event = field(default_factory=threading.Event)  # clear while busy: the page's run waits on it
+    busy: bool = False  # a request for this chart is taken and not answered yet (read and set on the event loop)
+    # clear while an answer is being built (in a worker, not while queued for one): the page's run waits on it
+    idle: threading.Event = field(default_factory=threading.Event)
+    runs: int = 0  # page runs that registered the chart: an answer asked for before the latest one is not built
+    registered: float = field(default_factory=time.monotonic)  # the latest registration (see TOKEN_TTL_S)
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -79,30 +88,37 @@ class _Registry:
             if chart is None:
                 chart = self.items[token] = _Chart(answer)
             else:
-                chart.answer = answer
+                chart.answer, chart.runs, chart.registered = answer, chart.runs + 1, time.monotonic()
                 self.items.move_to_end(token)
             while len(self.items) > self.limit:
                 self.items.popitem(last=False)
             return chart
 
     def get(self, token: str) -> _Chart | None:
+        """The chart registered under ``token``, or None (never registered, dropped, or not registered again for
+        :data:`TOKEN_TTL_S`: then dropped now)."""
         with self.lock:
-            return self.items.get(token)
+            chart = self.items.get(token)
+            if chart is not None and time.monotonic() - chart.registered > TOKEN_TTL_S:
+                del self.items[token]
+                return None
+            return chart
 
 
 REGISTRY = _Registry()
 
 
-WAIT_S = 5.0  # a page's run waits at most this long for its chart's answer under way (see register)
+WAIT_S = 1.0  # a page's run waits at most this long for its chart's answer being built (see register)
 
 
 def register(chart: str, answer: Answer) -> str | None:
     """Register this session's live chart ``chart`` (its key) to be drawn ahead of the rerun: ``answer(text)`` gives
     ``(figure JSON, revision)`` of the figure the page's rerun would draw for ``text`` (or None), exactly as the live
     chart sends them (:func:`viz_ui.app.live_chart.figure_json`). Called at every run that draws the chart (the
-    latest ``answer`` is kept), before the run builds the chart's figure: while an answer for this chart is under way,
-    the run waits for it (at most :data:`WAIT_S`), so that the answer reaches the browser before the run's own copy of
-    the chart, and the run reuses the figure's JSON it wrote. Returns the chart's token for the browser, or None when
+    latest ``answer`` is kept), before the run builds the chart's figure: while an answer for this chart is being
+    built, the run waits for it (at most :data:`WAIT_S`), so that the answer reaches the browser before the run's own
+    copy of the chart, and the run reuses the figure's JSON it wrote; an answer still queued for a worker is then not
+    built at all. Returns the chart's token for the browser, or None when
     the route is not installed. ``answer`` runs in a worker thread outside the page's run: it may read the server's
     caches, not the session's state."""
     if not ENABLED:
@@ -122,7 +138,7 @@ def _error(message: str, status: int) -> JSONResponse:
 async def _body(request: Request) -> bytes | None:
     """The request's body, or None when it is (or would be) over :data:`MAX_BODY_BYTES`."""
     length = request.headers.get("content-length", "")
-    if length and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+    if length and (not (length.isascii() and length.isdigit()) or int(length) > MAX_BODY_BYTES):
         return None
     body = bytearray()
     async for chunk in request.stream():
@@ -132,12 +148,19 @@ async def _body(request: Request) -> bytes | None:
     return bytes(body)
 
 
-def _run(chart: _Chart, text: str) -> tuple[str, str] | None:
+def _run(chart: _Chart, text: str, runs: int) -> tuple[str, str] | None:
+    """``chart.answer(text)`` in a worker thread, unless the chart's page ran again since the request came (``runs``:
+    its count then): the rerun sends the chart itself, and an answer now would be dropped by the browser."""
+    if chart.runs != runs:
+        return None
+    chart.idle.clear()
     try:
         return chart.answer(text)
     except Exception:  # the rerun reports the same failure on the page; here only the log
         _log.exception("a chart drawn ahead could not be built")
         return None
+    finally:
+        chart.idle.set()
 
 
 async def answer(request: Request) -> Response:
@@ -147,7 +170,7 @@ async def answer(request: Request) -> Response:
         return _error(f"the request is larger than {MAX_BODY_BYTES:,} bytes", 413)
     try:
         payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: arrays nested thousands deep
         payload = None
     if (not isinstance(payload, dict) or not isinstance(payload.get("token"), str)
             or not isinstance(payload.get("text"), str)):
@@ -157,13 +180,16 @@ async def answer(request: Request) -> Response:
         return _error("no such chart", 404)
     if chart.busy:
         return _error("this chart's previous text is still being drawn", 429)
+    global _pending
+    if _pending >= MAX_PENDING:
+        return _error("too many charts are being drawn ahead: the page's rerun draws this one", 503)
     chart.busy = True
-    chart.idle.clear()
+    _pending += 1
     try:
-        got = await asyncio.get_running_loop().run_in_executor(_executor, _run, chart, payload["text"])
+        got = await asyncio.get_running_loop().run_in_executor(_executor, _run, chart, payload["text"], chart.runs)
     finally:
         chart.busy = False
-        chart.idle.set()
+        _pending -= 1
     if got is None:
         return Response(status_code=204, headers={"Cache-Control": "no-store"})
     figure, revision = got

@@ -299,10 +299,11 @@ function schedule(div) {
 // token) is sent each newly submitted text of the sidebar's Text box, and the server answers with the figure its rerun
 // will send for that text, drawn as soon as it comes. The rerun's own figure then has the same revision and is not
 // drawn again. An answer that comes after the rerun sent the chart anything new is dropped: the server's figure
-// always wins. On Ctrl+Enter the text reaches Streamlit once the answer is drawn (or after AHEAD_WAIT_MS): the keydown
-// is held from Streamlit and given to it again then, so that the server computes the answer without the rerun
-// beside it and the browser draws it without the rerun's hundred messages to render first (typing → attention at 64
-// tokens: ~400 ms with both at once, bench/latency.py). Leaving the box (Streamlit's other way to submit) is not held.
+// always wins. On Ctrl+Enter the text reaches Streamlit once the answer is drawn (or after AHEAD_WAIT_MS, or at the
+// next key or change in the box): the keydown is held from Streamlit and given to it again then, so that the server
+// computes the answer without the rerun beside it and the browser draws it without the rerun's hundred messages to
+// render first (typing → attention at 64 tokens: ~400 ms with both at once, bench/latency.py). Leaving the box
+// (Streamlit's other way to submit) is not held.
 const TEXT_BOX = 'textarea[aria-label="Text"]';
 const AHEAD_WAIT_MS = 1500;
 
@@ -349,31 +350,43 @@ function handOver(box, event) {
   }
 }
 
+let holding = null; // the held Ctrl+Enter's hand-over, while one is held
+const MODIFIERS = new Set(["Control", "Meta", "Shift", "Alt"]); // change nothing in the box (and repeat when held)
+
 function watchTextBox() {
-  // one pair of listeners for the tab, in the capture phase: before Streamlit's own handlers
+  // the tab's listeners, in the capture phase: before Streamlit's own handlers
   if (window.__vizAheadWatch) return;
   window.__vizAheadWatch = true;
+  const inBox = event => Boolean(event.target.matches && event.target.matches(TEXT_BOX));
   document.addEventListener("keydown", event => {
-    if (handing || event.key !== "Enter" || !(event.ctrlKey || event.metaKey) || !event.target.matches
-        || !event.target.matches(TEXT_BOX)) return;
+    if (handing || !inBox(event)) return;
+    // any other key in the box while a Ctrl+Enter is held: the held one goes first, so that Streamlit submits the
+    // text as it was at that Ctrl+Enter, not with what is typed after it
+    if (holding && !MODIFIERS.has(event.key)) holding();
+    if (event.key !== "Enter" || !(event.ctrlKey || event.metaKey)) return;
     const box = event.target;
     const charts = [...document.querySelectorAll(".viz-live-chart")]
       .filter(div => div.__vizShown && div.__vizShown.ahead && div.__vizAheadText !== box.value);
     if (!charts.length) return; // nothing to draw ahead: Streamlit's as usual
     event.stopImmediatePropagation();
     event.preventDefault();
-    let given = false;
     const give = () => {
-      if (!given) {
-        given = true;
+      if (holding === give) {
+        holding = null;
         handOver(box, event);
       }
     };
+    holding = give;
     setTimeout(give, AHEAD_WAIT_MS);
     Promise.all(charts.map(div => drawAhead(div, box.value))).then(give, give);
   }, {capture: true});
+  // a change without a key (pasted with the mouse, dropped, composed): the held Ctrl+Enter goes first too
+  document.addEventListener("beforeinput", event => { if (holding && inBox(event)) holding(); }, {capture: true});
+  // leaving the box submits its text when it changed (Streamlit's rule): asked for too, nothing held
+  document.addEventListener("focusin", event => { if (inBox(event)) event.target.__vizFocusText = event.target.value; },
+                            {capture: true});
   document.addEventListener("focusout", event => {
-    if (event.target.matches && event.target.matches(TEXT_BOX)) submitted(event.target.value);
+    if (inBox(event) && event.target.value !== event.target.__vizFocusText) submitted(event.target.value);
   }, {capture: true});
 }
 
