@@ -118,9 +118,8 @@ def register(chart: str, answer: Answer) -> str | None:
     latest ``answer`` is kept), before the run builds the chart's figure: while an answer for this chart is being
     built, the run waits for it (at most :data:`WAIT_S`), so that the answer reaches the browser before the run's own
     copy of the chart, and the run reuses the figure's JSON it wrote; an answer still queued for a worker is then not
-    built at all. Returns the chart's token for the browser, or None when
-    the route is not installed. ``answer`` runs in a worker thread outside the page's run: it may read the server's
-    caches, not the session's state."""
+    built at all. Returns the chart's token for the browser, or None when the route is not installed. ``answer`` runs
+    in a worker thread outside the page's run: it may read the server's caches, not the session's state."""
     if not ENABLED:
         return None
     tokens = st.session_state.setdefault("_ahead_tokens", {})

@@ -332,10 +332,6 @@ function drawAhead(div, text) {
     .catch(() => {}); // nothing drawn ahead: the rerun draws the chart as before
 }
 
-function submitted(text) {
-  return Promise.all([...document.querySelectorAll(".viz-live-chart")].map(div => drawAhead(div, text)));
-}
-
 let handing = false; // a keydown we give to Streamlit ourselves
 
 function handOver(box, event) {
@@ -386,7 +382,8 @@ function watchTextBox() {
   document.addEventListener("focusin", event => { if (inBox(event)) event.target.__vizFocusText = event.target.value; },
                             {capture: true});
   document.addEventListener("focusout", event => {
-    if (inBox(event) && event.target.value !== event.target.__vizFocusText) submitted(event.target.value);
+    if (!inBox(event) || event.target.value === event.target.__vizFocusText) return;
+    for (const div of document.querySelectorAll(".viz-live-chart")) drawAhead(div, event.target.value);
   }, {capture: true});
 }
 
