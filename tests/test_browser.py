@@ -15,7 +15,7 @@ import torch
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError, expect, sync_playwright
 
 from conftest import ROOT
-from ui_audit import contrast, open_select
+from ui_audit import contrast, open_select, option_texts
 
 from viz_model import load_model
 from viz_ui.app.layout import EXAMPLES, PAGES
@@ -436,9 +436,9 @@ def test_an_upload_stays_in_its_session_and_bad_files_keep_the_previous_model(br
         b.goto(url + "/inspector?model=tiny-gpt2.zip%20(upload)")  # even a link naming the upload
         expect(b.get_by_text("Load your own model")).to_be_visible(timeout=60_000)
         expect(b.get_by_label("Model", exact=True)).to_have_value("tinystories-6l", timeout=60_000)
-        options = open_select(b, "Model")
-        assert not [o for o in options.all_inner_texts() if "upload" in o]
-        assert any("tinystories" in o for o in options.all_inner_texts())
+        options = option_texts(b, "Model")
+        assert not [o for o in options if "upload" in o]
+        assert any("tinystories" in o for o in options)
     finally:
         stop(proc)
 

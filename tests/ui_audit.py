@@ -195,6 +195,19 @@ def open_select(page, label: str, timeout: float = 60.0):
                 raise
 
 
+def option_texts(page, label: str, timeout: float = 60.0) -> list[str]:
+    """The texts of the options in the select box labelled ``label``, read in one step while the list is open.
+    A rerun can close the list between :func:`open_select` and the read (then nothing is read), so the box is
+    opened again until a non-empty list is read, at most ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        texts = open_select(page, label, max(1.0, deadline - time.monotonic())).all_inner_texts()
+        if texts or time.monotonic() > deadline:
+            return texts
+
+
 def choose_option(page, label: str, option: str, timeout: float = 60.0, chosen=None) -> None:
     """Choose ``option`` (its exact text) in the select box labelled ``label``, retrying as :func:`open_select`
     does when a rerun closes the list between opening it and the click. ``chosen``: a callable that tells when the
