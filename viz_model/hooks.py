@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+import threading
 
 import torch
 from torch import nn
@@ -21,32 +22,47 @@ class HookPoint(nn.Module):
 
     ``self.name`` is set by :class:`HookedModule` from the module tree, e.g.
     ``blocks.0.attn.hook_pattern``.
+
+    A function added with :meth:`add_hook` belongs to the thread that added it: it runs only in that thread's
+    forward passes. The app serves every session from one shared model, each session's script in its own thread:
+    without this, two sessions running the model at once recorded each other's activations, and one session's
+    ablation changed the numbers another session showed (tests/test_hooks_threads.py).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.name: str = ""
-        self._fns: list[Callable[[torch.Tensor, "HookPoint"], torch.Tensor | None]] = []
+        # thread ident -> that thread's functions (a plain dict: a model with hooks can still be deep-copied)
+        self._fns: dict[int, list[Callable[[torch.Tensor, "HookPoint"], torch.Tensor | None]]] = {}
 
     def add_hook(self, fn: Callable[[torch.Tensor, "HookPoint"], torch.Tensor | None]) -> None:
-        """Call ``fn(tensor, hook)`` on every forward pass; a non-None return replaces the tensor."""
-        self._fns.append(fn)
+        """Call ``fn(tensor, hook)`` on every forward pass run by the calling thread; a non-None return replaces
+        the tensor."""
+        self._fns.setdefault(threading.get_ident(), []).append(fn)
 
     def remove_hook(self, fn: Callable) -> None:
-        """Forget one function added with :meth:`add_hook`."""
-        self._fns.remove(fn)
+        """Forget one function the calling thread added with :meth:`add_hook`.
+
+        Raises:
+            ValueError: when this thread did not add ``fn``.
+        """
+        ident = threading.get_ident()
+        fns = self._fns.get(ident, [])
+        fns.remove(fn)
+        if not fns:
+            self._fns.pop(ident, None)
 
     def remove_hooks(self) -> None:
-        """Forget every function added with :meth:`add_hook`."""
+        """Forget every function added with :meth:`add_hook`, by any thread."""
         self._fns.clear()
 
     @property
     def active(self) -> bool:
-        """True while at least one function listens (lets costly optional hooks be skipped)."""
-        return bool(self._fns)
+        """True while at least one function of the calling thread listens (lets costly optional hooks be skipped)."""
+        return threading.get_ident() in self._fns
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for fn in self._fns:
+        for fn in self._fns.get(threading.get_ident(), ()):
             out = fn(x, self)
             if out is not None:
                 x = out
