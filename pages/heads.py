@@ -93,7 +93,7 @@ ctx = open_page("Head summaries",
                 "Some heads do recognisable jobs. Each map scores every layer × head for one job, from 0 "
                 "(never) to 1 (always); open a head to see its arithmetic step by step.")
 threshold_note()
-scores = get_text_scores(ctx.path, ctx.text)
+scores = dict(get_text_scores(ctx.path, ctx.text))  # a copy: the cached dict is shared by every session
 text_fits = cell_text_fits(ctx.cfg.n_heads, ctx.display.scale)
 for name in SCORE_NAMES:
     score_map(ctx, name, scores, text_fits)

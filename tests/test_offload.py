@@ -349,3 +349,43 @@ def test_a_converting_load_must_fit_whole_before_its_blocks_go_to_disk(llama_fol
     assert "\n" not in str(info.value)
     placed, _ = load_model(llama_folder, dtype="auto", device_map={"": "disk"}, offload_folder=tmp_path)
     assert all(p.is_meta for p in placed.blocks.parameters())
+
+
+def test_sessions_running_an_offloaded_model_at_once_each_get_its_numbers(pair):
+    """Every session of the app runs the one shared model in its own thread: an offloaded block's weights are loaded
+    for its forward and put back on ``meta`` after it, so two threads inside the same block must not unload each
+    other's weights (a meta-tensor error, or a KeyError in accelerate's tied-parameter map)."""
+    import threading
+
+    whole, placed, _ = pair
+    inputs = [_ids(whole, seed=s) for s in range(4)]
+    refs = [whole.run_with_cache(ids)[1] for ids in inputs]
+    w_ref = {name: p.detach() for name, p in whole.blocks[N_LAYERS - 1].attn.named_parameters()}
+    errors, wrong = [], []
+    start = threading.Barrier(len(inputs) + 1)
+
+    def run(i: int) -> None:
+        try:
+            start.wait(10)
+            for _ in range(6):
+                _, cache = placed.run_with_cache(inputs[i])
+                wrong.extend(n for n in refs[i] if not torch.allclose(cache[n], refs[i][n], atol=ATOL, rtol=0))
+        except Exception as exc:  # noqa: BLE001  reported below
+            errors.append(repr(exc))
+
+    def read() -> None:
+        try:
+            start.wait(10)
+            for _ in range(30):
+                for name, ref in w_ref.items():
+                    if not torch.equal(weight(placed.blocks[N_LAYERS - 1].attn, name), ref):
+                        wrong.append(name)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(inputs))] + [threading.Thread(target=read)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors and not wrong, (errors[:3], wrong[:5])

@@ -56,6 +56,13 @@ class HookPoint(nn.Module):
         """Forget every function added with :meth:`add_hook`, by any thread."""
         self._fns.clear()
 
+    def __getstate__(self) -> dict:
+        """A copy of a hook point (``copy.deepcopy``, pickle) has no functions: they belong to the original's threads,
+        and the shared model's table of them changes while other sessions run (copying it could fail midway)."""
+        state = super().__getstate__()
+        state["_fns"] = {}
+        return state
+
     @property
     def active(self) -> bool:
         """True while at least one function of the calling thread listens (lets costly optional hooks be skipped)."""

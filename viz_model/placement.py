@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import warnings
 import weakref
 from collections.abc import Iterator, Mapping
@@ -342,12 +343,56 @@ def dispatch(model: nn.Module, placement: Placement, device_map: Mapping[str, in
         if any(getattr(h, "offload", False) and getattr(h, "place_submodules", False) for h in _hooks(module)):
             for sub in module.modules():  # whose hook loads this module's weights
                 object.__setattr__(sub, "_viz_offload_owner", weakref.ref(module))
+    lock = _WeightsLock()  # one per model, for every module whose hook loads and unloads weights on the module
+    for module in model.modules():
+        if any(getattr(h, "offload", False) for h in _hooks(module)):
+            object.__setattr__(module, "_viz_weights_lock", lock)
+            module.forward = _Locked(module.forward, lock)
     for module in model.modules():
         if hasattr(module, "_fused_qkv") and is_offloaded(module):
             module.keep_fused = False
             module.__dict__.pop("_fused", None)
             module.__dict__.pop("_fused_key", None)
     return model
+
+
+class _WeightsLock:
+    """A re-entrant lock held while an offloaded module's weights are loaded on it (its forward pass, a read by
+    :func:`weight`). The app runs every session's script in its own thread on one shared model: accelerate loads an
+    offloaded module's weights onto the module before its forward and puts them back on ``meta`` after it, so a second
+    thread inside the same module computed with ``meta`` tensors ("Tensor on device meta is not on the expected
+    device", tests/test_offload.py). A deep copy of the model gets a lock of its own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def __enter__(self) -> "_WeightsLock":
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+    def __deepcopy__(self, memo) -> "_WeightsLock":
+        return _WeightsLock()
+
+
+class _Locked:
+    """An offloaded module's forward (accelerate's, which loads and unloads its weights) run under its model's
+    :class:`_WeightsLock`. A callable object rather than a closure, so that a deep copy of the model calls its own
+    module's forward under its own lock."""
+
+    def __init__(self, forward, lock: _WeightsLock) -> None:
+        self.forward, self.lock = forward, lock
+
+    def __call__(self, *args, **kwargs):
+        with self.lock:
+            return self.forward(*args, **kwargs)
+
+
+def _weights_lock(module: nn.Module) -> contextlib.AbstractContextManager:
+    """The lock that guards ``module``'s loaded weights (see :class:`_WeightsLock`); a null one if not offloaded."""
+    return module.__dict__.get("_viz_weights_lock") or contextlib.nullcontext()
 
 
 # ------------------------------------------------------------------------------------------ reading weights
@@ -396,7 +441,8 @@ def weight(module: nn.Module, name: str) -> torch.Tensor:
         return value
     from accelerate.utils import align_module_device
 
-    with align_module_device(_owner(module)):
+    owner = _owner(module)
+    with _weights_lock(owner), align_module_device(owner):
         value = getattr(module, name)
         return value.detach() if isinstance(value, torch.Tensor) else value
 
@@ -410,7 +456,8 @@ def module_weights(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     for prefix, sub in module.named_modules():
         leaves = list(sub.named_parameters(recurse=False))
         if any(p.is_meta for _, p in leaves) and is_offloaded(sub):
-            with align_module_device(_owner(sub)):
+            owner = _owner(sub)
+            with _weights_lock(owner), align_module_device(owner):
                 leaves = [(leaf, getattr(sub, leaf).detach()) for leaf, _ in leaves]
         for leaf, value in leaves:
             yield (f"{prefix}.{leaf}" if prefix else leaf), value
