@@ -1,7 +1,5 @@
 """Attention: every layer and head at a glance, and one head in detail."""
 
-from collections.abc import Callable
-
 import streamlit as st
 
 from viz_ui.app.preload import preload_plotly
@@ -14,11 +12,13 @@ from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import attention_grid_figure, attention_heatmap, grid_pooled
 from viz_ui.app.layout import (MAX_CHARS, pick_layer_head, pick_position, position_window, selected_points,
                                set_layer_head, show_figure, side_by_side, window_around)
-from viz_ui.app.live_chart import live_chart_source
+from viz_ui.app.live_chart import Ahead, live_chart_source
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.app.qk_panel import cell_click, pick_key, qk_section
-from viz_ui.app.state import UPLOAD_PREFIX, get_overview, get_trace
+from viz_ui.app.state import UPLOAD_PREFIX, get_overview, get_trace, resolve, trace_early
 from viz_ui.analysis.head_steps import future_share, unmasked_view
+from viz_ui.analysis.text_trace import text_labels
+
 
 def open_head(n_heads: int) -> None:
     """on_select of the all-heads grid: the clicked tile becomes the layer and head shown below."""
@@ -60,31 +60,44 @@ def head_matrix(trace, layer: int, head: int, weights: bool):
 
 def head_spec(trace, cfg, layer: int, head: int, weights: bool, window: tuple[int, int]) -> FigureSpec:
     """The single-head heatmap of positions ``window = (start, stop)``, as page 3 draws it."""
+    return head_figure(head_matrix(trace, layer, head, weights), trace.labels, cfg, layer, head, weights, window)
+
+
+def head_figure(matrix, labels: list[str], cfg, layer: int, head: int, weights: bool,
+                window: tuple[int, int]) -> FigureSpec:
+    """:func:`head_spec` from the head's whole ``[query_pos, key_pos]`` ``matrix`` and the text's token ``labels``."""
     a, b = window
-    return FigureSpec(attention_heatmap, head_matrix(trace, layer, head, weights)[a:b, a:b], trace.labels[a:b],
-                      head_title(cfg, layer, head, weights), "weights" if weights else "scores", offset=a,
-                      clickable=live_chart_source() is None)
+    return FigureSpec(attention_heatmap, matrix[a:b, a:b], labels[a:b], head_title(cfg, layer, head, weights),
+                      "weights" if weights else "scores", offset=a, clickable=live_chart_source() is None)
 
 
-def head_ahead(path: str, cfg, layer: int, head: int, weights: bool,
-               query: int) -> Callable[[str], FigureSpec | None] | None:
+def head_ahead(path: str, cfg, layer: int, head: int, weights: bool, query: int) -> Ahead | None:
     """The single-head heatmap that this page's rerun will draw for a new text, as a function of the text (drawn ahead
     of the rerun, :mod:`viz_ui.app.ahead`): the same layer, head and kind; the query position kept while the new text
-    has it, else its last token (as the shared ``query`` selector does); the text cut as the sidebar cuts it. None for
-    a session's upload (its model lives in the session)."""
+    has it, else its last token (as the shared ``query`` selector does); the text cut as the sidebar cuts it. The
+    figure goes to ``early`` as soon as the forward pass has the layer's q and k (:func:`trace_early`), before the
+    later layers run. None for a session's upload (its model lives in the session)."""
     if path.startswith(UPLOAD_PREFIX):
         return None
+    name = f"blocks.{layer}.attn.{'hook_pattern' if weights else 'hook_attn_scores'}"
 
-    def build(text: str) -> FigureSpec | None:
+    def figure(matrix, labels: list[str]) -> FigureSpec:
+        n = len(labels)
+        return head_figure(matrix, labels, cfg, layer, head, weights, window_around(n, query if 0 <= query < n else n - 1))
+
+    def build(text: str, early=None) -> FigureSpec | None:
         text = text[:MAX_CHARS]
         if not text.strip():
             return None
         try:
-            trace = get_trace(path, text)
+            if early is None:
+                trace = get_trace(path, text)
+            else:
+                trace = trace_early(path, text, name, lambda values: early(
+                    figure(values[head], text_labels(resolve(path)[1], text, values.shape[-2]))))
         except ValueError:  # the rerun shows why
             return None
-        n = trace.n_tokens
-        return head_spec(trace, cfg, layer, head, weights, window_around(n, query if 0 <= query < n else n - 1))
+        return figure(head_matrix(trace, layer, head, weights), trace.labels)
     return build
 
 

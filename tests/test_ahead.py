@@ -48,7 +48,7 @@ def ask(token: str, text) -> bytes:
 
 def test_the_route_answers_a_registered_chart_with_its_figure_and_revision(route):
     asked = []
-    ahead.REGISTRY.put("tok", lambda text: asked.append(text) or ('{"data":[]}', f"rev:{len(text)}"))
+    ahead.REGISTRY.put("tok", lambda text, deliver=None: asked.append(text) or ('{"data":[]}', f"rev:{len(text)}"))
     response = asyncio.run(post(route, ask("tok", "Once upon a time ✓")))
     assert response.status_code == 200 and response.body == b'{"data":[]}'
     assert response.headers["x-viz-revision"] == "rev:18" and response.headers["cache-control"] == "no-store"
@@ -56,9 +56,9 @@ def test_the_route_answers_a_registered_chart_with_its_figure_and_revision(route
 
 
 def test_the_route_refuses_what_it_cannot_answer(route, caplog):
-    ahead.REGISTRY.put("none", lambda text: None)
-    ahead.REGISTRY.put("boom", lambda text: 1 / 0)
-    ahead.REGISTRY.put("tok", lambda text: ("{}", "r"))
+    ahead.REGISTRY.put("none", lambda text, deliver=None: None)
+    ahead.REGISTRY.put("boom", lambda text, deliver=None: 1 / 0)
+    ahead.REGISTRY.put("tok", lambda text, deliver=None: ("{}", "r"))
 
     async def statuses():
         return [(await post(route, body)).status_code for body in [
@@ -75,7 +75,7 @@ def test_the_route_refuses_what_it_cannot_answer(route, caplog):
 
 def test_a_body_over_the_limit_is_refused_before_it_is_read_whole(route):
     asked = []
-    ahead.REGISTRY.put("tok", lambda text: asked.append(text) or ("{}", "r"))
+    ahead.REGISTRY.put("tok", lambda text, deliver=None: asked.append(text) or ("{}", "r"))
     big = ask("tok", "x" * ahead.MAX_BODY_BYTES)
     assert asyncio.run(post(route, big)).status_code == 413  # said by its Content-Length
     assert asyncio.run(post(route, big, length=False)).status_code == 413  # counted while read
@@ -87,8 +87,8 @@ def test_one_answer_at_a_time_per_chart_and_a_page_run_waits_for_it(route):
     """A second text for the same chart while the first is answered: 429; the chart's page run (register) waits
     until the answer under way is done."""
     release = threading.Event()
-    ahead.REGISTRY.put("slow", lambda text: release.wait(5) and ("{}", text))
-    ahead.REGISTRY.put("fast", lambda text: ("{}", text))
+    ahead.REGISTRY.put("slow", lambda text, deliver=None: release.wait(5) and ("{}", text))
+    ahead.REGISTRY.put("fast", lambda text, deliver=None: ("{}", text))
     chart = ahead.REGISTRY.get("slow")
     waited = []
 
@@ -117,9 +117,38 @@ def test_one_answer_at_a_time_per_chart_and_a_page_run_waits_for_it(route):
     assert len(waited) == 1 and 0.25 < waited[0] < 4
 
 
+def test_a_figure_handed_over_early_is_sent_while_its_answer_goes_on(route):
+    """An answer that hands its figure over before it returns (the forward pass goes on, viz_ui.app.state.trace_early):
+    the route sends that figure at once; the chart stays busy (429) and counts as pending until the answer returns;
+    what the answer then returns is not sent again."""
+    release, returned = threading.Event(), threading.Event()
+
+    def answer(text, deliver=None):
+        deliver(('{"early": 1}', "early"))
+        release.wait(5)
+        returned.set()
+        return '{"late": 1}', "late"
+
+    ahead.REGISTRY.put("tok", answer)
+    chart = ahead.REGISTRY.get("tok")
+
+    async def scenario():
+        first = await asyncio.wait_for(post(route, ask("tok", "one")), 5)  # sent while the answer still runs
+        still = (chart.busy, ahead._pending, returned.is_set(), (await post(route, ask("tok", "two"))).status_code)
+        release.set()
+        while chart.busy:
+            await asyncio.sleep(0.01)
+        return first, still
+
+    first, still = asyncio.run(scenario())
+    assert first.status_code == 200 and first.body == b'{"early": 1}' and first.headers["x-viz-revision"] == "early"
+    assert still == (True, 1, False, 429)
+    assert returned.is_set() and ahead._pending == 0 and chart.idle.is_set()
+
+
 def test_an_answer_is_not_built_once_its_page_ran_again_nor_after_its_token_expired(route, monkeypatch):
     asked = []
-    chart = ahead.REGISTRY.put("tok", lambda text: asked.append(text) or ("{}", "r"))
+    chart = ahead.REGISTRY.put("tok", lambda text, deliver=None: asked.append(text) or ("{}", "r"))
     runs = chart.runs
     ahead.REGISTRY.put("tok", chart.answer)  # the page ran again (its own copy of the chart is on its way)
     assert ahead._run(chart, "stale", runs) is None and asked == []
@@ -131,8 +160,8 @@ def test_an_answer_is_not_built_once_its_page_ran_again_nor_after_its_token_expi
 
 def test_hostile_bodies_and_too_many_answers_at_once_are_refused(route, monkeypatch):
     release = threading.Event()
-    ahead.REGISTRY.put("slow", lambda text: release.wait(5) and ("{}", "r"))
-    ahead.REGISTRY.put("other", lambda text: ("{}", "r"))
+    ahead.REGISTRY.put("slow", lambda text, deliver=None: release.wait(5) and ("{}", "r"))
+    ahead.REGISTRY.put("other", lambda text, deliver=None: ("{}", "r"))
     monkeypatch.setattr(ahead, "MAX_PENDING", 1)
 
     async def scenario():
@@ -154,7 +183,7 @@ def test_hostile_bodies_and_too_many_answers_at_once_are_refused(route, monkeypa
 
 def test_the_registry_keeps_the_latest_answer_and_drops_the_oldest_chart():
     registry = ahead._Registry(limit=2)
-    first = registry.put("a", lambda text: None)
+    first = registry.put("a", lambda text, deliver=None: None)
     assert registry.put("a", str) is first and first.answer is str  # the same chart, its latest answer
     registry.put("b", str)
     registry.put("a", str)  # registered again: the most recent
@@ -164,7 +193,7 @@ def test_the_registry_keeps_the_latest_answer_and_drops_the_oldest_chart():
 
 def test_nothing_is_registered_where_the_route_is_not_installed(monkeypatch):
     monkeypatch.setattr(ahead, "ENABLED", False)
-    assert ahead.register("attn_head", lambda text: None) is None
+    assert ahead.register("attn_head", lambda text, deliver=None: None) is None
 
 
 def long_text(n_tokens: int) -> str:
@@ -196,11 +225,13 @@ def test_the_head_drawn_ahead_is_the_figure_the_page_then_sends(monkeypatch):
     def submit(text: str) -> None:
         data = component_data(at, "attn_head")
         assert data["ahead"] == token and data["aheadUrl"] == ahead.URL  # one token per chart and session
-        answered = ahead.REGISTRY.get(token).answer(text)
+        early = []  # handed over during the forward pass, once the head's layer has its q and k
+        answered = ahead.REGISTRY.get(token).answer(text, early.append)
         at.text_area(key="text").set_value(text).run()
         assert not at.exception, [e.value for e in at.exception]
         sent = component_data(at, "attn_head")
         assert answered == (sent["figure"], sent["revision"])
+        assert early == [answered]  # a new text: the figure came early, and it is the very one the page sends
         return json.loads(sent["figure"])
 
     n_tokens = lambda text: len(load_model()[1].encode(text).ids)  # noqa: E731
@@ -216,3 +247,32 @@ def test_the_head_drawn_ahead_is_the_figure_the_page_then_sends(monkeypatch):
     fig = submit("Scores of another head, for a text of its own.")
     assert "head 1: scores" in fig["layout"]["title"]["text"]
     assert ahead.REGISTRY.get(token) is not None
+
+
+def test_trace_early_hands_over_a_layer_before_the_later_layers_run_and_then_the_same_trace():
+    """state.trace_early: the values of one layer's pattern (or scores) go to on_ready once, during the forward pass
+    and before the last layer runs, equal to what the finished trace returns for that hook; a cached text calls
+    nothing; an on_ready that fails leaves the trace whole."""
+    from viz_model import DEFAULT_MODEL
+    from viz_ui.app.state import get_trace, resolve, trace_early
+
+    path = str(DEFAULT_MODEL)
+    model = resolve(path)[0]
+    last = f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"
+    for n, name in ((40, "blocks.1.attn.hook_pattern"), (300, "blocks.2.attn.hook_attn_scores")):
+        text = long_text(n) + f" ({name})"  # a text of its own: not in the trace cache yet
+        order, got = [], []
+
+        def on_ready(values):
+            order.append("ready")
+            got.append(values)
+
+        with model.hooks([(last, lambda t, hook: order.append("last layer"))]):
+            trace = trace_early(path, text, name, on_ready)
+        assert order == ["ready", "last layer"]
+        np.testing.assert_array_equal(got[0], trace.arrays[name])  # bit for bit
+        assert trace_early(path, text, name, on_ready) is trace and len(got) == 1  # cached: no second call
+
+    text = long_text(50) + " (a failing on_ready)"
+    trace = trace_early(path, text, "blocks.0.attn.hook_pattern", lambda values: 1 / 0)
+    assert trace is get_trace(path, text) and trace.n_tokens > 10

@@ -62,10 +62,7 @@ class Arrays(dict):
     def __getitem__(self, name: str) -> np.ndarray:
         if name in self.derived:
             q_name, k_name, cfg, cross, pattern, rel_pos = self.derived[name]
-            q, k = (torch.tensor(self[n]).unsqueeze(0) for n in (q_name, k_name))  # copies: stored arrays are read-only
-            with torch.no_grad():
-                scores = masked_scores(q, k, cfg, cross, rel_pos)
-            return (torch.softmax(scores, dim=-1) if pattern else scores)[0].numpy()
+            return derived_scores(self[q_name], self[k_name], cfg, cross, pattern, rel_pos)
         if self.layers is not None and name in self.layers:
             return self.layers.read(name)
         value = super().__getitem__(name)
@@ -88,6 +85,34 @@ class Arrays(dict):
         if self.layers is not None:
             total += self.layers.resid.nbytes + self.layers.cached_bytes()
         return total
+
+
+def derived_scores(q: np.ndarray, k: np.ndarray, cfg, cross: bool, pattern: bool, rel_pos=None) -> np.ndarray:
+    """One attention layer's ``[head_index, query_pos, key_pos]`` scores (``pattern``: softmax of them) from its
+    recorded (rotated) ``q`` ``[query_pos, n_heads, d_head]`` and ``k`` ``[key_pos, n_kv_heads, d_head]`` as a trace
+    reads them (float32), with the model's own operations (:func:`viz_model.components.masked_scores`, then softmax as
+    in ``Attention.forward``): what a trace's derived hooks return (:class:`Arrays`). ``cfg``, ``cross``, ``rel_pos``:
+    the attention module's."""
+    q, k = (torch.tensor(a).unsqueeze(0) for a in (q, k))  # copies: stored arrays are read-only
+    with torch.no_grad():
+        scores = masked_scores(q, k, cfg, cross, rel_pos)
+    return (torch.softmax(scores, dim=-1) if pattern else scores)[0].numpy()
+
+
+def as_read(tensor: torch.Tensor) -> np.ndarray:
+    """A hook's value ``[batch, ...]`` of a forward pass as a trace reads its first item back: float32 for float16
+    and bfloat16 values (:class:`Arrays`, :func:`~viz_ui.analysis.trace_bounded.host_array`)."""
+    value = host_array(tensor[0])
+    return value.astype(np.float32) if value.dtype == np.float16 else value
+
+
+def text_labels(tokenizer, text: str, n_tokens: int) -> list[str]:
+    """The labels of the first ``n_tokens`` tokens of ``text``, as a trace of it holds them (:attr:`Trace.labels`).
+
+    Raises:
+        ValueError: as :func:`run_trace`, for a text the tokenizer fails on.
+    """
+    return _labels(tokenizer, encode_text(tokenizer, text).ids[:n_tokens])
 
 
 def _arrays(cache, model: VizTransformer, derive: bool) -> Arrays:

@@ -50,15 +50,19 @@ URL = PATH.lstrip("/")  # relative to the page: the browser resolves it against 
 MAX_BODY_BYTES = 128 * 1024  # the Text box's 20,000 characters (layout.MAX_CHARS) in UTF-8 and JSON, with room
 MAX_CHARTS = 10_000  # charts registered at once by this process, least recently registered dropped first
 TOKEN_TTL_S = 3_600.0  # a chart's token answers for this long after its page last ran (a session gone stops answering)
-MAX_PENDING = 16  # answers taken and not sent yet, for every chart together: more are refused (503)
+MAX_PENDING = 16  # answers taken and still being built, for every chart together: more are refused (503)
 WORKERS = 4  # charts built ahead at once by this process (each runs the model: more would only share the cores)
 ENABLED = False  # set by routes()
 _log = logging.getLogger(__name__)
 _THREADS = "viz-ahead"
 _executor: ThreadPoolExecutor | None = None
-_pending = 0  # answers taken and not sent yet (read and changed on the event loop)
+_pending = 0  # answers taken and still being built (read and changed on the event loop)
 
-Answer = Callable[[str], "tuple[str, str] | None"]  # a new text → (figure JSON, revision), or None: nothing ahead
+Got = "tuple[str, str] | None"  # (figure JSON, revision), or None: nothing to draw ahead
+# an answer: (a new text, deliver) → Got. ``deliver(got)`` may hand the figure over before the answer returns (the
+# forward pass it needs goes on meanwhile: :func:`viz_ui.app.state.trace_early`); the first figure handed over or
+# returned is sent
+Answer = Callable[[str, Callable[[Got], None] | None], Got]
 
 
 @dataclass
@@ -147,14 +151,14 @@ async def _body(request: Request) -> bytes | None:
     return bytes(body)
 
 
-def _run(chart: _Chart, text: str, runs: int) -> tuple[str, str] | None:
-    """``chart.answer(text)`` in a worker thread, unless the chart's page ran again since the request came (``runs``:
-    its count then): the rerun sends the chart itself, and an answer now would be dropped by the browser."""
+def _run(chart: _Chart, text: str, runs: int, deliver: Callable[[Got], None] | None = None) -> tuple[str, str] | None:
+    """``chart.answer(text, deliver)`` in a worker thread, unless the chart's page ran again since the request came
+    (``runs``: its count then): the rerun sends the chart itself, and an answer now would be dropped by the browser."""
     if chart.runs != runs:
         return None
     chart.idle.clear()
     try:
-        return chart.answer(text)
+        return chart.answer(text, deliver)
     except Exception:  # the rerun reports the same failure on the page; here only the log
         _log.exception("a chart drawn ahead could not be built")
         return None
@@ -184,11 +188,23 @@ async def answer(request: Request) -> Response:
         return _error("too many charts are being drawn ahead: the page's rerun draws this one", 503)
     chart.busy = True
     _pending += 1
-    try:
-        got = await asyncio.get_running_loop().run_in_executor(_executor, _run, chart, payload["text"], chart.runs)
-    finally:
+    loop = asyncio.get_running_loop()
+    first = loop.create_future()  # the first figure handed over (early, or the answer's return value)
+
+    def settle(got) -> None:
+        if not first.done():
+            first.set_result(got)
+
+    def finished(work: asyncio.Future) -> None:  # the worker is done: the chart and the pool are free again
+        global _pending
         chart.busy = False
         _pending -= 1
+        settle(None if work.cancelled() or work.exception() is not None else work.result())
+
+    work = loop.run_in_executor(_executor, _run, chart, payload["text"], chart.runs,
+                                lambda got: loop.call_soon_threadsafe(settle, got))
+    work.add_done_callback(finished)
+    got = await first
     if got is None:
         return Response(status_code=204, headers={"Cache-Control": "no-store"})
     figure, revision = got

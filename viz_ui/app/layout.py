@@ -476,7 +476,7 @@ def show_figure(fig: go.Figure | FigureSpec, state: AppState, view: str, data=No
     server for all the sessions that show it (a class following its teacher), and built again for a CSV. Where this
     server cannot draw live charts (static serving off), the figure is shown with ``st.plotly_chart``, clickable
     under ``select_key`` (or ``live``). ``ahead``: a function of a new text that returns the figure this call would
-    show for it, so that the chart is drawn ahead of the rerun (:mod:`viz_ui.app.ahead`)."""
+    show for it, so that the chart is drawn ahead of the rerun (:data:`viz_ui.app.live_chart.Ahead`)."""
     d = state.display
     filename = f"{_file_stem(state.model_name)}_{view}"
     config = {"displaylogo": False, "displayModeBar": not d.lecture,

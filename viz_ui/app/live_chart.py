@@ -37,6 +37,9 @@ from viz_ui.app.gate import one_at_a_time
 from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import plain_figure, style_plain
 
+# a chart drawn ahead: (new text, early) → the figure the rerun would show for it, or None; ``early`` (or None) takes
+# that figure as soon as it is known, before the function returns (see live_chart)
+Ahead = Callable[[str, Callable[[FigureSpec], None] | None], FigureSpec | None]
 ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "static"  # Streamlit serves the folder beside the main script (app.py) as app/static/
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -182,7 +185,7 @@ def figure_json(fig: go.Figure | FigureSpec, style: tuple[float, str] | None = N
 
 def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=None, frames: Frames | None = None,
                style: tuple[float, str] | None = None,
-               ahead: Callable[[str], FigureSpec | None] | None = None) -> dict | None:
+               ahead: Ahead | None = None) -> dict | None:
     """Draw ``fig`` in the live chart ``key`` (the same key at every rerun: the browser keeps the chart and
     updates it in place). ``fig``: a figure, or a :class:`~viz_ui.views.figure_spec.FigureSpec` built and written
     once per server for every session that shows it (:func:`figure_json`). ``config``: Plotly's config (mode bar,
@@ -192,9 +195,10 @@ def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=Non
     a frame that changes the layout only is drawn with Plotly.relayout, a few ms); a step without a frame here shows
     the chart faded until the server sends frames that hold it. ``style``: ``(scale, theme)`` to style the figure sent as
     :func:`viz_ui.views.figures.style_for_display` would (on its plain dict, :func:`viz_ui.views.figures.style_plain`);
-    None: sent as it is. ``ahead``: a function of a new text that returns the figure this chart's rerun would show for
-    it (or None): the chart is then drawn ahead of the rerun when the user submits a new text
-    (:mod:`viz_ui.app.ahead`; it runs outside the page's run: no session state, no Streamlit elements).
+    None: sent as it is. ``ahead``: a function ``(new text, early)`` that returns the figure this chart's rerun would
+    show for that text (or None); it may hand the figure to ``early`` (when not None) as soon as it has it, before it
+    returns (:func:`viz_ui.app.state.trace_early`): the chart is then drawn ahead of the rerun when the user submits a
+    new text (:mod:`viz_ui.app.ahead`; it runs outside the page's run: no session state, no Streamlit elements).
 
     Returns:
         The component's result (``.click`` is the last click, for one rerun), or None when live charts are not
@@ -204,7 +208,7 @@ def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=Non
     if src is None:
         return None
     # registered first: a figure for this chart drawn ahead and still under way is waited for (its JSON reused)
-    token = (ahead_route.register(key, lambda text: _ahead_json(ahead, text, style))
+    token = (ahead_route.register(key, lambda text, deliver=None: _ahead_json(ahead, text, style, deliver))
              if ahead is not None and frames is None else None)
     figure, revision = figure_json(fig if frames is None else frames.figure, style)
     data = {"config": config, "src": src, "clickable": on_click is not None, "revision": revision, "chart": key}
@@ -221,10 +225,12 @@ def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=Non
     return _COMPONENT(key=key, data=pack(data, **texts), on_click_change=on_click or (lambda: None))
 
 
-def _ahead_json(build: Callable[[str], FigureSpec | None], text: str,
-                style: tuple[float, str] | None) -> tuple[str, str] | None:
-    """What a chart drawn ahead answers for ``text``: ``figure_json`` of ``build(text)``, or None."""
-    spec = build(text)
+def _ahead_json(build: Ahead, text: str, style: tuple[float, str] | None,
+                deliver: Callable[[tuple[str, str]], None] | None = None) -> tuple[str, str] | None:
+    """What a chart drawn ahead answers for ``text``: ``figure_json`` of ``build(text, early)``, or None; a figure
+    ``build`` hands to ``early`` before it returns goes to ``deliver`` at once, as ``figure_json``."""
+    early = None if deliver is None else (lambda spec: deliver(figure_json(spec, style)))
+    spec = build(text, early)
     return None if spec is None else figure_json(spec, style)
 
 

@@ -7,16 +7,19 @@ import argparse
 import gc
 import hashlib
 import json
+import logging
 import importlib.util
 import os
 import sys
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import streamlit as st
+import torch
 from tokenizers import Tokenizer
 
 from viz_model import DEFAULT_MODEL, CheckpointError, VizTransformer, load_model
@@ -26,10 +29,12 @@ from viz_model.placement import weight
 from viz_model.tokenizer import IdTokenizer
 
 from viz_ui.app.gate import copy_seconds, flops_per_second
-from viz_ui.analysis.text_trace import Trace, run_trace, token_label
+from viz_ui.analysis.text_trace import Trace, as_read, derived_scores, run_trace, token_label
 from viz_ui.analysis.heads import overview_patterns, text_scores
 from viz_ui.views.code_interventions import load_arguments
 from viz_ui.views.overview import pool_signed, salient_head
+
+_log = logging.getLogger(__name__)
 
 
 UPLOAD_PREFIX = "upload:"
@@ -222,6 +227,44 @@ def get_trace(path: str, text: str) -> Trace:
     trace = run_trace(model, tokenizer, text, model_ref=TraceModel(model, path))
     trace.seconds = time.perf_counter() - started
     return trace
+
+
+def trace_early(path: str, text: str, name: str, on_ready: Callable[[np.ndarray], None]) -> Trace:
+    """:func:`get_trace` of ``text``; while this thread's call runs the model, ``on_ready(values)`` with the values
+    of ``name`` (one layer's ``...hook_attn_scores`` or ``...hook_pattern``, ``[head_index, query_pos, key_pos]``
+    float32) as soon as the forward pass has that layer's q and k, before the later layers run: the numbers the trace
+    then returns for ``name`` (:func:`viz_ui.analysis.text_trace.derived_scores`). A chart drawn ahead of the rerun
+    (:mod:`viz_ui.app.ahead`) is answered from them while the pass goes on: at 256 tokens of the shipped model a
+    middle layer's q and k are ready after about 40 % of the trace's time (bench: notes in README *Speed*).
+
+    ``on_ready`` is called at most once, and not at all when the trace was cached, is being computed by another thread
+    (then this one waits for it), or belongs to an encoder-decoder model (its trace first generates the output, a
+    pass per token); what it raises is logged, never raised into the pass. The hooks added are this thread's only
+    (:class:`viz_model.hooks.HookPoint`): other sessions' passes do not run them.
+
+    Raises:
+        ValueError: as :func:`get_trace`; also when ``name`` is not a score or pattern hook of the model.
+    """
+    model, _ = resolve(path)
+    if model.cfg.is_encoder_decoder:
+        return get_trace(path, text)
+    attn, q_name, k_name = model.score_inputs(name)
+    got: dict[str, torch.Tensor] = {}
+    called = False
+
+    def grab(tensor: torch.Tensor, hook) -> None:
+        nonlocal called
+        got[hook.name] = tensor
+        if not called and q_name in got and k_name in got:
+            called = True
+            try:
+                on_ready(derived_scores(as_read(got[q_name]), as_read(got[k_name]), attn.cfg, attn.cross,
+                                        name.endswith("hook_pattern"), attn.rel_pos))
+            except Exception:  # the pass and the page's own run carry on: they show the chart or the error
+                _log.exception("an early answer could not be built")
+
+    with model.hooks([(q_name, grab), (k_name, grab)]):
+        return get_trace(path, text)
 
 
 def estimate_seconds(path: str, text: str, copies: float) -> float:
