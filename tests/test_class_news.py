@@ -105,13 +105,23 @@ def test_a_store_that_does_not_answer_keeps_the_news_as_it_was(monkeypatch):
     asyncio.run(scenario())
 
 
-async def call(route, path: str, query: str = "") -> tuple[int, dict]:
-    """The route's answer to ``GET path?query``: (status, JSON body)."""
+async def call(route, path: str, query: str = "", closes_after: float | None = None) -> tuple[int, dict | None]:
+    """The route's answer to ``GET path?query``: (status, JSON body or None). The connection stays open, or the
+    client closes it after ``closes_after`` seconds."""
     code = path.split("/")[2]
     scope = {"type": "http", "method": "GET", "path": path, "query_string": query.encode(), "headers": [],
              "path_params": {"code": code}}
-    response = await route.endpoint(Request(scope))
-    return response.status_code, json.loads(response.body)
+    sent = []
+
+    async def receive():
+        if not sent:
+            sent.append(1)
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.sleep(3600 if closes_after is None else closes_after)
+        return {"type": "http.disconnect"}
+
+    response = await route.endpoint(Request(scope, receive))
+    return response.status_code, json.loads(response.body) if response.body else None
 
 
 def test_the_route_answers_json_and_refuses_bad_codes(monkeypatch):
@@ -133,6 +143,10 @@ def test_the_route_answers_json_and_refuses_bad_codes(monkeypatch):
             assert status == 404 and body == {"error": "not a class code"}
         status, _ = await call(route, f"/class/{code}/news", "seen=" + "9" * 10_000)  # a huge parameter: cut, answered
         assert status == 200
+        news.HOLD_S = 30.0
+        t = time.monotonic()  # a held request whose screen closes the connection is let go at once (a stopping
+        assert await call(route, f"/class/{code}/news", "seen=0::0", closes_after=0.2) == (204, None)  # server waits
+        assert time.monotonic() - t < 5  # for the requests it holds: a closed tab's kept it up for the whole hold)
 
     asyncio.run(scenario())
 

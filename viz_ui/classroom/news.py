@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from viz_ui.classroom.store import ClassStore, ClassStoreUnavailable
@@ -165,6 +165,14 @@ class NewsBoard:
                     await self._refresh(code, entry)
 
 
+async def _disconnected(request: Request) -> None:
+    """Returns when the client closes the connection of ``request`` (a GET: its body is empty). A held request is
+    answered at once then, rather than at the end of its hold: a server stopping waits for the requests it holds, so
+    a closed tab's held request kept a stopping server up for as long as :data:`HOLD_S`."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def routes(store: Callable[[], ClassStore]) -> list[Route]:
     """The news route (``GET /class/{code}/news?seen=STATE``), answered from a :class:`NewsBoard` over ``store()``.
     Calling it marks the bell available (:data:`ENABLED`)."""
@@ -176,7 +184,14 @@ def routes(store: Callable[[], ClassStore]) -> list[Route]:
         seen = request.query_params.get("seen", "")[:64]
         if code is None:
             return JSONResponse({"error": "not a class code"}, status_code=404)
-        answer = await board.wait(code, seen)
+        waiting = asyncio.ensure_future(board.wait(code, seen))
+        gone = asyncio.ensure_future(_disconnected(request))
+        await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if not waiting.done() and gone.done() and gone.exception() is None:
+            waiting.cancel()  # the screen closed its connection (a tab closed, a page left): no one to answer
+            return Response(status_code=204)
+        gone.cancel()
+        answer = await waiting
         if answer is None or answer == FULL:
             return JSONResponse({"error": "the class store does not answer" if answer is None else "too many classes"},
                                 status_code=503)
