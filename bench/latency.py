@@ -270,7 +270,7 @@ def side_run(browser, url: str, args, skip: int) -> dict[str, list[float]]:
     page = context.new_page()
     got = {}
     try:
-        for n in map(int, args.tokens.split(",")):
+        for n in [int(n) for n in args.tokens.split(",") if n.strip()]:
             settle = []
             got[f"typing → attention, {n} tokens"] = typing(page, url, n, args.repeats, skip, settle)[1:]
             got[f"typing → page 3 settled, {n} tokens"] = settle[1:]
@@ -330,7 +330,7 @@ def main() -> None:
     p.add_argument("--before", default=BEFORE, help="the commit to compare with (default: %(default)s)")
     p.add_argument("--rounds", type=int, default=3, help="rounds, each side once per round, in turns")
     p.add_argument("--repeats", type=int, default=3, help="kept tries per series and round (one more first, dropped)")
-    p.add_argument("--tokens", default="16,64,256", help="text lengths for typing → attention, comma-separated")
+    p.add_argument("--tokens", default="16,64,256", help="text lengths for typing → attention, comma-separated (empty: no typing rows)")
     p.add_argument("--no-ablation", action="store_true", help="leave out the Cause and effect rows")
     args = p.parse_args()
     from playwright.sync_api import sync_playwright
