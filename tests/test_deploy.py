@@ -20,6 +20,7 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from conftest import ROOT
+from test_browser import settled, until_url
 
 LOCAL_SH = ROOT / "deploy" / "local.sh"
 CHROMIUM = "/usr/bin/chromium"
@@ -177,9 +178,13 @@ def test_a_class_over_two_replicas_survives_the_loss_of_one(tmp_path):
             mine = replica(teacher_context)  # the sticky cookie HAProxy set
             assert mine in ("r1", "r2"), teacher_context.cookies()
             other = {"r1": "r2", "r2": "r1"}[mine]
+            settled(teacher)
             open_classroom(teacher)
-            teacher.get_by_role("button", name="Start a class").click()
-            expect(teacher).to_have_url(re.compile(r"class=[A-Z2-9]{6}&teach="))
+            start_button = teacher.get_by_role("button", name="Start a class")
+            # a click lost once in about 40 CI runs (the URL unchanged after 20 s; as in test_class_browser.py, cause
+            # not found): tried again, unless the first one started the class slowly (the button is gone)
+            until_url(teacher, lambda: start_button.click() if start_button.is_visible() else None,
+                      re.compile(r"class=[A-Z2-9]{6}&teach="))
             code = re.search(r"class=([A-Z2-9]{6})", teacher.url).group(1)
 
             students = {}
