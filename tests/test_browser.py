@@ -225,17 +225,30 @@ def test_step_by_step_and_head_view_pages(server, browser):
 
 
 def test_plotly_code_is_fetched_on_a_page_without_charts(server, browser):
-    """The cold-start preload: the Tokens page draws no Plotly chart, yet the browser fetches Streamlit's Plotly
-    chunk (started before the server imported torch), from this server, successfully."""
-    from viz_ui.app.preload import PLOTLY_CHUNK
-    assert PLOTLY_CHUNK is not None, "Streamlit's Plotly chunk was not found: the preload is a no-op"
+    """The preload: the Tokens page draws no Plotly chart, yet the browser fetches the live charts' Plotly code
+    (started before the server imported torch), from this server, successfully; on a page of charts it is fetched
+    once, whoever asks first (the preload or a chart), and Streamlit's own Plotly chunk (for st.plotly_chart, not
+    drawn where live charts are) is not fetched at all."""
+    from viz_ui.app.preload import live_chart_source
+    name = live_chart_source().rsplit("/", 1)[1]
     context = browser.new_context()
     page = context.new_page()
-    with page.expect_response(lambda r: r.url.endswith("/static/js/" + PLOTLY_CHUNK), timeout=60_000) as response:
+    with page.expect_response(lambda r: r.url.endswith("/app/static/" + name), timeout=60_000) as response:
         page.goto(server + "/tokens")
     assert response.value.status == 200
     expect(page.get_by_role("heading", name="Tokens", exact=True)).to_be_visible(timeout=60_000)
     assert page.locator(".js-plotly-plot").count() == 0
+    context.close()
+
+    context = browser.new_context()  # an empty cache
+    page = context.new_page()
+    requested = []
+    page.on("request", lambda r: requested.append(r.url.rsplit("/", 1)[1]))
+    page.goto(server + "/attention")
+    expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
+    settled(page)
+    assert requested.count(name) == 1, requested
+    assert not [r for r in requested if r.startswith("PlotlyChart.")], requested
     context.close()
 
 

@@ -450,12 +450,12 @@ def test_without_live_charts_the_page_shows_the_same_figures(shipped, monkeypatc
 
 
 def test_plotly_code_for_live_charts_is_the_plotly_packages_own(tmp_path, monkeypatch):
-    import viz_ui.app.live_chart as live_chart
-    monkeypatch.setattr(live_chart, "STATIC", tmp_path / "static")
-    url = live_chart._install()
+    import viz_ui.app.preload as preload
+    monkeypatch.setattr(preload, "STATIC", tmp_path / "static")
+    url = preload._install()
     name = url.rsplit("/", 1)[1]
-    assert url == f"app/static/{name}" and live_chart.plotly.__version__ in name
-    assert (tmp_path / "static" / name).read_bytes() == live_chart.PLOTLY_JS.read_bytes()
+    assert url == f"app/static/{name}" and preload.plotly.__version__ in name
+    assert (tmp_path / "static" / name).read_bytes() == preload.PLOTLY_JS.read_bytes()
     (tmp_path / "a file").write_text("")
-    monkeypatch.setattr(live_chart, "STATIC", tmp_path / "a file" / "static")  # cannot be created: no live charts
-    assert live_chart._install() is None
+    monkeypatch.setattr(preload, "STATIC", tmp_path / "a file" / "static")  # cannot be created: no live charts
+    assert preload._install() is None

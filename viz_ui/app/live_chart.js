@@ -6,23 +6,7 @@
 // Plotly's code is the plotly Python package's own plotly.min.js, served by this app (app/static/), loaded once per
 // browser tab and shared by every live chart.
 
-function loadPlotly(src) {
-  if (window.Plotly) return Promise.resolve(window.Plotly);
-  if (!window.__vizPlotly) {
-    window.__vizPlotly = new Promise((resolve, reject) => {
-      const script = document.createElement("script");
-      script.src = new URL(src, document.baseURI).href;
-      script.onload = () => (window.Plotly ? resolve(window.Plotly) : reject(new Error("no Plotly in " + src)));
-      script.onerror = () => {
-        window.__vizPlotly = undefined; // the next figure tries again
-        script.remove();
-        reject(new Error("Plotly's code could not be loaded from " + src));
-      };
-      document.head.appendChild(script);
-    });
-  }
-  return window.__vizPlotly;
-}
+// loadPlotly(src): viz_ui/app/plotly_loader.js, put before this file (viz_ui/app/live_chart.py)
 
 // Streamlit's charts have a fullscreen button in their mode bar; so do these (Font Awesome's "expand" and
 // "compress" icons, CC BY 4.0, as Streamlit's)

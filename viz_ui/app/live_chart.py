@@ -8,18 +8,15 @@ away and draws a new one, twice (once before its width is known, then at the rea
 moves there, with no round trip to the server (bench/timeline.py). Plotly's code is the plotly package's own
 ``plotly.min.js`` (the version its figures are written for), copied into the app's ``static/`` folder and served by
 Streamlit's static file serving (``server.enableStaticServing`` in .streamlit/config.toml): nothing is fetched from
-the internet.
+the internet (:mod:`viz_ui.app.preload`, which also has every page start loading it before its charts arrive).
 
-Where that cannot be done (static serving off, the folder not writable), :func:`live_chart_source` returns None
-and callers fall back to ``st.plotly_chart``.
+Where that cannot be done (static serving off, the folder not writable),
+:func:`viz_ui.app.preload.live_chart_source` returns None and callers fall back to ``st.plotly_chart``.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -34,52 +31,17 @@ from _plotly_utils.utils import PlotlyJSONEncoder
 
 from viz_ui.app import ahead as ahead_route
 from viz_ui.app.gate import one_at_a_time
+from viz_ui.app.preload import LOADER_JS, live_chart_source
 from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import plain_figure, style_plain
 
 # a chart drawn ahead: (new text, early) → the figure the rerun would show for it, or None; ``early`` (or None) takes
 # that figure as soon as it is known, before the function returns (see live_chart)
 Ahead = Callable[[str, Callable[[FigureSpec], None] | None], FigureSpec | None]
-ROOT = Path(__file__).resolve().parents[2]
-STATIC = ROOT / "static"  # Streamlit serves the folder beside the main script (app.py) as app/static/
-PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-_JS = (Path(__file__).with_name("live_chart.js")).read_text(encoding="utf-8")
+_JS = LOADER_JS + "\n" + (Path(__file__).with_name("live_chart.js")).read_text(encoding="utf-8")
 # Plotly's CSS is global: no shadow root. A chart waiting for the frames of a step is faded.
 _CSS = ".viz-live-chart.viz-live-waiting{opacity:0.35;transition:opacity 0.15s}"
 _COMPONENT = st.components.v2.component("viz_live_chart", js=_JS, css=_CSS, isolate_styles=False)
-
-
-def _install() -> str | None:
-    """Copy plotly.min.js into :data:`STATIC` under a name with plotly's version (a new version is a new URL, so a
-    browser never runs a cached older copy) unless it is there; its URL relative to the app's pages, or None."""
-    name = f"plotly-{plotly.__version__}.min.js"
-    target = STATIC / name
-    try:
-        if not target.is_file() or target.stat().st_size != PLOTLY_JS.stat().st_size:
-            STATIC.mkdir(exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=STATIC, suffix=".part", delete=False) as tmp:
-                with PLOTLY_JS.open("rb") as src:
-                    shutil.copyfileobj(src, tmp)
-            os.chmod(tmp.name, 0o644)
-            os.replace(tmp.name, target)  # atomic: another session never serves half a file
-    except OSError:
-        return None
-    return f"app/static/{name}"
-
-
-_SOURCE: str | None | bool = False  # not looked at yet
-
-
-def live_chart_source() -> str | None:
-    """The URL (relative to the page) of Plotly's code for live charts, or None when this server cannot serve it
-    (``server.enableStaticServing`` off, or the static folder not writable): then show figures with
-    ``st.plotly_chart``."""
-    global _SOURCE
-    if not st.get_option("server.enableStaticServing"):
-        return None
-    if _SOURCE is False:
-        _SOURCE = _install()
-    return _SOURCE
 
 
 @dataclass(frozen=True)
@@ -202,7 +164,7 @@ def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=Non
 
     Returns:
         The component's result (``.click`` is the last click, for one rerun), or None when live charts are not
-        available (see :func:`live_chart_source`; nothing was drawn).
+        available (see :func:`viz_ui.app.preload.live_chart_source`; nothing was drawn).
     """
     src = live_chart_source()
     if src is None:

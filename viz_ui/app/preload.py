@@ -1,34 +1,89 @@
-"""Have the browser fetch and compile Plotly's code while the server is still importing torch.
+"""Have the browser fetch and compile Plotly's code while the server is still importing torch and running the model.
 
-Streamlit loads its Plotly chunk (PlotlyChart.*.js, ~3.5 MB) only when the first chart arrives, so on a cold
-start the browser sat idle while the server imported torch and ran the model, then spent another 1–1.5 s on
-the chunk before drawing (bench/cold_start.py). Pages call :func:`preload_plotly` before their heavy imports.
-This module imports nothing but Streamlit.
+Charts are live charts (:mod:`viz_ui.app.live_chart`): they draw with the plotly package's own ``plotly.min.js``
+(about 4.6 MB), which this module copies into the app's ``static/`` folder (:func:`live_chart_source`). A chart
+loaded it only when it arrived, at the end of the page's run, so a page opened afresh drew its first chart
+1.2–2.5 s after its run ended. Pages call :func:`preload_plotly` first, before their heavy imports: the browser
+then loads that file during the run (the same promise a live chart awaits: ``plotly_loader.js``). Where live charts
+cannot be served, figures fall back to ``st.plotly_chart``, and the preload loads Streamlit's own Plotly chunk
+instead. This module imports nothing but Streamlit, plotly's package root and the standard library.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 
+import plotly
 import streamlit as st
 
-# Streamlit's own static files; the name is hashed per release. If a release renames or drops the chunk,
-# nothing is preloaded and the charts load as before.
+ROOT = Path(__file__).resolve().parents[2]
+STATIC = ROOT / "static"  # Streamlit serves the folder beside the main script (app.py) as app/static/
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+LOADER_JS = (Path(__file__).with_name("plotly_loader.js")).read_text(encoding="utf-8")
+# st.html passes its text through DOMPurify, which drops a script whose text holds "<" before a letter or "/" (as a
+# comment's "<script>" would): the loader's code is sent without its comments, and with no "<" at all.
+_LOADER_CODE = "\n".join(line for line in LOADER_JS.splitlines() if not line.lstrip().startswith("//"))
+assert "<" not in _LOADER_CODE, "plotly_loader.js: st.html would drop the preload's script"
+
+# Streamlit's own static files, for st.plotly_chart; the name is hashed per release. If a release renames or drops
+# the chunk, nothing is preloaded where live charts are not served, and the charts load as before.
 _CHUNKS = sorted((Path(st.__file__).parent / "static" / "static" / "js").glob("PlotlyChart.*.js"))
 PLOTLY_CHUNK: str | None = _CHUNKS[0].name if len(_CHUNKS) == 1 else None
 
 
+def _install() -> str | None:
+    """Copy plotly.min.js into :data:`STATIC` under a name with plotly's version (a new version is a new URL, so a
+    browser never runs a cached older copy) unless it is there; its URL relative to the app's pages, or None."""
+    name = f"plotly-{plotly.__version__}.min.js"
+    target = STATIC / name
+    try:
+        if not target.is_file() or target.stat().st_size != PLOTLY_JS.stat().st_size:
+            STATIC.mkdir(exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=STATIC, suffix=".part", delete=False) as tmp:
+                with PLOTLY_JS.open("rb") as src:
+                    shutil.copyfileobj(src, tmp)
+            os.chmod(tmp.name, 0o644)
+            os.replace(tmp.name, target)  # atomic: another session never serves half a file
+    except OSError:
+        return None
+    return f"app/static/{name}"
+
+
+_SOURCE: str | None | bool = False  # not looked at yet
+
+
+def live_chart_source() -> str | None:
+    """The URL (relative to the page) of Plotly's code for live charts, or None when this server cannot serve it
+    (``server.enableStaticServing`` off, or the static folder not writable): then show figures with
+    ``st.plotly_chart``."""
+    global _SOURCE
+    if not st.get_option("server.enableStaticServing"):
+        return None
+    if _SOURCE is False:
+        _SOURCE = _install()
+    return _SOURCE
+
+
 def preload_plotly() -> None:
-    """Start loading Streamlit's Plotly chunk in the browser: a module ``import()`` next to Streamlit's main
-    bundle, so an app served under a base path works too; a failure is ignored (the first chart loads it then).
+    """Start loading Plotly's code in the browser: the live charts' ``plotly.min.js`` (:func:`live_chart_source`),
+    through the loader the live charts use, so that the first chart finds it loaded or under way; where live charts
+    are not served, Streamlit's Plotly chunk (a module ``import()`` next to Streamlit's main bundle, so an app served
+    under a base path works too). A failure is ignored: the first chart loads the code then.
 
     Drawn on every run, so the page's elements keep their places (an element present only on a session's first
-    run shifted every later one, and the old ones lingered during the next rerun); the browser imports a
-    module once, and an unchanged element is not re-run."""
-    if PLOTLY_CHUNK is not None:  # next to Streamlit's own bundle, wherever the app is served from
+    run shifted every later one, and the old ones lingered during the next rerun); the browser loads the code once
+    per tab, and an unchanged element is not re-run."""
+    src = live_chart_source()
+    if src is not None:
+        st.html(f"<script>(() => {{\n{_LOADER_CODE}\nloadPlotly({src!r}).catch(() => {{}});\n}})();</script>",
+                unsafe_allow_javascript=True)
+    elif PLOTLY_CHUNK is not None:  # next to Streamlit's own bundle, wherever the app is served from
         st.html("<script>{const b = document.querySelector('script[type=module][src*=\"/static/js/\"]');"
                 f"import(new URL(b ? '{PLOTLY_CHUNK}' : './static/js/{PLOTLY_CHUNK}', b ? b.src : document.baseURI)"
                 ".href).catch(() => {});}</script>", unsafe_allow_javascript=True)
