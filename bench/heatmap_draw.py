@@ -73,7 +73,7 @@ def main() -> None:
     args = p.parse_args()
     from playwright.sync_api import sync_playwright
 
-    from viz_ui.app.live_chart import PLOTLY_JS
+    from viz_ui.app.preload import PLOTLY_JS
     sent = figures(args.tokens, args.texts)
     rows = []
     with sync_playwright() as pw:

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlparse
 import numpy as np
 import pytest
 import torch
-from playwright.sync_api import TimeoutError as PlaywrightTimeoutError, expect, sync_playwright
+from playwright.sync_api import Error as PlaywrightError, TimeoutError as PlaywrightTimeoutError, expect, sync_playwright
 
 from conftest import ROOT
 from ui_audit import contrast, open_select, option_texts
@@ -382,7 +382,7 @@ def test_lecture_mode_is_readable_from_the_back_row(server, browser, size, theme
     for path in ("attention", "logit_lens", "heads", "output"):
         page.goto(f"{server}/{path}?lecture=true&scale=2.0&theme={theme}")
         expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
-        page.wait_for_timeout(2000)
+        settled(page)  # every chart drawn
         sizes = page.evaluate("""() => Array.from(document.querySelectorAll(
                 '.js-plotly-plot text, [data-testid=stMain] p, [data-testid=stMain] label, [data-testid=stMain] h1'))
             .filter(e => e.getBoundingClientRect().width > 0 && (e.textContent || '').trim())
@@ -474,19 +474,29 @@ from ui_audit import layout, low_contrast  # noqa: E402
 SLUGS = ["" if p == "app.py" else p.removeprefix("pages/").removesuffix(".py") for p, _, _ in PAGES]
 
 
-def settled(page, timeout: float = 60.0) -> None:
-    """Wait until the script run is over and the number of figures has not changed for a second."""
-    end, last, stable = time.time() + timeout, -1, 0
-    while time.time() < end:
-        running = page.evaluate("() => document.querySelector('[data-testid=stApp]')?.getAttribute('data-test-script-state')")
-        n = page.locator(".js-plotly-plot").count()
-        if running not in (None, "running") and n == last:
-            stable += 1
-            if stable >= 4:
+SETTLED_JS = """(quiet) => {  // true once the script run is over and the number of figures has not changed for `quiet` ms
+    const app = document.querySelector('[data-testid=stApp]'), now = performance.now();
+    const state = app && app.getAttribute('data-test-script-state');
+    const n = document.querySelectorAll('.js-plotly-plot').length, w = window.__settled;
+    if (state === null || state === 'running' || !w || w.n !== n) { window.__settled = {n, since: now}; return false; }
+    return now - w.since >= quiet; }"""
+
+
+def settled(page, timeout: float = 60.0, quiet_ms: int = 1000) -> None:
+    """Wait (at most ``timeout`` seconds, then go on) until the script run is over and the number of figures has not
+    changed for ``quiet_ms``: checked in the page every 100 ms, with no round trip per check."""
+    end = time.time() + timeout
+    while True:
+        try:
+            page.evaluate("window.__settled = null")
+            page.wait_for_function(SETTLED_JS, arg=quiet_ms, polling=100, timeout=max(1.0, end - time.time()) * 1000)
+            return
+        except PlaywrightTimeoutError:  # as before: the caller's own checks decide
+            return
+        except PlaywrightError:  # the page navigated meanwhile: wait again in the new document
+            if time.time() > end:
                 return
-        else:
-            stable, last = 0, n
-        time.sleep(0.25)
+            time.sleep(0.1)
 
 
 def until_url(page, act, url, tries: int = 3, wait_s: float = 15.0) -> None:

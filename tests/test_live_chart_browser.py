@@ -3,17 +3,17 @@ own module, called as Streamlit calls it, with the data live_chart.py packs, in 
 package's plotly.min.js."""
 
 import base64
-from pathlib import Path
 
 import numpy as np
 import pytest
 from playwright.sync_api import sync_playwright
 
 from viz_ui.app import live_chart
-from viz_ui.app.live_chart import PLOTLY_JS, pack, plotly_json
+from viz_ui.app.live_chart import pack, plotly_json
+from viz_ui.app.preload import PLOTLY_JS
 from viz_ui.views.figures import attention_heatmap, plain_figure, style_plain
 
-JS = Path(live_chart.__file__).with_name("live_chart.js").read_text(encoding="utf-8")
+JS = live_chart._JS  # the component's module as Streamlit gets it: plotly_loader.js, then live_chart.js
 N = 12  # tokens: every figure has the same height, so a chart may hold its margins from one to the next
 
 # The module, loaded once; every Plotly.react it makes is recorded: the margins it asked for, the margins Plotly drew
