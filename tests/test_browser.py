@@ -494,7 +494,7 @@ def settled(page, timeout: float = 60.0, quiet_ms: int = 1000) -> None:
         except PlaywrightTimeoutError:  # as before: the caller's own checks decide
             return
         except PlaywrightError:  # the page navigated meanwhile: wait again in the new document
-            if time.time() > end:
+            if time.time() > end or page.is_closed():
                 return
             time.sleep(0.1)
 
