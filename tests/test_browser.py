@@ -380,7 +380,7 @@ SMALLEST_LECTURE_FONT_PX = 24  # at 2x: every figure label and page text is at l
 def test_lecture_mode_is_readable_from_the_back_row(server, browser, size, theme):
     page = browser.new_page(viewport={"width": size[0], "height": size[1]})
     for path in ("attention", "logit_lens", "heads", "output"):
-        page.goto(f"{server}/{path}?lecture=true&scale=2.0&theme={theme}")
+        visit(page, f"{server}/{path}?lecture=true&scale=2.0&theme={theme}")
         expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
         settled(page)  # every chart drawn
         sizes = page.evaluate("""() => Array.from(document.querySelectorAll(
@@ -513,8 +513,53 @@ def until_url(page, act, url, tries: int = 3, wait_s: float = 15.0) -> None:
     expect(page).to_have_url(url, timeout=30_000)
 
 
+_RUNS: dict[int, list[int]] = {}  # id(page) -> [page runs finished] for the pages watch_runs watches
+
+
+def watch_runs(page) -> None:
+    """Count the page runs that finish on ``page`` (Streamlit's ``script_finished`` messages with the status
+    FINISHED_SUCCESSFULLY, read from the websocket: a fragment's run or a run cut short for a rerun is not one), from
+    the next websocket it opens on."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+    count = _RUNS.setdefault(id(page), [0])
+    page.on("close", lambda _: _RUNS.pop(id(page), None))
+
+    def frame(payload) -> None:
+        if isinstance(payload, bytes) and len(payload) < 256:  # script_finished is a few bytes; deltas are larger
+            msg = ForwardMsg.FromString(payload)
+            if msg.WhichOneof("type") == "script_finished" and msg.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY:
+                count[0] += 1
+
+    page.on("websocket", lambda ws: ws.on("framereceived", frame))
+
+
+def visit(page, url: str) -> None:
+    """Open ``url`` (a page of the app, with its query) as the browser's Back and Forward do: the address changes in
+    place (history.pushState, then popstate) and Streamlit's frontend asks its server for that page and query, in the
+    same session, without loading the document again (Streamlit's bundle, Plotly's code and a new session cost the
+    browser about a second of CPU a load on this machine); then waits until the server has finished that run. The
+    first visit of a page (Playwright's) loads ``url`` with ``goto``, watching the websocket from then on; so does a
+    visit to another server."""
+    here, there = urlparse(page.url), urlparse(url)
+    runs = _RUNS.get(id(page))
+    if runs is None or (here.scheme, here.netloc) != (there.scheme, there.netloc):
+        if runs is None:
+            watch_runs(page)
+        page.goto(url)
+        return
+    before = runs[0]
+    page.evaluate("""(url) => { history.pushState({}, '', url); window.dispatchEvent(new PopStateEvent('popstate')); }""",
+                  url)
+    end = time.time() + 60
+    while runs[0] == before:
+        if time.time() > end:
+            raise AssertionError(f"no run of {url} finished within 60 s (address now: {page.url})")
+        page.wait_for_timeout(50)  # lets Playwright deliver the websocket's frames
+    expect(page).to_have_url(re.compile(re.escape(there.path) + r"(\?|$)"))
+
+
 def audit(page, url: str, lecture: bool) -> tuple[list, dict]:
-    page.goto(url)
+    visit(page, url)
     expect(page.locator("[data-testid=stMain] h1").first).to_be_visible(timeout=60_000)
     settled(page)
     bad = low_contrast(page)
@@ -748,7 +793,7 @@ def test_dark_theme_draws_tables_and_selects_dark_and_no_mode_bar_covers_a_title
     page = browser.new_page(viewport={"width": size[0], "height": size[1]})
     for slug in ("", "attention", "inspector", "interventions"):
         url = f"{server}/{slug}?theme=dark"
-        page.goto(url)
+        visit(page, url)
         expect(page.locator("[data-testid=stMain] h1").first).to_be_visible(timeout=60_000)
         expect(page.locator(".js-plotly-plot .gtitle").first).to_be_attached(timeout=60_000)  # a figure is drawn
         settled(page)
@@ -756,7 +801,7 @@ def test_dark_theme_draws_tables_and_selects_dark_and_no_mode_bar_covers_a_title
         assert light_surfaces(page, SELECT_BOXES) == [], url
         assert low_contrast(page) == [], url
     # the inspector: the architecture table, and the weight statistics in their expander
-    page.goto(f"{server}/inspector?theme=dark")
+    visit(page, f"{server}/inspector?theme=dark")
     settled(page)
     page.get_by_text("All statistics as a table").click()
     expect(page.locator("[data-testid=stTable]")).to_have_count(2)
@@ -764,7 +809,7 @@ def test_dark_theme_draws_tables_and_selects_dark_and_no_mode_bar_covers_a_title
     assert light_surfaces(page, "[data-testid=stTable]") == []
     assert low_contrast(page) == []
     # Cause and effect: a head switched off (a chip beside the multiselect's arrow), then each kind of open list
-    page.goto(f"{server}/interventions?theme=dark")
+    visit(page, f"{server}/interventions?theme=dark")
     settled(page)
     choose_option(page, "Heads switched off", "L0H1")
     page.keyboard.press("Escape")
