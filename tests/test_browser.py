@@ -380,9 +380,9 @@ SMALLEST_LECTURE_FONT_PX = 24  # at 2x: every figure label and page text is at l
 def test_lecture_mode_is_readable_from_the_back_row(server, browser, size, theme):
     page = browser.new_page(viewport={"width": size[0], "height": size[1]})
     for path in ("attention", "logit_lens", "heads", "output"):
-        visit(page, f"{server}/{path}?lecture=true&scale=2.0&theme={theme}")
+        in_place = visit(page, f"{server}/{path}?lecture=true&scale=2.0&theme={theme}")
         expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
-        settled(page)  # every chart drawn
+        settled(page, quiet_ms=400 if in_place else 1000)  # every chart drawn (as in audit)
         sizes = page.evaluate("""() => Array.from(document.querySelectorAll(
                 '.js-plotly-plot text, [data-testid=stMain] p, [data-testid=stMain] label, [data-testid=stMain] h1'))
             .filter(e => e.getBoundingClientRect().width > 0 && (e.textContent || '').trim())
@@ -533,20 +533,21 @@ def watch_runs(page) -> None:
     page.on("websocket", lambda ws: ws.on("framereceived", frame))
 
 
-def visit(page, url: str) -> None:
+def visit(page, url: str) -> bool:
     """Open ``url`` (a page of the app, with its query) as the browser's Back and Forward do: the address changes in
     place (history.pushState, then popstate) and Streamlit's frontend asks its server for that page and query, in the
     same session, without loading the document again (Streamlit's bundle, Plotly's code and a new session cost the
     browser about a second of CPU a load on this machine); then waits until the server has finished that run. The
     first visit of a page (Playwright's) loads ``url`` with ``goto``, watching the websocket from then on; so does a
-    visit to another server."""
+    visit to another server. Returns True when the page moved in place (its run known to be over), False after a
+    ``goto``."""
     here, there = urlparse(page.url), urlparse(url)
     runs = _RUNS.get(id(page))
     if runs is None or (here.scheme, here.netloc) != (there.scheme, there.netloc):
         if runs is None:
             watch_runs(page)
         page.goto(url)
-        return
+        return False
     before = runs[0]
     page.evaluate("""(url) => { history.pushState({}, '', url); window.dispatchEvent(new PopStateEvent('popstate')); }""",
                   url)
@@ -556,12 +557,15 @@ def visit(page, url: str) -> None:
             raise AssertionError(f"no run of {url} finished within 60 s (address now: {page.url})")
         page.wait_for_timeout(50)  # lets Playwright deliver the websocket's frames
     expect(page).to_have_url(re.compile(re.escape(there.path) + r"(\?|$)"))
+    return True
 
 
 def audit(page, url: str, lecture: bool) -> tuple[list, dict]:
-    visit(page, url)
+    in_place = visit(page, url)
     expect(page.locator("[data-testid=stMain] h1").first).to_be_visible(timeout=60_000)
-    settled(page)
+    # after a move in place the server's run is known to be over: what is left is the frontend drawing it (live
+    # charts one per frame), so a shorter quiet spell than settled()'s default
+    settled(page, quiet_ms=400 if in_place else 1000)
     bad = low_contrast(page)
     if bad:  # taken again once: on a loaded machine a rerun or the theme's change may still have been under way
         page.wait_for_timeout(1500)
@@ -793,10 +797,10 @@ def test_dark_theme_draws_tables_and_selects_dark_and_no_mode_bar_covers_a_title
     page = browser.new_page(viewport={"width": size[0], "height": size[1]})
     for slug in ("", "attention", "inspector", "interventions"):
         url = f"{server}/{slug}?theme=dark"
-        visit(page, url)
+        in_place = visit(page, url)
         expect(page.locator("[data-testid=stMain] h1").first).to_be_visible(timeout=60_000)
         expect(page.locator(".js-plotly-plot .gtitle").first).to_be_attached(timeout=60_000)  # a figure is drawn
-        settled(page)
+        settled(page, quiet_ms=400 if in_place else 1000)  # as in audit
         assert_titles_clear(page, url)
         assert light_surfaces(page, SELECT_BOXES) == [], url
         assert low_contrast(page) == [], url
