@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import weakref
 from urllib.parse import parse_qs, urlparse
 
 import numpy as np
@@ -513,7 +514,7 @@ def until_url(page, act, url, tries: int = 3, wait_s: float = 15.0) -> None:
     expect(page).to_have_url(url, timeout=30_000)
 
 
-_RUNS: dict[int, list[int]] = {}  # id(page) -> [page runs finished] for the pages watch_runs watches
+_RUNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # page -> [page runs finished], for watched pages
 
 
 def watch_runs(page) -> None:
@@ -521,8 +522,7 @@ def watch_runs(page) -> None:
     FINISHED_SUCCESSFULLY, read from the websocket: a fragment's run or a run cut short for a rerun is not one), from
     the next websocket it opens on."""
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-    count = _RUNS.setdefault(id(page), [0])
-    page.on("close", lambda _: _RUNS.pop(id(page), None))
+    count = _RUNS.setdefault(page, [0])
 
     def frame(payload) -> None:
         if isinstance(payload, bytes) and len(payload) < 256:  # script_finished is a few bytes; deltas are larger
@@ -542,7 +542,7 @@ def visit(page, url: str) -> bool:
     visit to another server. Returns True when the page moved in place (its run known to be over), False after a
     ``goto``."""
     here, there = urlparse(page.url), urlparse(url)
-    runs = _RUNS.get(id(page))
+    runs = _RUNS.get(page)
     if runs is None or (here.scheme, here.netloc) != (there.scheme, there.netloc):
         if runs is None:
             watch_runs(page)
