@@ -383,7 +383,7 @@ def test_lecture_mode_is_readable_from_the_back_row(server, browser, size, theme
     for path in ("attention", "logit_lens", "heads", "output"):
         in_place = visit(page, f"{server}/{path}?lecture=true&scale=2.0&theme={theme}")
         expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
-        settled(page, quiet_ms=400 if in_place else 1000)  # every chart drawn (as in audit)
+        settled_after(page, in_place)  # every chart drawn
         sizes = page.evaluate("""() => Array.from(document.querySelectorAll(
                 '.js-plotly-plot text, [data-testid=stMain] p, [data-testid=stMain] label, [data-testid=stMain] h1'))
             .filter(e => e.getBoundingClientRect().width > 0 && (e.textContent || '').trim())
@@ -560,12 +560,16 @@ def visit(page, url: str) -> bool:
     return True
 
 
+def settled_after(page, in_place: bool) -> None:
+    """``settled()`` after a ``visit()``: after a move in place the server's run is known to be over, and what is left
+    is the frontend drawing it (live charts one per frame), so a shorter quiet spell (0.4 s) than after a load (1 s)."""
+    settled(page, quiet_ms=400 if in_place else 1000)
+
+
 def audit(page, url: str, lecture: bool) -> tuple[list, dict]:
     in_place = visit(page, url)
     expect(page.locator("[data-testid=stMain] h1").first).to_be_visible(timeout=60_000)
-    # after a move in place the server's run is known to be over: what is left is the frontend drawing it (live
-    # charts one per frame), so a shorter quiet spell than settled()'s default
-    settled(page, quiet_ms=400 if in_place else 1000)
+    settled_after(page, in_place)
     bad = low_contrast(page)
     if bad:  # taken again once: on a loaded machine a rerun or the theme's change may still have been under way
         page.wait_for_timeout(1500)
@@ -800,7 +804,7 @@ def test_dark_theme_draws_tables_and_selects_dark_and_no_mode_bar_covers_a_title
         in_place = visit(page, url)
         expect(page.locator("[data-testid=stMain] h1").first).to_be_visible(timeout=60_000)
         expect(page.locator(".js-plotly-plot .gtitle").first).to_be_attached(timeout=60_000)  # a figure is drawn
-        settled(page, quiet_ms=400 if in_place else 1000)  # as in audit
+        settled_after(page, in_place)
         assert_titles_clear(page, url)
         assert light_surfaces(page, SELECT_BOXES) == [], url
         assert low_contrast(page) == [], url
