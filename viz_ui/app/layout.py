@@ -16,7 +16,7 @@ from viz_model import CheckpointError, VizTransformer
 from viz_model.loading.dtypes import dtype_name
 from viz_model.tokenizer import IdTokenizer
 
-from viz_ui.app.navigation import PAGES
+from viz_ui.app.navigation import PAGES, page_links  # PAGES: the pages read it from here
 from viz_ui.classroom.ui import check_applied, class_bar, publish_view, question_area, sidebar_controls
 from viz_ui.views.export import figure_csv, trace_npz
 from viz_ui.views.figure_spec import FigureSpec
@@ -261,8 +261,8 @@ def _sidebar(models: dict[str, str]) -> tuple[str, str]:
     default_model = next(iter(models))
     with st.sidebar:
         st.markdown(f"### {APP_NAME}")
-        for path, label, icon in PAGES:
-            st.page_link(path, label=label, icon=icon)
+        for page, label in page_links():
+            st.page_link(page, label=label)
         st.divider()
         name = shared_widget(st.selectbox, "Model", list(models), key="model", default=default_model,
                              valid=models.__contains__,
