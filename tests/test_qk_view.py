@@ -93,6 +93,31 @@ def test_the_section_waits_for_its_button_when_the_gate_says_so(monkeypatch):
     st.cache_data.clear()
 
 
+def test_a_second_session_shows_the_same_cell_without_splitting_it_again(monkeypatch):
+    """A class opens one cell in every student's session: the split and what the section derives from it (grids,
+    sentence, largest pairs) are made once per server, and every session shows the same numbers."""
+    import streamlit as st
+
+    import viz_ui.app.qk_panel as panel
+    import viz_ui.views.qk as qk
+    st.cache_data.clear()
+    panel._panels.clear()
+    calls, grids = [], []
+    split, grid = panel.qk_views, qk.term_grid
+    monkeypatch.setattr(panel, "qk_views", lambda *args: calls.append(args[2:]) or split(*args))
+    monkeypatch.setattr(qk, "term_grid", lambda terms, *args: grids.append(len(terms)) or grid(terms, *args))
+    query = {"layer": "1", "head": "6", "query": "11", "key": "4"}
+    first, second = (open_page("pages/attention.py", text=TEXT, query=query) for _ in range(2))
+    assert calls == [(1, 6, 11, 4)] and len(grids) == 2  # split once and both grids made once, in the first session
+    model, cache = model_cache()
+    terms = attribution.qk_attribution(model, cache, 1, 6, 11, 4)
+    for at in (first, second):
+        assert abs(float({m.label: m.value for m in at.metric}["Sum of the terms"]) - sum(terms.values())) <= 1e-3
+        assert any(c.value.startswith(f"{len(terms)} terms in all") for c in at.caption)
+    assert figure_titled(first, "Score 11") == figure_titled(second, "Score 11")
+    assert [md.value for md in first.markdown] == [md.value for md in second.markdown]
+
+
 def test_a_default_key_follows_the_head_and_a_picked_key_stays():
     at = open_page("pages/attention.py", text=TEXT, query={"layer": "3", "head": "5", "query": "12"})
     model, cache = model_cache()

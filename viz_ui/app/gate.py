@@ -152,6 +152,13 @@ def cached_result(name: str, key: tuple) -> Any | None:
         return None
 
 
+def running_flag(name: str) -> str:
+    """The session key set while this session computes ``name`` through :func:`costly` (still set on the next run:
+    that run was stopped, and :func:`costly` says it was cancelled). A caller that finds the result elsewhere (a
+    cache of its own) drops it, as :func:`costly` does when the result is in its cache."""
+    return f"_gate_running_{name}"
+
+
 def costly(name: str, key: tuple, estimate_s: float, compute: Callable[[Progress | None], Any], label: str,
            where: Any = None) -> Any | None:
     """The result of ``compute`` for ``key``: from the cache, computed at once when ``estimate_s`` is at most
@@ -170,7 +177,7 @@ def costly(name: str, key: tuple, estimate_s: float, compute: Callable[[Progress
         The result, or None while it waits for a click (the button is shown).
     """
     where = where if where is not None else st
-    flag = f"_gate_running_{name}"  # set while this session computes it: still set on the next run = cancelled
+    flag = running_flag(name)  # set while this session computes it: still set on the next run = cancelled
     found = cached_result(name, key)
     if found is not None:
         st.session_state.pop(flag, None)

@@ -15,8 +15,8 @@ from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import _plain as fig_text
 from viz_ui.analysis.interventions import prompt_of
 from viz_ui.app.layout import AppState, pick_index, selected_points, set_shared, show_code, show_figure
-from viz_ui.app.gate import costly
-from viz_ui.views.qk import dominant_sentence, grid_frame, qk_code, qk_copies, qk_heatmap, qk_views, source_words, term_grid, top_pairs
+from viz_ui.app.gate import costly, running_flag
+from viz_ui.views.qk import QKPanel, grid_frame, qk_code, qk_copies, qk_heatmap, qk_views, source_words
 from viz_ui.app.state import estimate_seconds, export_load_args
 from viz_ui.analysis.text import plain
 from viz_ui.analysis.text_trace import Trace
@@ -50,6 +50,29 @@ def cell_click(select_key: str):
     return pick
 
 
+class _NotKept(LookupError):
+    pass
+
+
+@st.cache_resource(max_entries=256, show_spinner=False)
+def _panels(cell: tuple, _panel: QKPanel | None = None) -> QKPanel:
+    if _panel is None:
+        raise _NotKept(cell)  # not cached: Streamlit keeps no value for a call that raises
+    return _panel
+
+
+def shared_panel(cell: tuple, panel: QKPanel | None = None) -> QKPanel | None:
+    """The section's values for ``cell`` = ``(model key, text, layer, head, query, key)``, shared by every session of
+    this server (the same object, read-only: no copy per read, as ``st.cache_data`` makes): with ``panel``, kept and
+    returned; without, the kept one or None. The split itself stays in the gate's cache (:func:`costly`); a class
+    whose 100 students open the same cell derives the grids, the sentence and the largest pairs once, not 100 times
+    (2–3 ms a run each, ``bench/class_live.py``)."""
+    try:
+        return _panels(cell, panel)
+    except _NotKept:
+        return None
+
+
 def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int, key: int, page: str) -> None:
     """Draw the section for the cell (``query``, ``key``) of head ``head`` in layer ``layer``; ``page`` names the
     figures' files. An unsupported model gets its one-line reason."""
@@ -74,15 +97,19 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
                 + ("causal mask (it comes later)" if key > query and cfg.causal else "sliding window")
                 + ": its weight is 0. The terms below split the score the mask replaced with −∞.",
                 icon=":material/visibility_off:")
-    bounded = getattr(trace.arrays, "layers", None) is not None
-    estimate = estimate_seconds(state.model_path, state.text, qk_copies(model, trace.n_tokens, layer, bounded))
-    found = costly("qk_attribution", (state.model_path, state.text, layer, head, query, key), estimate,
-                   lambda progress: qk_views(model, trace, layer, head, query, key), "Split this score by source")
-    if found is None:
-        return
-    terms, summary = found
-    total = sum(terms.values())
-    grid = term_grid(terms)
+    cell = (state.model_path, state.text, layer, head, query, key)
+    panel = shared_panel(cell)
+    if panel is not None:
+        st.session_state.pop(running_flag("qk_attribution"), None)
+    else:
+        bounded = getattr(trace.arrays, "layers", None) is not None
+        estimate = estimate_seconds(state.model_path, state.text, qk_copies(model, trace.n_tokens, layer, bounded))
+        found = costly("qk_attribution", cell, estimate, lambda progress: qk_views(model, trace, layer, head, query, key),
+                       "Split this score by source")
+        if found is None:
+            return
+        panel = shared_panel(cell, QKPanel.of(*found))
+    total, grid = panel.total, panel.grid
     cap = cfg.attn_softcap
     c1, c2, c3 = st.columns(3)
     c1.metric("Sum of the terms", f"{total:.4f}")
@@ -92,11 +119,11 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
         st.caption(attribution.qk_note(model).capitalize() + ".")
     elif grid.rel_pos is not None:
         c3.metric("of which the relative position bias", f"{grid.rel_pos:.4f}")
-    st.markdown(dominant_sentence(terms, total))
+    st.markdown(panel.sentence)
     title = f"Score {query} {fig_text(trace.labels[query])} → {key} {fig_text(trace.labels[key])} by source"
     show_figure(FigureSpec(qk_heatmap, grid, title), state, f"qk_{page}_L{layer}_H{head}_q{query}_k{key}",
                 data=lambda: grid_frame(grid), live=f"qk_{page}")
-    st.caption(f"{len(terms)} terms in all; “other” sums the sources not named; the grid's cells sum to "
+    st.caption(f"{panel.n_terms} terms in all; “other” sums the sources not named; the grid's cells sum to "
                f"{float(grid.values.sum()):.4f}"
                + (f", plus the relative position bias {grid.rel_pos:.4f}" if grid.rel_pos is not None else "")
                + ". Sources: embed = token embedding, pos_embed = position embedding, LlHh = a head's output, "
@@ -104,11 +131,10 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
 
     st.markdown(f"**The head as a whole, for query {query} ({q_label}):** each term weighted by the attention the "
                 "query gives each key, summed over the keys it sees: which sources drive this head's pattern.")
-    pairs = top_pairs(summary, 3)
     st.markdown("Largest: " + "; ".join(f"{source_words(a, 'query')} at the query × {source_words(b, 'key')} at the "
                                         f"key ({v:+.3f})"
-                                        for a, b, v in pairs) + ".")
-    summary_grid = term_grid(summary)
+                                        for a, b, v in panel.pairs) + ".")
+    summary_grid = panel.summary_grid
     show_figure(FigureSpec(qk_heatmap, summary_grid, f"L{layer}H{head}, query {query} {fig_text(trace.labels[query])}: "
                            "weighted by its pattern"), state, f"qk_head_{page}_L{layer}_H{head}_q{query}",
                 data=lambda: grid_frame(summary_grid), live=f"qk_head_{page}")

@@ -168,6 +168,27 @@ def top_pairs(terms: dict[tuple[str, str], float], k: int = 3) -> list[tuple[str
     return [(a, b, v) for (a, b), v in sorted(terms.items(), key=lambda kv: -abs(kv[1]))[:k]]
 
 
+@dataclass(frozen=True)
+class QKPanel:
+    """Everything the "Why this score?" section shows for one cell, derived once from :func:`qk_views`' two splits
+    ``terms`` and ``summary`` (``{(query source, key source): score units}``): how many terms, their grids
+    (:func:`term_grid`), the sum of the cell's terms, the sentence naming its largest term and the summary's three
+    largest pairs. Small whatever the model (the splits, one term per pair of sources, are not kept)."""
+
+    n_terms: int
+    grid: TermGrid
+    summary_grid: TermGrid
+    total: float
+    sentence: str
+    pairs: list[tuple[str, str, float]]
+
+    @classmethod
+    def of(cls, terms: dict[tuple[str, str], float], summary: dict[tuple[str, str], float]) -> QKPanel:
+        total = sum(terms.values())
+        return cls(len(terms), term_grid(terms), term_grid(summary), total, dominant_sentence(terms, total),
+                   top_pairs(summary, 3))
+
+
 def qk_heatmap(grid: TermGrid, title: str, display: tuple[float, str] | None = None) -> go.Figure:
     """The grid as a diverging heatmap (white at 0), each cell labelled with its value; rows = sources at the query,
     columns = sources at the key. ``display``: see :func:`viz_ui.views.figures.one_pass_figure`."""
