@@ -1,0 +1,86 @@
+"""Streamlit's keyed widgets read one key of the session state, not all of it.
+
+Streamlit (1.67) builds ``st.selectbox``, ``st.radio``, ``st.slider``, ``st.text_area``, ``st.text_input``,
+``st.number_input`` and the date and time inputs with the same check: ``session_state = get_session_state().
+filtered_state``, then ``key in session_state and session_state[key] is None`` (the widget is drawn empty). The
+``filtered_state`` property makes a new dict of every key of the session with its shown value, through the
+"presenter" of every component that has one (each live chart and the class bell: a class made per call), to read one
+key. On the attention page, with its 9 keyed widgets and 8 components, that was a fifth of the script's time in
+Python (py-spy, ``--gil``), in every run of every student's session in a class (``bench/class_live.py``).
+
+:func:`install` gives those widget modules a ``get_session_state`` whose ``filtered_state`` answers ``in`` and
+``[]`` for one key through the session state's own ``in`` and ``[]`` (the same value: ``SessionState.__getitem__``
+is what ``filtered_state`` calls for each key, presenter included); anything else asked of it (iteration, length)
+is answered from the whole ``filtered_state``, as before. Nothing changes where this Streamlit lacks the names it
+replaces.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from typing import Any
+
+MODULES = ("selectbox", "radio", "slider", "text_widgets", "number_input", "time_widgets")
+
+
+class OneKeyView:
+    """What the widgets read of ``filtered_state``: ``key in view`` and ``view[key]`` for one key; the rest from the
+    whole ``filtered_state`` (made only when asked)."""
+
+    def __init__(self, state: Any) -> None:
+        self._state = state
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._state
+
+    def __getitem__(self, key: str) -> Any:
+        return self._state[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._state[key] if key in self._state else default
+
+    def _whole(self) -> dict[str, Any]:
+        return self._state.filtered_state
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._whole())
+
+    def __len__(self) -> int:
+        return len(self._whole())
+
+    def __getattr__(self, name: str) -> Any:  # keys(), items(), values(), ...
+        return getattr(self._whole(), name)
+
+
+class _Session:
+    """The session state as the widget modules see it: ``filtered_state`` is a :class:`OneKeyView`; every other
+    attribute is the real one's."""
+
+    def __init__(self, state: Any) -> None:
+        self._state = state
+
+    @property
+    def filtered_state(self) -> OneKeyView:
+        return OneKeyView(self._state)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._state, name)
+
+
+def install() -> None:
+    """Patch :data:`MODULES` (``streamlit.elements.widgets.*``) once per process; idempotent."""
+    for name in MODULES:
+        try:
+            module = importlib.import_module(f"streamlit.elements.widgets.{name}")
+        except ImportError:
+            continue
+        original = getattr(module, "get_session_state", None)
+        if original is None or getattr(original, "_viz_one_key", False):
+            continue
+
+        def get_session_state(_original=original) -> _Session:
+            return _Session(_original())
+
+        get_session_state._viz_one_key = True  # type: ignore[attr-defined]
+        module.get_session_state = get_session_state
