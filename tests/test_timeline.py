@@ -461,3 +461,19 @@ def test_plotly_code_for_live_charts_is_the_plotly_packages_own(tmp_path, monkey
     assert preload._install() is None
     # the preload's script survives st.html's DOMPurify, which drops a script holding "<" before a letter or "/"
     assert "<" not in preload.LOADER_CODE and "function loadPlotly(src)" in preload.LOADER_CODE
+
+
+def test_component_code_travels_without_comments_and_indentation():
+    """A component's code goes inline into each of its elements at every run: the live chart's is sent compacted,
+    every statement kept in order (the browser tests draw with it)."""
+    from pathlib import Path
+
+    from viz_ui.app import live_chart, preload
+    source = preload.LOADER_JS + "\n" + Path(live_chart.__file__).with_name("live_chart.js").read_text()
+    sent = live_chart._JS.splitlines()
+    assert not [line for line in sent if line != line.strip() or not line or line.startswith("//")]
+    assert len(live_chart._JS) < 0.7 * len(source) and "export default function (component) {" in sent
+    statements = iter(sent)  # every line of code, in its order
+    assert all(any(line.strip() == s for s in statements)
+               for line in source.splitlines() if line.strip() and not line.strip().startswith("//"))
+    assert preload.compact_js("  a = 1; // one\n\n  // gone\n\tif (a) {\n    b();\n  }\n") == "a = 1; // one\nif (a) {\nb();\n}"

@@ -31,14 +31,14 @@ from _plotly_utils.utils import PlotlyJSONEncoder
 
 from viz_ui.app import ahead as ahead_route
 from viz_ui.app.gate import one_at_a_time
-from viz_ui.app.preload import LOADER_JS, live_chart_source
+from viz_ui.app.preload import LOADER_JS, compact_js, live_chart_source
 from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import plain_figure, style_plain
 
 # a chart drawn ahead: (new text, early) → the figure the rerun would show for it, or None; ``early`` (or None) takes
 # that figure as soon as it is known, before the function returns (see live_chart)
 Ahead = Callable[[str, Callable[[FigureSpec], None] | None], FigureSpec | None]
-_JS = LOADER_JS + "\n" + (Path(__file__).with_name("live_chart.js")).read_text(encoding="utf-8")
+_JS = compact_js(LOADER_JS + "\n" + (Path(__file__).with_name("live_chart.js")).read_text(encoding="utf-8"))
 # Plotly's CSS is global: no shadow root. A chart waiting for the frames of a step is faded.
 _CSS = ".viz-live-chart.viz-live-waiting{opacity:0.35;transition:opacity 0.15s}"
 _COMPONENT = st.components.v2.component("viz_live_chart", js=_JS, css=_CSS, isolate_styles=False)
