@@ -4,6 +4,7 @@ session (uploads), which live in that session's state only."""
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import hashlib
 import json
@@ -65,10 +66,18 @@ def load_settings(argv: list[str] | None = None) -> tuple[str, str]:
     tests' 1e-4), and on a CPU bfloat16 matrix products are slower, not faster (bench/load_dtype.py). ``auto``
     keeps a checkpoint's own dtype (a bfloat16 model takes half the memory) for a server short of memory or a GPU.
     """
+    return _settings(tuple(sys.argv[1:] if argv is None else argv), os.environ.get("VIZ_DTYPE", ""),
+                     os.environ.get("VIZ_DEVICE", ""))
+
+
+@functools.lru_cache(maxsize=16)
+def _settings(argv: tuple[str, ...], dtype: str, device: str) -> tuple[str, str]:
+    """:func:`load_settings` for one command line and environment, parsed once (pages ask at every run: the code
+    they export names the dtype)."""
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--dtype", default=os.environ.get("VIZ_DTYPE", "").strip() or "float32")
-    parser.add_argument("--device", default=os.environ.get("VIZ_DEVICE", "").strip() or "auto")
-    args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    parser.add_argument("--dtype", default=dtype.strip() or "float32")
+    parser.add_argument("--device", default=device.strip() or "auto")
+    args, _ = parser.parse_known_args(list(argv))
     return args.dtype, args.device
 
 
