@@ -1,6 +1,7 @@
 """The app's pages, in the order of the pipeline: the sidebar's navigation (:mod:`viz_ui.app.layout`) and class mode's
 page switch (:mod:`viz_ui.classroom.follow`) read this one table."""
 
+import functools
 from pathlib import Path
 
 import streamlit as st
@@ -29,17 +30,13 @@ PAGES = [  # (file, label, icon): the order follows the pipeline
     ("pages/train.py", "Train your own", ":material/model_training:"),
 ]
 
-_LINKS: list[tuple[st.Page, str]] = []
-
-
+@functools.cache
 def page_links() -> list[tuple[st.Page, str]]:
-    """``(page, label)`` for each row of :data:`PAGES`: ``st.Page`` objects made once per process (in the first run
-    that asks: a page needs the run's context), by absolute path (a test runs a page as its main script), for the sidebar's ``st.page_link``. Given a path,
-    ``st.page_link`` resolves it on disk (``os.path.realpath``) and searches the app's pages on every call: 19 links
-    cost 8–10 ms of server CPU per run, every student's every run in a class (``bench/class_live.py``); given the
-    page it only checks that it is the one registered. Each ``Page`` has the file's own URL path (``app.py``, the
-    default page, as Streamlit's own, so that both have the same page hash)."""
-    if not _LINKS:
-        _LINKS.extend((st.Page(ROOT / path, title=label, icon=icon, default=path == PAGES[0][0]), label)
-                      for path, label, icon in PAGES)
-    return _LINKS
+    """``(page, label)`` for each row of :data:`PAGES`, for the sidebar's ``st.page_link``: ``st.Page`` objects made
+    once per process, in the first run that asks (a page needs the run's context), by absolute path (a test runs a
+    page as its main script). Given a path, ``st.page_link`` resolves it on disk (``os.path.realpath``) and searches
+    the app's pages at every call: 19 links cost 8–10 ms of server CPU per run, every student's every run in a class
+    (``bench/class_live.py``); given the page, it only checks that it is the one registered. Each ``Page`` has its
+    file's own URL path (``app.py``, the default page, as Streamlit's own), so both have the same page hash."""
+    return [(st.Page(ROOT / path, title=label, icon=icon, default=path == PAGES[0][0]), label)
+            for path, label, icon in PAGES]

@@ -15,7 +15,7 @@ from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import _plain as fig_text
 from viz_ui.analysis.interventions import prompt_of
 from viz_ui.app.layout import AppState, pick_index, selected_points, set_shared, show_code, show_figure
-from viz_ui.app.gate import costly, running_flag
+from viz_ui.app.gate import NotComputed, costly, running_flag
 from viz_ui.views.qk import QKPanel, grid_frame, qk_code, qk_copies, qk_heatmap, qk_views, source_words
 from viz_ui.app.state import estimate_seconds, export_load_args
 from viz_ui.analysis.text import plain
@@ -50,14 +50,10 @@ def cell_click(select_key: str):
     return pick
 
 
-class _NotKept(LookupError):
-    pass
-
-
 @st.cache_resource(max_entries=256, show_spinner=False)
 def _panels(cell: tuple, _panel: QKPanel | None = None) -> QKPanel:
     if _panel is None:
-        raise _NotKept(cell)  # not cached: Streamlit keeps no value for a call that raises
+        raise NotComputed(cell)  # not cached: Streamlit keeps no value for a call that raises (as the gate's _kept)
     return _panel
 
 
@@ -69,7 +65,7 @@ def shared_panel(cell: tuple, panel: QKPanel | None = None) -> QKPanel | None:
     (2–3 ms a run each, ``bench/class_live.py``)."""
     try:
         return _panels(cell, panel)
-    except _NotKept:
+    except NotComputed:
         return None
 
 

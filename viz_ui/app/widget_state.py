@@ -37,9 +37,6 @@ class OneKeyView:
     def __getitem__(self, key: str) -> Any:
         return self._state[key]
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self._state[key] if key in self._state else default
-
     def _whole(self) -> dict[str, Any]:
         return self._state.filtered_state
 
@@ -49,7 +46,7 @@ class OneKeyView:
     def __len__(self) -> int:
         return len(self._whole())
 
-    def __getattr__(self, name: str) -> Any:  # keys(), items(), values(), ...
+    def __getattr__(self, name: str) -> Any:  # get(), keys(), items(), values(), ...
         return getattr(self._whole(), name)
 
 
