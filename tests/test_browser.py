@@ -374,6 +374,29 @@ def test_the_output_page_loads_again_and_again_without_a_frontend_error(server, 
     page.close()
 
 
+
+def test_a_page_the_frontend_can_no_longer_draw_loads_itself_again(server, browser):
+    """Streamlit's frontend throws "Bad delta path index" when a run's element arrives for a place the page has just
+    cleared (a following student's screen, when a fragment run that switched the page and the next run cross), and
+    the tab stays blank; viz_ui/app/recover.js loads the address again (the view comes back), at most once in 10 s,
+    and never for another error."""
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(f"{server}/tokens?head=2")
+    heading = page.get_by_role("heading", name="Tokens", level=1)
+    expect(heading).to_be_visible(timeout=60_000)
+    throw = "(m) => { window.__before = 1; setTimeout(() => { throw new Error(m); }); }"
+    page.evaluate(throw, "Something else went wrong")
+    page.wait_for_timeout(1500)
+    assert page.evaluate("window.__before") == 1  # not loaded again
+    with page.expect_navigation(timeout=10_000):
+        page.evaluate(throw, "Bad delta path index 3 (should be between [0, 2])")
+    expect(heading).to_be_visible(timeout=60_000)
+    assert page.evaluate("window.__before") is None and "head=2" in page.url  # a new document, the same view
+    page.evaluate(throw, "Bad delta path index 2 (should be between [0, 0])")  # again within 10 s: no loop
+    page.wait_for_timeout(1500)
+    assert page.evaluate("window.__before") == 1
+    page.close()
+
 SMALLEST_LECTURE_FONT_PX = 24  # at 2x: every figure label and page text is at least this large
 
 

@@ -461,6 +461,7 @@ def test_plotly_code_for_live_charts_is_the_plotly_packages_own(tmp_path, monkey
     assert preload._install() is None
     # the preload's script survives st.html's DOMPurify, which drops a script holding "<" before a letter or "/"
     assert "<" not in preload.LOADER_CODE and "function loadPlotly(src)" in preload.LOADER_CODE
+    assert "<" not in preload.RECOVER_CODE and "Bad delta path index" in preload.RECOVER_CODE
 
 
 def test_component_code_travels_without_comments_and_indentation():

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "static"  # Streamlit serves the folder beside the main script (app.py) as app/static/
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 LOADER_JS = (Path(__file__).with_name("plotly_loader.js")).read_text(encoding="utf-8")
+RECOVER_JS = (Path(__file__).with_name("recover.js")).read_text(encoding="utf-8")
 
 
 def compact_js(code: str) -> str:
@@ -43,6 +44,7 @@ def compact_js(code: str) -> str:
 # comment's "<script>" would): the loader's code is sent without its comment lines (tests/test_timeline.py checks
 # that no "<" is left).
 LOADER_CODE = compact_js(LOADER_JS)
+RECOVER_CODE = compact_js(RECOVER_JS)  # a page Streamlit's frontend can no longer draw loads itself again
 
 # Streamlit's own static files, for st.plotly_chart; the name is hashed per release. If a release renames or drops
 # the chunk, nothing is preloaded where live charts are not served, and the charts load as before.
@@ -91,15 +93,18 @@ def preload_plotly() -> None:
 
     Drawn on every run, so the page's elements keep their places (an element present only on a session's first
     run shifted every later one, and the old ones lingered during the next rerun); the browser loads the code once
-    per tab, and an unchanged element is not re-run."""
+    per tab, and an unchanged element is not re-run. The same script installs ``recover.js``: a page that Streamlit's
+    frontend can no longer draw (its "Bad delta path index" error, which leaves the tab blank) loads itself again."""
     src = live_chart_source()
     if src is not None:
-        st.html(f"<script>(() => {{\n{LOADER_CODE}\nloadPlotly({json.dumps(src)}).catch(() => {{}});\n}})();</script>",
-                unsafe_allow_javascript=True)
+        load = f"{LOADER_CODE}\nloadPlotly({json.dumps(src)}).catch(() => {{}});"
     elif PLOTLY_CHUNK is not None:  # next to Streamlit's own bundle, wherever the app is served from
-        st.html("<script>{const b = document.querySelector('script[type=module][src*=\"/static/js/\"]');"
+        load = ("{const b = document.querySelector('script[type=module][src*=\"/static/js/\"]');"
                 f"import(new URL(b ? '{PLOTLY_CHUNK}' : './static/js/{PLOTLY_CHUNK}', b ? b.src : document.baseURI)"
-                ".href).catch(() => {});}</script>", unsafe_allow_javascript=True)
+                ".href).catch(() => {});}")
+    else:
+        load = ""
+    st.html(f"<script>{RECOVER_CODE}\n(() => {{\n{load}\n}})();</script>", unsafe_allow_javascript=True)
     _import_once()
 
 
