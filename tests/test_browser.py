@@ -374,7 +374,6 @@ def test_the_output_page_loads_again_and_again_without_a_frontend_error(server, 
     page.close()
 
 
-
 def test_a_page_the_frontend_can_no_longer_draw_loads_itself_again(server, browser):
     """Streamlit's frontend throws "Bad delta path index" when a run's element arrives for a place the page has just
     cleared (a following student's screen, when a fragment run that switched the page and the next run cross), and
@@ -396,6 +395,7 @@ def test_a_page_the_frontend_can_no_longer_draw_loads_itself_again(server, brows
     page.wait_for_timeout(1500)
     assert page.evaluate("window.__before") == 1
     page.close()
+
 
 SMALLEST_LECTURE_FONT_PX = 24  # at 2x: every figure label and page text is at least this large
 

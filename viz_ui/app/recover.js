@@ -1,7 +1,7 @@
 // A page that Streamlit's frontend can no longer draw loads itself again (viz_ui/app/preload.py).
 // Streamlit 1.67's frontend throws "Bad delta path index N (should be between [0, M])" when a run's element arrives
 // for a place the page has just cleared (a following student's screen, when a fragment run that switched the page
-// and the next full run cross: bench/class_live.py, tests/test_class_browser.py); React then unmounts the whole app
+// and the next full run cross under load: README, In the classroom); React then unmounts the whole app
 // and the tab stays blank, its websocket closed. The address holds the view (and a class's code), so loading it
 // again brings the same view back; at most once in 10 s, so that a page failing at once is never reloaded in a loop.
 (() => {
@@ -9,7 +9,7 @@
     window.__vizRecover = true;
     const KEY = "viz-recovered-at";
     const recover = error => {
-        const message = String((error && (error.message || error.reason && error.reason.message)) || "");
+        const message = String(error && error.message || "");
         if (!message.includes("Bad delta path index")) return;
         const last = Number(sessionStorage.getItem(KEY) || 0);
         if (10000 > Date.now() - last) return;
