@@ -1,7 +1,7 @@
 """viz_ui.app.rerun_order: a fragment's timed rerun that reaches the server just after a script run ended starts
 its ScriptRunner after that run's last messages are handled, not before (which made Streamlit drop them); a fragment
-rerun asked for on a page the session has left runs on the current page (Streamlit ran it on the old page, and the
-browser blanked the new one)."""
+rerun asked for on a page the session has left is dropped when timed, else run as a full rerun of the current page
+(run as a fragment, on either page, it made the browser blank the new page)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 from streamlit.runtime.app_session import AppSession, AppSessionState
 from streamlit.runtime.scriptrunner.script_runner import ScriptRunner
+from streamlit.proto.WidgetStates_pb2 import WidgetStates
 from streamlit.runtime.scriptrunner_utils.script_requests import RerunData, ScriptRequestType
 
 from viz_ui.app import rerun_order
@@ -128,7 +129,7 @@ def test_the_app_installs_it():
     import viz_ui.app.layout  # noqa: F401  (every page imports it)
 
     assert getattr(AppSession._create_scriptrunner, "_viz_waits", False)
-    assert getattr(ScriptRunner._run_script, "_viz_current_page", False)
+    assert getattr(ScriptRunner._run_script, "_viz_page_left", False)
 
 
 @pytest.fixture
@@ -145,27 +146,39 @@ def session_on(page: str):
     return SimpleNamespace(_pages_manager=SimpleNamespace(current_page_script_hash=page))
 
 
-def test_a_fragment_rerun_asked_on_the_page_before_runs_on_the_current_page(runs):
+def test_a_timed_fragment_rerun_asked_on_the_page_before_is_not_run(runs):
     stale = RerunData(fragment_id_queue=["poll"], page_script_hash="tokens", page_name="tokens",
                       query_string="class=ABC", is_auto_rerun=True)
     ScriptRunner._run_script(session_on("attention"), stale)  # the poll switched to attention meanwhile
-    ran = runs[-1]
-    assert (ran.page_script_hash, ran.page_name) == ("attention", "")
-    assert ran.fragment_id_queue == ["poll"] and ran.is_auto_rerun  # still the same fragment rerun
-    ScriptRunner._run_script(session_on("attention"), RerunData(fragment_id="answer", page_script_hash="tokens"))
-    assert runs[-1].page_script_hash == "attention"  # a fragment's own widget (not yet queued) too
+    assert runs == []
+
+
+def test_another_fragment_rerun_asked_on_the_page_before_reruns_the_current_page(runs):
+    states = WidgetStates()
+    states.widgets.add(id="answer_box", string_value="L1H3")
+    for stale in (RerunData(fragment_id_queue=["bell"], page_script_hash="tokens", page_name="tokens",
+                            query_string="class=ABC", widget_states=states),
+                  RerunData(fragment_id="answer", page_script_hash="tokens", widget_states=states,
+                            is_fragment_scoped_rerun=True)):  # a fragment's own widget (not yet queued) too
+        ScriptRunner._run_script(session_on("attention"), stale)
+        ran = runs[-1]
+        assert (ran.page_script_hash, ran.page_name) == ("attention", "")
+        assert not rerun_order.is_fragment_rerun(ran) and not ran.is_fragment_scoped_rerun  # the whole page
+        assert ran.widget_states is states  # the click's values still reach the page
+    assert len(runs) == 2
 
 
 def test_full_reruns_and_fragment_reruns_on_the_current_page_are_unchanged(runs):
     switch = RerunData(page_script_hash="attention", query_string="head=5")
-    poll = RerunData(fragment_id_queue=["poll"], page_script_hash="attention", query_string="head=5")
-    unnamed = RerunData(fragment_id_queue=["poll"], page_script_hash="")
+    poll = RerunData(fragment_id_queue=["poll"], page_script_hash="attention", query_string="head=5",
+                     is_auto_rerun=True)
+    unnamed = RerunData(fragment_id_queue=["poll"], page_script_hash="", is_auto_rerun=True)
     for data, current in ((switch, "tokens"), (poll, "attention"), (unnamed, "attention"), (poll, "")):
         ScriptRunner._run_script(session_on(current), data)
         assert runs[-1] is data
 
 
 def test_the_current_query_string_goes_with_the_current_page():
-    stale = RerunData(fragment_id_queue=["poll"], page_script_hash="tokens", query_string="class=ABC")
-    assert rerun_order.on_current_page(stale, "attention", "head=5&class=ABC").query_string == "head=5&class=ABC"
-    assert rerun_order.on_current_page(stale, "attention", "").query_string == "class=ABC"  # not known: kept
+    stale = RerunData(fragment_id_queue=["bell"], page_script_hash="tokens", query_string="class=ABC")
+    assert rerun_order.from_page_left(stale, "attention", "head=5&class=ABC").query_string == "head=5&class=ABC"
+    assert rerun_order.from_page_left(stale, "attention", "").query_string == "class=ABC"  # not known: kept

@@ -1,5 +1,6 @@
 """Two fixes for races in Streamlit's order of reruns: a fragment's timed rerun waits for the messages of the run that
-just ended, and a fragment rerun asked for on a page the session has left runs on the page the session shows.
+just ended, and a fragment rerun asked for on a page the session has left is dropped (a timed one) or becomes a full
+rerun of the page the session shows.
 
 **Messages of the run that just ended.**
 
@@ -25,14 +26,21 @@ would undo it). Full reruns are left as they are: Streamlit stops the running sc
 
 **A fragment rerun from the page before.** A browser's fragment rerun request names the page the browser shows. When
 it reaches the server while the script switches page (a student's class poll, itself a fragment run, applies the
-teacher's view with ``st.switch_page``), Streamlit queues it and runs it after the new page's full run, on the page the
-request named: the session's page goes back to the old one for that fragment run (its widget states are cleaned up
-as for a page change), and the browser, told by the run's ``new_session`` that the page changed, clears the new
-page's elements, then gets the fragment's elements at their place in the new page and throws ("Bad delta path
-index 2 (should be between [0, 0])"): the student sees a blank page and the websocket closes (tests/
-test_class_browser.py, 2 runs in 5 when students follow fast). A fragment rerun never changes the page on purpose,
-so :func:`install` also makes ``ScriptRunner._run_script`` run such a request on the session's current page
-(:func:`on_current_page`).
+teacher's view with ``st.switch_page``), Streamlit queues it and runs it just after the new page's full run. Run on
+the page the request named, the session's page went back to the old one for that fragment run, and the browser,
+told by the run's ``new_session`` that the page changed, cleared the new page's elements, then got the fragment's
+elements at their place in the new page and threw ("Bad delta path index 2 (should be between [0, 0])"): a blank
+page (tests/test_class_browser.py, 2 runs in 5 when students followed fast). Run on the current page instead, it
+still threw under CPU load ("Bad delta path index 3 (should be between [0, 2])"; 3 of 6 such runs in 40 page
+changes, 2026-11-28): its ``new_session`` reaches the browser a few milliseconds after the full run's, and Streamlit's
+frontend compares the fragment run's page with the page it holds in React state, which a busy browser has not yet
+updated from the full run's message; it then clears the page it has just been sent, mid-way.
+
+So :func:`install` makes ``ScriptRunner._run_script`` never run a fragment on a page the session has left
+(:func:`from_page_left`): a timed rerun (a poll's timer) is dropped, since it brings no change of its own and the
+new page's full run has just run the same fragment inline (and registered its timer again); any other (the class
+bell's ring, a click in a fragment: its widget states may be a change) becomes a full rerun of the current page
+with the current query string, which the browser draws from an empty page whatever page it thinks it shows.
 """
 
 from __future__ import annotations
@@ -59,12 +67,16 @@ def is_fragment_rerun(rerun_data: RerunData) -> bool:
     return bool(rerun_data.fragment_id or rerun_data.fragment_id_queue)
 
 
-def on_current_page(rerun_data: RerunData, current_page: str, current_query: str = "") -> RerunData:
+def from_page_left(rerun_data: RerunData, current_page: str, current_query: str = "") -> RerunData | None:
     """``rerun_data`` to run now in a session showing ``current_page`` (a page script hash, "" before the first run)
-    with the query string ``current_query`` ("" when not known): a fragment rerun that names another page gets the
-    current page, no page name, and the current query string when known; anything else is unchanged."""
+    with the query string ``current_query`` ("" when not known). A fragment rerun that names another page: None (not
+    run) when it is a timed rerun (``is_auto_rerun``), else a full rerun of the current page (no page name, no
+    fragments, the current query string when known, the request's widget states). Anything else is unchanged."""
     if is_fragment_rerun(rerun_data) and current_page and rerun_data.page_script_hash not in ("", current_page):
-        return replace(rerun_data, page_script_hash=current_page, page_name="",
+        if rerun_data.is_auto_rerun:
+            return None
+        return replace(rerun_data, page_script_hash=current_page, page_name="", fragment_id=None,
+                       fragment_id_queue=[], is_fragment_scoped_rerun=False,
                        query_string=current_query or rerun_data.query_string)
     return rerun_data
 
@@ -84,7 +96,7 @@ def without_stale_states(rerun_data: RerunData) -> RerunData:
 def install() -> None:
     """Patch ``AppSession._create_scriptrunner`` and ``ScriptRunner._run_script`` once per process (later calls do
     nothing)."""
-    _install_run_on_current_page()
+    _install_page_left_check()
     if getattr(AppSession._create_scriptrunner, "_viz_waits", False):
         return
     original = AppSession._create_scriptrunner
@@ -108,8 +120,8 @@ def install() -> None:
     AppSession._create_scriptrunner = create_scriptrunner
 
 
-def _install_run_on_current_page() -> None:
-    if getattr(ScriptRunner._run_script, "_viz_current_page", False):
+def _install_page_left_check() -> None:
+    if getattr(ScriptRunner._run_script, "_viz_page_left", False):
         return
     original = ScriptRunner._run_script
 
@@ -117,8 +129,9 @@ def _install_run_on_current_page() -> None:
         pages = getattr(self, "_pages_manager", None)  # None where this Streamlit's internals differ: unchanged
         current = getattr(pages, "current_page_script_hash", "") or ""
         ctx = get_script_run_ctx(suppress_warning=True)  # this runner's thread: the last run's query string, or ""
-        return original(self, on_current_page(rerun_data, current, getattr(ctx, "query_string", "") or ""))
+        data = from_page_left(rerun_data, current, getattr(ctx, "query_string", "") or "")
+        return None if data is None else original(self, data)
 
-    run_script._viz_current_page = True
+    run_script._viz_page_left = True
     run_script.__doc__ = original.__doc__
     ScriptRunner._run_script = run_script
