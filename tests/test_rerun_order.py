@@ -9,9 +9,9 @@ import asyncio
 from types import SimpleNamespace
 
 import pytest
+from streamlit.proto.WidgetStates_pb2 import WidgetStates
 from streamlit.runtime.app_session import AppSession, AppSessionState
 from streamlit.runtime.scriptrunner.script_runner import ScriptRunner
-from streamlit.proto.WidgetStates_pb2 import WidgetStates
 from streamlit.runtime.scriptrunner_utils.script_requests import RerunData, ScriptRequestType
 
 from viz_ui.app import rerun_order
