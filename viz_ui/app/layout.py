@@ -22,7 +22,7 @@ from viz_ui.views.export import figure_csv, trace_npz
 from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import style_for_display
 from viz_ui.app.live_chart import Frames, clicked_point, live_chart
-from viz_ui.app import rerun_order, widget_state
+from viz_ui.app import presenter, rerun_order, widget_state
 from viz_ui.app.state import available_models, get_salient_head, get_trace, resolve
 from viz_ui.analysis.interventions import Head, head_name, parse_heads
 from viz_ui.analysis.text import plain
@@ -30,6 +30,7 @@ from viz_ui.analysis.text_trace import Trace
 
 rerun_order.install()  # once per process, at the first run of any page: see viz_ui/app/rerun_order.py
 widget_state.install()  # the same: see viz_ui/app/widget_state.py
+presenter.install()  # the same: see viz_ui/app/presenter.py
 
 APP_NAME = "Inside a Transformer"
 ROOT = Path(__file__).resolve().parents[2]
@@ -361,7 +362,9 @@ def pick_layer_head(state: AppState, layer_col, head_col) -> tuple[int, int]:
     on the most salient head for the text (:func:`viz_ui.views.overview.salient_head`), not on layer 0 head 0."""
     cfg = state.model.cfg
     layer, head = 0, 0
-    if state.trace is not None and not {"_layer", "_head"} <= set(st.session_state):
+    # two ``in`` tests, not ``set(st.session_state)``: iterating the session state builds every value, and each
+    # custom component's value is presented through a class Streamlit creates anew for it (a GC cycle per chart)
+    if state.trace is not None and not ("_layer" in st.session_state and "_head" in st.session_state):
         layer, head = get_salient_head(state.model_path, state.text)
     return (pick_index(layer_col, "Layer", "layer", cfg.n_layers, layer),
             pick_index(head_col, "Head", "head", cfg.n_heads, head))
