@@ -179,6 +179,13 @@ def encoder_decoder_names(models: dict[str, str]) -> list[str]:
 
 
 _FROZEN = False  # see get_model
+# Python's collector thresholds once the libraries and the model are frozen (default 700, 10, 10): a young collection
+# after 20,000 new objects instead of 700, a middle one after 20 of those, a full one after 50 middle ones. A run of a
+# page makes and drops tens of thousands of objects; with the defaults a replica serving 33 students of a class
+# (bench/class_live.py, 100 students on 3 replicas, 9 changes) ran ~1,450 young, ~130 middle and ~12 full collections
+# (each full one 50-60 ms of CPU over ~40-60k live objects, stopping every session of the server), 2.5-2.8 s of
+# collector time a replica; with these, ~40, 1 and 1: 1.0-1.1 s (2026-11-28, gc callbacks timed in the replicas).
+GC_THRESHOLDS = (20_000, 20, 50)
 
 
 @st.cache_resource(max_entries=4, show_spinner="Loading the model…")
@@ -189,7 +196,7 @@ def get_model(path: str) -> tuple[VizTransformer, Tokenizer | None]:
     After the first load, every object alive (libraries, the model) is moved out of the garbage collector's
     view (``gc.freeze``, once per process): Streamlit runs a full collection after every rerun, which walked
     those ~270k long-lived objects each time (~150 ms per rerun on 2 cores, bench/latency.py). New objects are
-    still collected.
+    still collected, less often (:data:`GC_THRESHOLDS`).
     """
     global _FROZEN
     dtype, device = load_settings()
@@ -197,6 +204,7 @@ def get_model(path: str) -> tuple[VizTransformer, Tokenizer | None]:
     if not _FROZEN:  # once: later freezes would also pin whatever the sessions hold at that moment
         gc.collect()
         gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
         _FROZEN = True
     return loaded
 
