@@ -87,7 +87,7 @@ def test_writes_go_back_to_the_component_state_as_streamlit_does():
 def test_a_component_drawn_in_this_run_refuses_writes(monkeypatch):
     ctx = SimpleNamespace(shared=SimpleNamespace(widget_ids_this_run={CID}, form_ids_this_run=set()))
     monkeypatch.setattr(presentation, "get_script_run_ctx", lambda: ctx)
-    monkeypatch.setattr("streamlit.runtime.scriptrunner.get_script_run_ctx", lambda: ctx)
+    monkeypatch.setattr(ours, "get_script_run_ctx", lambda: ctx)
     for make in (presentation.make_bidi_component_presenter, ours.presenter):
         state = session([])
         value = make(AGG, CID, None)({"value": 1}, state)

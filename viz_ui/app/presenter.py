@@ -23,6 +23,9 @@ import importlib
 import logging
 from typing import Any, Callable
 
+from streamlit.errors import StreamlitAPIException
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+
 _LOGGER = logging.getLogger(__name__)
 TARGET = "streamlit.components.v2.bidi_component.main"  # the module that calls make_bidi_component_presenter
 
@@ -78,9 +81,6 @@ def presenter(aggregator_id: str, component_id: str | None = None, allowed_state
     ``present(base_value, session_state)`` returns ``base_value`` merged over the triggers' latest values as a
     :class:`WriteThrough`, or ``base_value`` itself when it is not a dict or there are no trigger values to merge
     (exactly as Streamlit 1.67's ``make_bidi_component_presenter``)."""
-    from streamlit.errors import StreamlitAPIException
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
     def present(base_value: object, session_state) -> object:
         if not isinstance(base_value, dict):
             return base_value
@@ -123,7 +123,6 @@ def presenter(aggregator_id: str, component_id: str | None = None, allowed_state
             _LOGGER.debug("Failed to merge trigger events into component state: %s", exc, exc_info=exc)
             return base_value
 
-    present._viz_presenter = True  # type: ignore[attr-defined]
     return present
 
 
