@@ -11,6 +11,7 @@ import weakref
 from urllib.parse import parse_qs, urlparse
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from playwright.sync_api import Error as PlaywrightError, TimeoutError as PlaywrightTimeoutError, expect, sync_playwright
@@ -395,6 +396,35 @@ def test_a_page_the_frontend_can_no_longer_draw_loads_itself_again(server, brows
     page.wait_for_timeout(1500)
     assert page.evaluate("window.__before") == 1
     page.close()
+
+
+def test_a_figures_data_downloads_from_the_link_inside_its_chart(server, browser):
+    """Served as the README starts it, every figure's CSV is a link drawn by its live chart (viz_ui/app/downloads.py)
+    instead of a download button: one per chart; the head heatmap's file holds the model's own attention weights."""
+    page = browser.new_page(viewport={"width": 1280, "height": 800}, accept_downloads=True)
+    in_place = visit(page, f"{server}/attention")
+    expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
+    settled_after(page, in_place)
+    charts, links = page.locator(".viz-live-chart"), page.locator("a.viz-csv:not([hidden])")
+    assert charts.count() >= 4 and links.count() == charts.count()
+    expect(links.first).to_have_text("Data (CSV)")
+    assert page.locator("[data-testid=stDownloadButton]").filter(has_text="Data (CSV)").count() == 0
+    names = links.evaluate_all("ls => ls.map(l => l.download)")  # named after the model and the view
+    (name,) = [n for n in names if re.fullmatch(r".+_attention_L\d+_H\d+\.csv", n)]  # the chosen head's heatmap
+    layer, head = map(int, re.search(r"_L(\d+)_H(\d+)\.csv$", name).groups())
+    with page.expect_download() as info:
+        page.locator(f"a.viz-csv[download='{name}']").click()
+    assert info.value.suggested_filename == name
+    frame = pd.read_csv(info.value.path(), index_col=0)
+    model, tok = load_model()
+    text = page.get_by_label("Text", exact=True).input_value()
+    ids = tok.encode(text).ids
+    _, cache = model.run_with_cache(torch.tensor([ids]))
+    weights = cache[f"blocks.{layer}.attn.hook_pattern"][0, head].numpy()
+    assert frame.shape == weights.shape == (len(ids), len(ids))
+    np.testing.assert_allclose(frame.to_numpy(), weights, atol=1e-6)
+    labels = [f"{i} {token_label(tok, t)}" for i, t in enumerate(ids)]  # rows are queries, columns keys
+    assert list(frame.columns) == list(frame.index) == labels and frame.index.name == "query position"
 
 
 SMALLEST_LECTURE_FONT_PX = 24  # at 2x: every figure label and page text is at least this large

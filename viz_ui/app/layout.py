@@ -21,7 +21,7 @@ from viz_ui.classroom.ui import check_applied, class_bar, publish_view, question
 from viz_ui.views.export import figure_csv, trace_npz
 from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import style_for_display
-from viz_ui.app.live_chart import Frames, clicked_point, live_chart
+from viz_ui.app.live_chart import Frames, clicked_point, csv_link, live_chart
 from viz_ui.app import presenter, rerun_order, widget_state
 from viz_ui.app.state import available_models, get_salient_head, get_trace, resolve
 from viz_ui.analysis.interventions import Head, head_name, parse_heads
@@ -464,7 +464,8 @@ def show_figure(fig: go.Figure | FigureSpec, state: AppState, view: str, data=No
                 on_select=None, styled: bool = False, live: str | None = None, frames: Frames | None = None,
                 ahead=None) -> None:
     """Render a figure with a PNG/SVG export in its toolbar and a CSV of its data, named after the model
-    and view. ``data``: a callable returning the DataFrame to export, when the figure's own cells are not
+    and view (a "Data (CSV)" link drawn by the live chart where the app is served with :mod:`viz_ui.app.downloads`'
+    route, else a ``st.download_button``; none in lecture mode). ``data``: a callable returning the DataFrame to export, when the figure's own cells are not
     the best table (e.g. tiled or pooled figures); by default :func:`figure_frame` of the figure.
     ``select_key`` and ``on_select``: a clickable figure (Streamlit point selection under that widget key; the
     callback reads :func:`selected_points` of ``select_key``). ``styled``: the figure was built styled for
@@ -488,8 +489,14 @@ def show_figure(fig: go.Figure | FigureSpec, state: AppState, view: str, data=No
     # as Streamlit's own charts: clicks select (no box or lasso), no upload to Plotly's cloud
     live_config = dict(config, modeBarButtonsToRemove=["lasso2d", "select2d", "sendChartToCloud"])
     live = live or select_key or f"chart_{view}"
+    csv = None if d.lecture else (
+        (lambda: figure_csv(fig.figure() if isinstance(fig, FigureSpec) else fig)) if data is None
+        else (lambda: data().to_csv(index=False)))
+    in_chart = csv is not None and csv_link()  # the chart draws its own link: no button (viz_ui.app.downloads)
     if live_chart(fig, live_config, live, on_click=on_select, frames=frames,
-                  style=None if styled else (d.scale, d.theme), ahead=ahead) is None:
+                  style=None if styled else (d.scale, d.theme), ahead=ahead,
+                  csv=(csv, f"{filename}.csv") if in_chart else None) is None:
+        in_chart = False
         fig = fig.figure() if isinstance(fig, FigureSpec) else fig
         if not styled:
             style_for_display(fig, d.scale, d.theme)
@@ -498,9 +505,7 @@ def show_figure(fig: go.Figure | FigureSpec, state: AppState, view: str, data=No
             st.plotly_chart(fig, theme=None, config=config, key=select_key, on_select=on_select, selection_mode="points")
         else:
             st.plotly_chart(fig, theme=None, config=config)
-    if not d.lecture:
-        csv = ((lambda: figure_csv(fig.figure() if isinstance(fig, FigureSpec) else fig)) if data is None
-               else (lambda: data().to_csv(index=False)))
+    if csv is not None and not in_chart:
         st.download_button("Data (CSV)", data=csv, file_name=f"{filename}.csv", mime="text/csv",
                            key=f"csv_{view}", type="tertiary", icon=":material/download:")
     show_link(state)

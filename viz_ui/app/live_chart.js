@@ -384,6 +384,30 @@ function unpack(raw, head, end) {
   return data;
 }
 
+// Material Symbols' "download" icon (Apache-2.0), as Streamlit's download buttons show it
+const DOWNLOAD_ICON = '<svg viewBox="0 -960 960 960" aria-hidden="true"><path d="M480-320 280-520l56-58 104 ' +
+  '104v-326h80v326l104-104 56 58-200 200ZM240-160q-33 0-56.5-23.5T160-240v-120h80v120h480v-120h80v120q0 33-23.5 ' +
+  '56.5T720-160H240Z"/></svg>';
+
+function csvLink(parentElement, csv) {
+  // "Data (CSV)" under the chart: a link to the figure's data (viz_ui/app/downloads.py), where the server gives one
+  let link = parentElement.querySelector(":scope > .viz-csv");
+  if (!csv) {
+    if (link) link.hidden = true;
+    return;
+  }
+  if (!link) {
+    link = document.createElement("a");
+    link.className = "viz-csv";
+    link.innerHTML = `${DOWNLOAD_ICON}<span>Data (CSV)</span>`;
+    link.title = "Download the figure's data as a CSV file";
+    parentElement.appendChild(link);
+  }
+  link.href = new URL(csv.url, document.baseURI).href;
+  link.download = csv.name;
+  link.hidden = false;
+}
+
 export default function (component) {
   const {parentElement, setTriggerValue} = component;
   const raw = component.data;
@@ -426,6 +450,7 @@ export default function (component) {
   div.__vizHead = head;
   div.__vizAheadText = undefined; // the server has spoken: the next submitted text is asked for again
   const data = unpack(raw, head, end);
+  csvLink(parentElement, data.csv);
   const shown = div.__vizShown;
   const figure = shown && shown.revision === data.revision ? shown.figure : JSON.parse(data.figure);
   const frames = !data.frames ? null

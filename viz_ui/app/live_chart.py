@@ -30,6 +30,7 @@ import streamlit as st
 from _plotly_utils.utils import PlotlyJSONEncoder
 
 from viz_ui.app import ahead as ahead_route
+from viz_ui.app import downloads
 from viz_ui.app.gate import one_at_a_time
 from viz_ui.app.preload import LOADER_JS, compact_js, live_chart_source
 from viz_ui.views.figure_spec import FigureSpec
@@ -40,7 +41,15 @@ from viz_ui.views.figures import plain_figure, style_plain
 Ahead = Callable[[str, Callable[[FigureSpec], None] | None], FigureSpec | None]
 _JS = compact_js(LOADER_JS + "\n" + (Path(__file__).with_name("live_chart.js")).read_text(encoding="utf-8"))
 # Plotly's CSS is global: no shadow root. A chart waiting for the frames of a step is faded.
-_CSS = ".viz-live-chart.viz-live-waiting{opacity:0.35;transition:opacity 0.15s}"
+# The CSV link under a chart looks like the tertiary button it replaces: the page's text colour, a download icon.
+# (Lines: Streamlit reads one line with "[" in it as a file's glob pattern.)
+_CSS = "\n".join([
+    ".viz-live-chart.viz-live-waiting{opacity:0.35;transition:opacity 0.15s}",
+    ".viz-csv{display:inline-flex;align-items:center;gap:0.375rem;margin:0.25rem 0;padding:0.25rem 0;"
+    "font-size:0.875rem;line-height:1.6;color:inherit;text-decoration:none}",
+    ".viz-csv:hover,.viz-csv:focus-visible{text-decoration:underline}",
+    ".viz-csv[hidden]{display:none}",
+    ".viz-csv svg{width:1.125rem;height:1.125rem;fill:currentColor;stroke:none !important;flex:none}"])
 _COMPONENT = st.components.v2.component("viz_live_chart", js=_JS, css=_CSS, isolate_styles=False)
 
 
@@ -147,7 +156,7 @@ def figure_json(fig: go.Figure | FigureSpec, style: tuple[float, str] | None = N
 
 def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=None, frames: Frames | None = None,
                style: tuple[float, str] | None = None,
-               ahead: Ahead | None = None) -> dict | None:
+               ahead: Ahead | None = None, csv: tuple[Callable[[], str], str] | None = None) -> dict | None:
     """Draw ``fig`` in the live chart ``key`` (the same key at every rerun: the browser keeps the chart and
     updates it in place). ``fig``: a figure, or a :class:`~viz_ui.views.figure_spec.FigureSpec` built and written
     once per server for every session that shows it (:func:`figure_json`). ``config``: Plotly's config (mode bar,
@@ -161,6 +170,8 @@ def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=Non
     show for that text (or None); it may hand the figure to ``early`` (when not None) as soon as it has it, before it
     returns (:func:`viz_ui.app.state.trace_early`): the chart is then drawn ahead of the rerun when the user submits a
     new text (:mod:`viz_ui.app.ahead`; it runs outside the page's run: no session state, no Streamlit elements).
+    ``csv``: ``(build, file name)``: the chart draws a "Data (CSV)" link under itself that downloads ``build()``
+    (:mod:`viz_ui.app.downloads`, where the app is served with that route: see :func:`csv_link`).
 
     Returns:
         The component's result (``.click`` is the last click, for one rerun), or None when live charts are not
@@ -176,6 +187,9 @@ def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=Non
     data = {"config": config, "src": src, "clickable": on_click is not None, "revision": revision, "chart": key}
     if token is not None:
         data.update(ahead=token, aheadUrl=ahead_route.URL)
+    link = downloads.register(key, *csv) if csv is not None else None
+    if link is not None:
+        data.update(csv={"url": link, "name": csv[1]})
     texts = {"figure": figure}
     if frames is not None:
         data.update(channel=frames.channel, index=frames.index, first=frames.first, count=frames.count,
@@ -185,6 +199,12 @@ def live_chart(fig: go.Figure | FigureSpec, config: dict, key: str, on_click=Non
             label, origin, step = frames.follow
             data.update(follow={"label": label, "origin": origin, "step": step})
     return _COMPONENT(key=key, data=pack(data, **texts), on_click_change=on_click or (lambda: None))
+
+
+def csv_link() -> bool:
+    """Whether a live chart given ``csv`` draws its own CSV link (the route of :mod:`viz_ui.app.downloads` is
+    installed and live charts can be drawn): else the caller offers the CSV with ``st.download_button``."""
+    return downloads.ENABLED and live_chart_source() is not None
 
 
 def _ahead_json(build: Ahead, text: str, style: tuple[float, str] | None,
