@@ -51,10 +51,16 @@ def shipped_models() -> dict[str, str]:
 
 def command_line_models(argv: list[str] | None = None) -> dict[str, str]:
     """Models given on the command line: ``streamlit run app.py -- --model PATH [--model PATH2]``."""
+    return dict(_command_line_models(tuple(sys.argv[1:] if argv is None else argv)))
+
+
+@functools.lru_cache(maxsize=16)
+def _command_line_models(argv: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    # parsed once per command line: every page's run asks (argparse: ~0.3 ms of a class student's run)
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--model", action="append", default=[])
-    args, _ = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-    return {Path(p.rstrip("/")).name or p: p for p in args.model}
+    args, _ = parser.parse_known_args(argv)
+    return tuple((Path(p.rstrip("/")).name or p, p) for p in args.model)
 
 
 def load_settings(argv: list[str] | None = None) -> tuple[str, str]:
