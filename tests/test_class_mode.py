@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 from conftest import ROOT, plotly_array, shown_figures
 from viz_model import load_model
 from viz_ui.app.navigation import PAGES
+from viz_ui.app.layout import CLASSROOM_PANEL
 from viz_ui.classroom import ClassStoreUnavailable, class_store
 from viz_ui.classroom.reveal import (answer_probabilities, continuation, normalise_answer, reveal_figure,
                                      top_answers)
@@ -45,8 +46,32 @@ def texts(at: AppTest) -> str:
     return " ".join(m.value for m in (*at.markdown, *at.caption, *at.warning))
 
 
+def open_classroom(at: AppTest) -> AppTest:
+    """Unfold the sidebar's Classroom expander, as a click on it does: it is lazy (its controls are drawn while it
+    is open), so a rerun draws them."""
+    at.session_state[CLASSROOM_PANEL] = True
+    return run(at)
+
+
+def test_the_classroom_expander_draws_its_controls_only_while_open():
+    at = session()
+    assert [e.label for e in at.sidebar.expander] == ["Classroom"]
+    shown = lambda: {w.key for w in (*at.button, *at.toggle, *at.radio, *at.slider)}
+    assert not shown() & {"class_start", "lecture", "theme", "scale", "export"}  # closed: none drawn
+    open_classroom(at)
+    assert {"class_start", "lecture", "theme", "scale", "export"} <= shown()
+    run(at.toggle(key="lecture").set_value(True))
+    at.session_state[CLASSROOM_PANEL] = False  # folded again: the choice stays, in the session and in the link
+    run(at)
+    assert "lecture" not in shown() and at.query_params["lecture"] == "true"
+    assert not at.get("download_button")  # lecture mode hides every download: the value still applies
+    at.switch_page("pages/attention.py")
+    run(at)
+    assert at.query_params["lecture"] == "true" and not at.get("download_button")
+
+
 def start_class() -> tuple[AppTest, str]:
-    teacher = session()
+    teacher = open_classroom(session())
     run(teacher.button(key="class_start").click())
     code = teacher.query_params["class"]
     assert valid_code(code) == code and teacher.query_params["teach"]
@@ -204,7 +229,7 @@ def test_every_page_publishes_the_teachers_view_in_the_run_that_shows_it():
 def test_the_teachers_link_resumes_teaching_in_a_new_session_without_a_new_version():
     teacher, code = start_class()
     token, version = teacher.query_params["teach"], class_store().version(code)
-    again = session({"class": code, "teach": token})
+    again = open_classroom(session({"class": code, "teach": token}))
     assert f"Teaching class **{code}**" in texts(again) and class_store().version(code) == version
     thief = session({"class": code, "teach": "not-the-token"})
     run(thief.text_area(key="text").set_value("a change"))

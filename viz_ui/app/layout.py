@@ -79,21 +79,30 @@ def native_theme() -> str:
     return kind if kind in ("light", "dark") else "light"
 
 
+CLASSROOM_PANEL = "classroom_panel"  # the Classroom expander's key: its state is whether it is open
+
+
 def _display_controls() -> Display:
+    """The Classroom expander: display settings, then class mode's controls. Lazy: its widgets are drawn only while
+    it is open (opening it reruns the page); closed, their values and link parameters are kept all the same. Every
+    run of every page (a class's every student at every change of the teacher's) then sends one element here
+    instead of six to a dozen, four of them shared widgets (bench/class_live.py)."""
     native = native_theme()
-    with st.sidebar.expander("Classroom", icon=":material/school:"):
-        lecture = shared_widget(st.toggle, "Lecture mode", key="lecture", default=False, cast=_truthy,
+    panel = st.sidebar.expander("Classroom", icon=":material/school:", key=CLASSROOM_PANEL, on_change="rerun")
+    with panel:
+        drawn = bool(panel.open)
+        lecture = shared_widget(st.toggle, "Lecture mode", key="lecture", default=False, cast=_truthy, draw=drawn,
                                 help="Large fonts and figures, fewer controls, the sidebar folded away: for a "
                                      "projector. Open the sidebar again with the » button at the top left.")
-        scale = shared_widget(st.slider, "Font scale", 1.0, 2.5, key="scale", default=1.5,
+        scale = shared_widget(st.slider, "Font scale", 1.0, 2.5, key="scale", default=1.5, draw=drawn,
                               valid=lambda v: 1.0 <= v <= 2.5, cast=float, step=0.25, disabled=not lecture)
-        theme = shared_widget(st.radio, "Theme", ["light", "dark"], key="theme", default=native,
+        theme = shared_widget(st.radio, "Theme", ["light", "dark"], key="theme", default=native, draw=drawn,
                               valid=("light", "dark").__contains__, horizontal=True, link_default="light",
                               format_func={"light": "high-contrast light", "dark": "dark"}.get)
         export = shared_widget(st.radio, "Figure download (toolbar camera)", ["png", "svg"], key="export",
-                               default="png", valid=("png", "svg").__contains__, horizontal=True,
+                               default="png", valid=("png", "svg").__contains__, horizontal=True, draw=drawn,
                                format_func={"png": "PNG (3×)", "svg": "SVG"}.get)
-        sidebar_controls()  # class mode: start, join, the code and QR code, questions (viz_ui/classroom)
+        sidebar_controls(drawn)  # class mode: start, join, the code and QR code, questions (viz_ui/classroom)
     return Display(lecture, scale if lecture else 1.0, theme, export, css_theme=theme == "dark" and native != "dark")
 
 
@@ -174,12 +183,17 @@ def shared_value(key: str, default, valid=lambda value: True, cast=str):
 
 
 def shared_widget(widget, *args, key: str, default, valid=lambda value: True, cast=str, link_default=None,
-                  to_link=None, **kwargs):
+                  to_link=None, draw: bool = True, **kwargs):
     """Draw ``widget(*args, **kwargs)`` (e.g. ``st.slider``, ``column.selectbox``) with a value shared by every
     page and kept in the link under ``key`` (see :func:`shared_widget_key`); return the value. The link holds
     the value only when it differs from ``link_default`` (default: ``default``); ``to_link``: how the value is
-    written there (e.g. a list as ``"a,b"``; ``cast`` reads it back), default ``str``."""
-    value = widget(*args, key=shared_widget_key(key, default, valid, cast), on_change=remember, args=(key,), **kwargs)
+    written there (e.g. a list as ``"a,b"``; ``cast`` reads it back), default ``str``. ``draw=False``: the value
+    and the link are kept, the widget is not drawn (a closed lazy expander's content, :func:`_display_controls`)."""
+    if draw:
+        value = widget(*args, key=shared_widget_key(key, default, valid, cast), on_change=remember, args=(key,),
+                       **kwargs)
+    else:
+        value = _shared(key, default, valid, cast)
     shown = to_link(value) if to_link else str(value).lower() if isinstance(value, bool) else str(value)
     default = default if link_default is None else link_default
     _write_param(key, shown, to_link(default) if to_link else default)

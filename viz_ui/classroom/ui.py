@@ -13,9 +13,12 @@ from viz_ui.classroom.teacher import class_controls, publish_view, teacher_bar
 __all__ = ["check_applied", "class_bar", "publish_view", "question_area", "sidebar_controls"]
 
 
-def sidebar_controls() -> None:
-    """Join the class the link names (or keep this session's), then draw the Classroom expander's class part."""
-    class_controls(sync())
+def sidebar_controls(draw: bool = True) -> None:
+    """Join the class the link names (or keep this session's), then draw the Classroom expander's class part
+    (``draw``: the expander is open; closed, nothing is drawn)."""
+    cls = sync()
+    if draw:
+        class_controls(cls)
 
 
 def class_bar() -> None:
