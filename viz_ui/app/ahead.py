@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -40,10 +39,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import streamlit as st
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from viz_ui.app.chart_tokens import chart_token
 
 PATH = "/viz/ahead"
 URL = PATH.lstrip("/")  # relative to the page: the browser resolves it against the page's address
@@ -126,10 +126,7 @@ def register(chart: str, answer: Answer) -> str | None:
     in a worker thread outside the page's run: it may read the server's caches, not the session's state."""
     if not ENABLED:
         return None
-    tokens = st.session_state.setdefault("_ahead_tokens", {})
-    token = tokens.get(chart)
-    if token is None:
-        token = tokens[chart] = secrets.token_urlsafe(18)
+    token = chart_token("_ahead_tokens", chart)
     REGISTRY.put(token, answer).idle.wait(WAIT_S)
     return token
 

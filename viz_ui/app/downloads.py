@@ -19,18 +19,18 @@ False and the figures keep their ``st.download_button``.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from urllib.parse import quote
 
-import streamlit as st
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+from viz_ui.app.chart_tokens import chart_token
 
 PREFIX = "/viz/csv/"
 URL = PREFIX.lstrip("/")  # relative to the page: the browser resolves it against the page's address
@@ -79,10 +79,7 @@ def register(chart: str, build: Build, filename: str) -> str | None:
     ``st.download_button``)."""
     if not ENABLED:
         return None
-    tokens = st.session_state.setdefault("_csv_tokens", {})
-    token = tokens.get(chart)
-    if token is None:
-        token = tokens[chart] = secrets.token_urlsafe(18)
+    token = chart_token("_csv_tokens", chart)
     LINKS.put(token, build, filename)
     return URL + token
 
