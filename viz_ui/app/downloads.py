@@ -9,7 +9,8 @@ function that writes the CSV (:func:`register`): a dictionary entry, no element.
 gave: written by that function (pandas' ``to_csv``) when the link is followed, from the figure of the page's latest run.
 
 The token names one chart of one session (random, kept in the session's state, one per chart key), so a link only
-reaches a figure its own page showed; it answers for :data:`TOKEN_TTL_S` after that page's latest run. Answers:
+reaches a figure its own page showed; it answers for :data:`TOKEN_TTL_S` after that page's latest run, while the session
+lives (the function is held by the session's state; the route's registry holds it weakly). Answers:
 200 with the CSV (``text/csv``, ``Content-Disposition: attachment`` with the figure's file name); 404 for an unknown
 or expired token (another replica, a restarted server: the page's next run draws a new link); 500 when the data
 cannot be written (logged). Without the route (``streamlit run app.py``, or a page run by a test) :data:`ENABLED` is
@@ -21,10 +22,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from urllib.parse import quote
 
+import streamlit as st
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
@@ -42,31 +45,41 @@ _log = logging.getLogger(__name__)
 Build = Callable[[], str]  # writes the CSV text
 
 
+class Owner(dict):
+    """A session's registered CSVs, ``token → (build, file name)``, kept in its session state: the registry holds it
+    only weakly, so a session that ends takes its figures with it (as Streamlit drops a download button's data)."""
+
+
 class _Links:
-    """The registered links by token: ``(build, file name, registered at)``; bounded by :data:`MAX_LINKS`."""
+    """The registered links by token: a weak reference to the :class:`Owner` that holds the token's CSV, and when it
+    was registered; bounded by :data:`MAX_LINKS` (least recently registered dropped first)."""
 
     def __init__(self, limit: int = MAX_LINKS):
         self.limit = limit
-        self.items: OrderedDict[str, tuple[Build, str, float]] = OrderedDict()
+        self.items: OrderedDict[str, tuple[weakref.ref, float]] = OrderedDict()
         self.lock = threading.Lock()
 
-    def put(self, token: str, build: Build, filename: str) -> None:
+    def put(self, token: str, build: Build, filename: str, owner: Owner) -> None:
+        """Register ``build`` (written as ``filename``) under ``token``, held by ``owner`` (one per session)."""
+        owner[token] = (build, filename)
         with self.lock:
-            self.items[token] = (build, filename, time.monotonic())
+            self.items[token] = (weakref.ref(owner), time.monotonic())
             self.items.move_to_end(token)
             while len(self.items) > self.limit:
                 self.items.popitem(last=False)
 
     def get(self, token: str) -> tuple[Build, str] | None:
-        """``(build, file name)`` registered under ``token``, or None (never, dropped, or expired: dropped now)."""
+        """``(build, file name)`` registered under ``token``, or None (never, dropped, expired or its session gone:
+        dropped now)."""
         with self.lock:
             item = self.items.get(token)
             if item is None:
                 return None
-            if time.monotonic() - item[2] > TOKEN_TTL_S:
+            owner = item[0]()
+            if owner is None or token not in owner or time.monotonic() - item[1] > TOKEN_TTL_S:
                 del self.items[token]
                 return None
-            return item[0], item[1]
+            return owner[token]
 
 
 LINKS = _Links()
@@ -74,13 +87,16 @@ LINKS = _Links()
 
 def register(chart: str, build: Build, filename: str) -> str | None:
     """Register the CSV of this session's live chart ``chart`` (its key): ``build()`` writes it when the link is
-    followed, as ``filename``. Call at every run that draws the chart (the latest ``build`` is kept). Returns the
-    link's address relative to the page (``viz/csv/TOKEN``), or None when the route is not installed (then draw a
-    ``st.download_button``)."""
+    followed, as ``filename``. Call at every run that draws the chart (the latest ``build`` is kept; one per chart and
+    session, held by the session's state). Returns the link's address relative to the page (``viz/csv/TOKEN``), or
+    None when the route is not installed (then draw a ``st.download_button``)."""
     if not ENABLED:
         return None
+    owner = st.session_state.get("_csv_links")
+    if owner is None:
+        owner = st.session_state["_csv_links"] = Owner()
     token = chart_token("_csv_tokens", chart)
-    LINKS.put(token, build, filename)
+    LINKS.put(token, build, filename, owner)
     return URL + token
 
 
