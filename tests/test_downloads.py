@@ -66,6 +66,12 @@ def test_unknown_expired_and_dropped_links_are_not_found(route, monkeypatch):
     assert get(route, "/viz/csv/" + "b" * 500).status_code == 404  # a long token is cut, not looked up whole
 
 
+@pytest.mark.parametrize("token", ["%00", "..", "ü" * 70, "tok%2Fx", "NaN", " tok"])
+def test_odd_tokens_are_not_found(route, token):
+    downloads.LINKS.put("tok", lambda: "x\n", "x.csv", OWNER)
+    assert get(route, "/viz/csv/" + token).status_code == 404
+
+
 def test_a_link_dies_with_its_session(route):
     owner = downloads.Owner()
     downloads.LINKS.put("tok", lambda: "x\n", "x.csv", owner)

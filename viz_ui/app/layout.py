@@ -479,8 +479,9 @@ def show_figure(fig: go.Figure | FigureSpec, state: AppState, view: str, data=No
                 ahead=None) -> None:
     """Render a figure with a PNG/SVG export in its toolbar and a CSV of its data, named after the model
     and view (a "Data (CSV)" link drawn by the live chart where the app is served with :mod:`viz_ui.app.downloads`'
-    route, else a ``st.download_button``; none in lecture mode). ``data``: a callable returning the DataFrame to export, when the figure's own cells are not
-    the best table (e.g. tiled or pooled figures); by default :func:`figure_frame` of the figure.
+    route, else a ``st.download_button``; none in lecture mode). ``data``: a callable returning the DataFrame to
+    export, when the figure's own cells are not the best table (e.g. tiled or pooled figures); by default
+    :func:`figure_frame` of the figure.
     ``select_key`` and ``on_select``: a clickable figure (Streamlit point selection under that widget key; the
     callback reads :func:`selected_points` of ``select_key``). ``styled``: the figure was built styled for
     this display (``viz_ui.views.figures.one_pass_figure`` with ``display=(scale, theme)``), not to be styled again.
