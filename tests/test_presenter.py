@@ -11,7 +11,7 @@ import pytest
 from streamlit.components.v2 import presentation
 from streamlit.errors import StreamlitAPIException
 
-from viz_ui.app import presenter as ours
+from viz_ui.app.streamlit_patches import presenter as ours
 
 AGG, CID = "agg-id", "component-id"
 

@@ -14,7 +14,7 @@ from streamlit.runtime.app_session import AppSession, AppSessionState
 from streamlit.runtime.scriptrunner.script_runner import ScriptRunner
 from streamlit.runtime.scriptrunner_utils.script_requests import RerunData, ScriptRequestType
 
-from viz_ui.app import rerun_order
+from viz_ui.app.streamlit_patches import rerun_order
 
 POLL = RerunData(fragment_id_queue=["poll"], is_auto_rerun=True)
 

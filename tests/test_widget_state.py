@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 def _script() -> None:
     import streamlit as st
 
-    from viz_ui.app import widget_state
+    from viz_ui.app.streamlit_patches import widget_state
     widget_state.install()
     widget_state.install()  # twice: once is what counts
     for key, value in {"pick": None, "choice": "b", "words": None, "span": (2, 5), "count": None}.items():

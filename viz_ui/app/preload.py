@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "static"  # Streamlit serves the folder beside the main script (app.py) as app/static/
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 LOADER_JS = (Path(__file__).with_name("plotly_loader.js")).read_text(encoding="utf-8")
-RECOVER_JS = (Path(__file__).with_name("recover.js")).read_text(encoding="utf-8")
+RECOVER_JS = (Path(__file__).parent / "streamlit_patches" / "recover.js").read_text(encoding="utf-8")
 
 
 def compact_js(code: str) -> str:
