@@ -377,9 +377,9 @@ def test_the_output_page_loads_again_and_again_without_a_frontend_error(server, 
 
 def test_a_page_the_frontend_can_no_longer_draw_loads_itself_again(server, browser):
     """Streamlit's frontend throws "Bad delta path index" when a run's element arrives for a place the page has just
-    cleared (a following student's screen under load, by a path viz_ui/app/streamlit_patches/rerun_order.py now closes), and the tab
-    stays blank; viz_ui/app/streamlit_patches/recover.js, the safety net for any other path, loads the address again (the view comes
-    back), at most once in 10 s, and never for another error."""
+    cleared (a following student's screen under load, by a path viz_ui/app/streamlit_patches/fragment_from_page_left.py
+    now closes), and the tab stays blank; viz_ui/app/streamlit_patches/recover.js, the safety net for any other path,
+    loads the address again (the view comes back), at most once in 10 s, and never for another error."""
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     page.goto(f"{server}/tokens?head=2")
     heading = page.get_by_role("heading", name="Tokens", level=1)

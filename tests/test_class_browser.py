@@ -92,7 +92,7 @@ def test_three_students_follow_the_teacher_and_answer(class_server):
                 title = s.locator(".js-plotly-plot .gtitle").filter(has_text="head 5").first
                 expect(title).to_be_attached(timeout=60_000)
             assert "teach=" not in "".join(s.url for s in students)
-            assert not errors, errors  # Streamlit's frontend threw (viz_ui/app/streamlit_patches/rerun_order.py: the page went blank)
+            assert not errors, errors  # Streamlit's frontend threw (streamlit_patches/fragment_from_page_left.py: a blank page)
 
             # the teacher's second tab (a projector window) shows the question and the reveal asked in the first
             projector = browser.new_page(viewport={"width": 1280, "height": 900})

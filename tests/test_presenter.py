@@ -1,4 +1,4 @@
-"""viz_ui/app/presenter.py: a custom component's value is presented as Streamlit's own presenter does, through one
+"""viz_ui/app/streamlit_patches/presenter.py: a custom component's value is presented as Streamlit's own presenter does, through one
 class (Streamlit 1.67 makes a new class at every read, a reference cycle for the garbage collector each time)."""
 
 from __future__ import annotations

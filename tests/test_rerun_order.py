@@ -1,4 +1,4 @@
-"""viz_ui.app.rerun_order: a fragment's timed rerun that reaches the server just after a script run ended starts
+"""viz_ui.app.streamlit_patches.fragment_after_stop and .fragment_from_page_left: a fragment's timed rerun that reaches the server just after a script run ended starts
 its ScriptRunner after that run's last messages are handled, not before (which made Streamlit drop them); a fragment
 rerun asked for on a page the session has left is dropped when timed, else run as a full rerun of the current page
 (run as a fragment, on either page, it made the browser blank the new page)."""
@@ -14,7 +14,8 @@ from streamlit.runtime.app_session import AppSession, AppSessionState
 from streamlit.runtime.scriptrunner.script_runner import ScriptRunner
 from streamlit.runtime.scriptrunner_utils.script_requests import RerunData, ScriptRequestType
 
-from viz_ui.app.streamlit_patches import rerun_order
+from viz_ui.app import streamlit_patches
+from viz_ui.app.streamlit_patches import fragment_after_stop, fragment_from_page_left
 
 POLL = RerunData(fragment_id_queue=["poll"], is_auto_rerun=True)
 
@@ -25,7 +26,7 @@ def calls(monkeypatch):
     seen: list = []
     monkeypatch.setattr(AppSession, "_create_scriptrunner",
                         lambda self, data: seen.append(("new runner", list(data.fragment_id_queue) or "full")))
-    rerun_order.install()
+    fragment_after_stop.install()
     return seen
 
 
@@ -74,7 +75,7 @@ def test_a_timed_rerun_that_waited_does_not_undo_a_change_handled_meanwhile(monk
 
     started: list[RerunData] = []
     monkeypatch.setattr(AppSession, "_create_scriptrunner", lambda self, data: started.append(data))
-    rerun_order.install()
+    fragment_after_stop.install()
 
     def states(head: int) -> WidgetStates:
         w = WidgetStates()
@@ -125,8 +126,8 @@ def test_a_fragment_rerun_that_waited_is_dropped_when_the_session_shut_down_mean
     assert calls == ["element", "element", "finished", "shutdown"]
 
 
-def test_the_app_installs_it():
-    import viz_ui.app.layout  # noqa: F401  (every page imports it)
+def test_the_package_installs_both():
+    streamlit_patches.install()  # what every page does first (viz_ui.app.page.open_page; tests/test_streamlit_pin.py)
 
     assert getattr(AppSession._create_scriptrunner, "_viz_waits", False)
     assert getattr(ScriptRunner._run_script, "_viz_page_left", False)
@@ -137,7 +138,7 @@ def runs(monkeypatch):
     """ScriptRunner._run_script replaced by a recorder of the rerun data it gets, then patched by install()."""
     seen: list[RerunData] = []
     monkeypatch.setattr(ScriptRunner, "_run_script", lambda self, data: seen.append(data))
-    rerun_order.install()
+    fragment_from_page_left.install()
     return seen
 
 
@@ -163,7 +164,7 @@ def test_another_fragment_rerun_asked_on_the_page_before_reruns_the_current_page
         ScriptRunner._run_script(session_on("attention"), stale)
         ran = runs[-1]
         assert (ran.page_script_hash, ran.page_name) == ("attention", "")
-        assert not rerun_order.is_fragment_rerun(ran) and not ran.is_fragment_scoped_rerun  # the whole page
+        assert not fragment_from_page_left.is_fragment_rerun(ran) and not ran.is_fragment_scoped_rerun  # the whole page
         assert ran.widget_states is states  # the click's values still reach the page
     assert len(runs) == 2
 
@@ -180,5 +181,5 @@ def test_full_reruns_and_fragment_reruns_on_the_current_page_are_unchanged(runs)
 
 def test_the_current_query_string_goes_with_the_current_page():
     stale = RerunData(fragment_id_queue=["bell"], page_script_hash="tokens", query_string="class=ABC")
-    assert rerun_order.from_page_left(stale, "attention", "head=5&class=ABC").query_string == "head=5&class=ABC"
-    assert rerun_order.from_page_left(stale, "attention", "").query_string == "class=ABC"  # not known: kept
+    assert fragment_from_page_left.from_page_left(stale, "attention", "head=5&class=ABC").query_string == "head=5&class=ABC"
+    assert fragment_from_page_left.from_page_left(stale, "attention", "").query_string == "class=ABC"  # not known: kept

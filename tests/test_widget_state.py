@@ -1,4 +1,4 @@
-"""viz_ui/app/widget_state.py: Streamlit's keyed widgets read their key through a one-key view of the session state,
+"""viz_ui/app/streamlit_patches/widget_state.py: Streamlit's keyed widgets read their key through a one-key view of the session state,
 with the same outcome as through the whole ``filtered_state``: a key set to None draws the widget empty, a tuple in
 a slider's key makes it a range slider, a value set beforehand is the widget's value."""
 

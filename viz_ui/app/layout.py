@@ -22,15 +22,10 @@ from viz_ui.views.export import figure_csv, trace_npz
 from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import style_for_display
 from viz_ui.app.live_chart import Frames, clicked_point, csv_link, live_chart
-from viz_ui.app.streamlit_patches import presenter, rerun_order, widget_state
 from viz_ui.app.state import available_models, get_salient_head, get_trace, resolve
 from viz_ui.analysis.interventions import Head, head_name, parse_heads
 from viz_ui.analysis.text import plain
 from viz_ui.analysis.text_trace import Trace
-
-rerun_order.install()  # once per process, at the first run of any page: see viz_ui/app/streamlit_patches/rerun_order.py
-widget_state.install()  # the same: see viz_ui/app/streamlit_patches/widget_state.py
-presenter.install()  # the same: see viz_ui/app/streamlit_patches/presenter.py
 
 APP_NAME = "Inside a Transformer"
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,6 +13,7 @@ from tokenizers import Tokenizer
 from viz_model import Config, VizTransformer
 from viz_ui.analysis.text_trace import Trace
 from viz_ui.app.layout import AppState, Display, require_trace, setup_page, show_link
+from viz_ui.app import streamlit_patches
 from viz_ui.app.state import get_vocab_labels
 
 
@@ -76,8 +77,11 @@ def open_page(title: str, intro: str, *, needs_trace: bool = True, needs_lm_head
         needs_lm_head: when given, the message shown (with the link) before the page stops on a checkpoint without a
             language-model head.
 
-    Stops the page (``st.stop``) as described; never raises.
+    Stops the page (``st.stop``) as described; never raises. Every page starts here, so this is where the app puts
+    its Streamlit patches in place (:func:`viz_ui.app.streamlit_patches.install`: once per process; a later call
+    returns at once).
     """
+    streamlit_patches.install()
     app = setup_page(title, intro)
     trace = require_trace(app) if needs_trace else app.trace
     if needs_lm_head is not None and not app.model.has_lm_head:

@@ -7,7 +7,8 @@ Charts are live charts (:mod:`viz_ui.app.live_chart`): they draw with the plotly
 afresh still draws its first chart 0.2–1.0 s after its run ends (Chromium on 2 cores, README: *Cold start*): the
 browser's main thread evaluates Plotly's code, then mounts and draws the charts, one after another. Where live charts
 cannot be served, figures fall back to ``st.plotly_chart``, and the preload loads Streamlit's own Plotly chunk
-instead. This module imports nothing but Streamlit, plotly's package root and the standard library.
+instead (:mod:`viz_ui.app.streamlit_patches.plotly_chunk`). This module imports nothing but Streamlit, plotly's package
+root, the standard library and two modules of :mod:`viz_ui.app.streamlit_patches` (which import only Streamlit).
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from pathlib import Path
 import plotly
 import streamlit as st
 
+from viz_ui.app.streamlit_patches import plotly_chunk, recover
+
 ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "static"  # Streamlit serves the folder beside the main script (app.py) as app/static/
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 LOADER_JS = (Path(__file__).with_name("plotly_loader.js")).read_text(encoding="utf-8")
-RECOVER_JS = (Path(__file__).parent / "streamlit_patches" / "recover.js").read_text(encoding="utf-8")
+RECOVER_JS = recover.SCRIPT  # viz_ui/app/streamlit_patches/recover.js
 
 
 def compact_js(code: str) -> str:
@@ -45,11 +48,6 @@ def compact_js(code: str) -> str:
 # that no "<" is left).
 LOADER_CODE = compact_js(LOADER_JS)
 RECOVER_CODE = compact_js(RECOVER_JS)  # a page Streamlit's frontend can no longer draw loads itself again
-
-# Streamlit's own static files, for st.plotly_chart; the name is hashed per release. If a release renames or drops
-# the chunk, nothing is preloaded where live charts are not served, and the charts load as before.
-_CHUNKS = sorted((Path(st.__file__).parent / "static" / "static" / "js").glob("PlotlyChart.*.js"))
-PLOTLY_CHUNK: str | None = _CHUNKS[0].name if len(_CHUNKS) == 1 else None
 
 
 def _install() -> str | None:
@@ -94,16 +92,13 @@ def preload_plotly() -> None:
     Drawn on every run, so the page's elements keep their places (an element present only on a session's first
     run shifted every later one, and the old ones lingered during the next rerun); the browser loads the code once
     per tab, and an unchanged element is not re-run. The same script installs ``recover.js``: a page that Streamlit's
-    frontend can no longer draw (its "Bad delta path index" error, which leaves the tab blank) loads itself again."""
+    frontend can no longer draw (its "Bad delta path index" error, which leaves the tab blank) loads itself again
+    (:mod:`viz_ui.app.streamlit_patches.recover`)."""
     src = live_chart_source()
     if src is not None:
         load = f"{LOADER_CODE}\nloadPlotly({json.dumps(src)}).catch(() => {{}});"
-    elif PLOTLY_CHUNK is not None:  # next to Streamlit's own bundle, wherever the app is served from
-        load = ("{const b = document.querySelector('script[type=module][src*=\"/static/js/\"]');"
-                f"import(new URL(b ? '{PLOTLY_CHUNK}' : './static/js/{PLOTLY_CHUNK}', b ? b.src : document.baseURI)"
-                ".href).catch(() => {});}")
-    else:
-        load = ""
+    else:  # Streamlit's own Plotly chunk, next to its main bundle (viz_ui/app/streamlit_patches/plotly_chunk.py)
+        load = plotly_chunk.preload_script()
     st.html(f"<script>{RECOVER_CODE}\n(() => {{\n{load}\n}})();</script>", unsafe_allow_javascript=True)
     _import_once()
 

@@ -176,7 +176,8 @@ def rerun_overdue(cls: ClassSession) -> bool:
     """Called by each poll that applies no view: True (ask for a full run again, counted as an attempt) when a view
     was applied and :data:`WAIT_POLLS` polls passed without a full run, up to :data:`MAX_ATTEMPTS` attempts: a
     safety net for a full run that never reaches the browser, which :func:`check_applied` (at the start of a full run)
-    cannot see. Most such losses under load were a race in Streamlit, fixed by :mod:`viz_ui.app.streamlit_patches.rerun_order`."""
+    cannot see. Most such losses under load were a race in Streamlit, fixed by
+    :mod:`viz_ui.app.streamlit_patches.fragment_after_stop`."""
     if cls.teacher or not cls.following or cls.expect is None:
         return False
     cls.waited += 1

@@ -1,7 +1,7 @@
 """A custom component's value is shown through one class, not a class made anew at every read.
 
-Streamlit (1.67, ``streamlit/components/v2/presentation.py``) shows the value of a custom component (each live
-chart, the class bell, the step scrubber) in ``st.session_state`` through a "presenter" that defines a class,
+**Problem.** Streamlit (``streamlit/components/v2/presentation.py``) shows the value of a custom component (each
+live chart, the class bell, the step scrubber) in ``st.session_state`` through a "presenter" that defines a class,
 ``_WriteThrough`` (a ``dict`` whose writes go back to the component's state), inside the function, so every read of
 the value builds a new class: a type, its seven methods and their closures, about 30 objects in a reference cycle
 that only Python's cyclic garbage collector frees. Streamlit reads every component's value at the start of every
@@ -10,11 +10,24 @@ their teacher on 3 replicas (``bench/class_live.py``), almost all of a replica's
 (about 1,000 of them, 31,000 objects, in one collection), and the collector's time was about a seventh of the
 replica's CPU, in pauses of 70-120 ms (full collections) that stop every session of the replica.
 
-:func:`install` replaces the presenter factory that Streamlit's component module calls with :func:`presenter`:
-the same merge of the component's state with its trigger values, the same write-through ``dict``
-(:class:`WriteThrough`, defined once), the same refusal to change a component's state after it was drawn in the
-run. Adapted from Streamlit's ``make_bidi_component_presenter`` (Apache License 2.0, Copyright Snowflake Inc.).
-Nothing changes where this Streamlit lacks the names it replaces.
+**Fix.** :func:`install` replaces the presenter factory that Streamlit's component module calls
+(``make_bidi_component_presenter`` in :data:`TARGET`) with :func:`presenter`: the same merge of the component's state
+with its trigger values, the same write-through ``dict`` (:class:`WriteThrough`, defined once), the same refusal to
+change a component's state after it was drawn in the run. Adapted from Streamlit's ``make_bidi_component_presenter``
+(Apache License 2.0, Copyright Snowflake Inc.): since this is a copy, :func:`problems` also compares a fingerprint of
+Streamlit's function with :data:`COPIED_FROM`, the one read, so that a change upstream is looked at, not missed.
+One collection of a class replica then held about 500 objects instead of 31,000.
+
+**Checked on** Streamlit 1.67.0 (``tests/test_presenter.py``: the same values, errors and write-backs as
+Streamlit's own presenter, and one class).
+
+**Upstream.** No issue or pull request was found in Streamlit's tracker. An upstream issue would ask that
+``_WriteThrough`` be defined once at module level in ``streamlit/components/v2/presentation.py`` (its callbacks
+passed in, as here), so that reading a component's value leaves no reference cycle.
+
+**Remove when** Streamlit's presenter no longer defines a class per call (the fingerprint check reports any change
+to it: read the new code, then either update this copy and :data:`COPIED_FROM`, or delete this module and its line
+in ``PATCHES`` (``__init__.py``) and ``tests/test_presenter.py``).
 """
 
 from __future__ import annotations
@@ -26,8 +39,33 @@ from typing import Any, Callable
 from streamlit.errors import StreamlitAPIException
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+from viz_ui.app.streamlit_patches import targets
+
 _LOGGER = logging.getLogger(__name__)
 TARGET = "streamlit.components.v2.bidi_component.main"  # the module that calls make_bidi_component_presenter
+ORIGINAL = "streamlit.components.v2.presentation.make_bidi_component_presenter"  # the function copied here
+COPIED_FROM = "b9bef4bdbffc6838"  # targets.fingerprint of ORIGINAL's source in Streamlit 1.67.0
+
+
+def problems() -> list[str]:
+    """What of Streamlit's internals this patch replaces or reads is missing or changed (empty: all found)."""
+    found = targets.missing([f"{TARGET}.make_bidi_component_presenter", ORIGINAL,
+                             "streamlit.runtime.state.session_state.SessionState._new_widget_state",
+                             "streamlit.runtime.state.session_state.SessionState._key_id_mapper",
+                             "streamlit.runtime.scriptrunner_utils.shared_run_state.SharedRunState"])
+    found += targets.parameters_differ(ORIGINAL, ["aggregator_id", "component_id", "allowed_state_keys"])
+    found += targets.not_in_source("streamlit.runtime.scriptrunner_utils.shared_run_state.SharedRunState",
+                                   ["widget_ids_this_run", "form_ids_this_run"])
+    source = targets.unwrapped_source(ORIGINAL)
+    if source and targets.fingerprint(source) != COPIED_FROM:
+        found.append(f"{ORIGINAL} changed since presenter.py copied it (fingerprint "
+                     f"{targets.fingerprint(source)}, was {COPIED_FROM}): compare the two and update the copy")
+    return found
+
+
+def installed() -> bool:
+    """Whether Streamlit's component module calls :func:`presenter`."""
+    return getattr(targets.find(TARGET), "make_bidi_component_presenter", None) is presenter
 
 
 class WriteThrough(dict):
