@@ -1,7 +1,6 @@
 """Head view: lines from each token to the tokens it attends to, one colour per head."""
 
 import streamlit as st
-import streamlit.components.v1 as components
 
 from viz_ui.app.preload import preload_plotly
 
@@ -55,9 +54,10 @@ def head_view(ctx: PageContext, window: slice) -> None:
     svg = head_view_svg(patterns, trace.labels[window], heads, window.start, threshold=drawn, scale=display.scale,
                         theme=display.theme, full=full)
     st.html(legend_html(heads) + f" <small>({n_lines(patterns, heads, drawn)} lines)</small>")
-    # st.html sanitises inline SVG away; a components iframe shows our own SVG as it is (labels are escaped).
-    components.html(svg, height=min(round(1400 * display.scale), svg_height(len(trace.labels[window]), display.scale)) + 20,
-                    scrolling=True)
+    # st.html sanitises inline SVG away; an iframe shows our own SVG as it is (labels are escaped), its hover CSS
+    # included. st.iframe is what Streamlit documents in place of its deprecated components-v1 html function.
+    st.iframe(svg, height=min(round(1400 * display.scale), svg_height(len(trace.labels[window]), display.scale)) + 20,
+              alt=f"Head view of layer {layer}: lines from each token to the tokens it attends to")
     if not display.lecture:
         st.download_button("Download as SVG", svg, file_name=f"{ctx.app.model_name}_head_view_L{layer}.svg",
                            mime="image/svg+xml", icon=":material/download:")
