@@ -27,15 +27,17 @@ def test_the_installed_streamlit_is_the_series_the_patches_were_checked_on():
     assert problem is None, f"{problem} ({GUIDE})"
 
 
+MAJOR, MINOR = streamlit_patches.SERIES
+OUTSIDE = (f"{MAJOR}.{MINOR - 1}.99", f"{MAJOR}.{MINOR + 1}.0", f"{MAJOR + 1}.0.0")  # just below, just above, next major
+
+
 def test_another_series_is_reported_with_a_pointer_to_the_package():
-    for version in ("1.68.0", "1.66.2", "2.0.0", "1.67"):
+    for version in OUTSIDE:
         problem = streamlit_patches.version_problem(version)
-        if version == "1.67":
-            assert problem is None
-            continue
         assert problem is not None and f"Streamlit {version} is installed" in problem
-        assert "viz_ui/app/streamlit_patches/" in problem and "1.67.*" in problem
-    assert streamlit_patches.version_problem("1.67.4") is None
+        assert "viz_ui/app/streamlit_patches/" in problem and f"{MAJOR}.{MINOR}.*" in problem
+    for version in (f"{MAJOR}.{MINOR}", f"{MAJOR}.{MINOR}.0", f"{MAJOR}.{MINOR}.7"):
+        assert streamlit_patches.version_problem(version) is None
 
 
 def _streamlit_requirements() -> dict[str, Requirement]:
@@ -62,7 +64,7 @@ def test_the_requirements_admit_only_the_checked_series():
     for name, requirement in found.items():
         spec = requirement.specifier
         assert spec.contains(checked), f"{name}: {requirement} excludes {checked}, the release the patches were checked on"
-        for outside in ("1.66.9", "1.68.0", "2.0.0"):
+        for outside in OUTSIDE:
             assert not spec.contains(outside), f"{name}: {requirement} admits {outside} ({GUIDE})"
 
 
