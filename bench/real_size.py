@@ -333,7 +333,7 @@ def run_child(part: str, impl: str, folder: Path, repeats: int) -> dict:
     import subprocess
     # OMP_WAIT_POLICY=PASSIVE and THP_MEM_ALLOC_ENABLE=1 as the app sets them (viz_ui/__init__.py), for ours and for
     # transformers alike: spinning OpenMP threads slow everything on shared cores; huge pages make fresh memory cheap
-    # no memory setting: a model named by whoever runs the app is limited by the memory free (viz_model.loading.limits)
+    # no memory setting: a model named by whoever runs the app is limited by the memory free (viz_model.limits)
     env = {"OMP_WAIT_POLICY": "PASSIVE", "THP_MEM_ALLOC_ENABLE": "1", **os.environ, "PYTHONPATH": str(ROOT),
            "REAL_SIZE_DEVICE": DEVICE if part not in ("trace", "typing") else "cpu"}
     cmd = [sys.executable, __file__, "child", "--part", "ablate" if part == "sweeps" else part, "--impl", impl,

@@ -278,7 +278,7 @@ def test_qwen_sliding_window_in_some_layers(tmp_path, family):
 def test_count_params_is_exact_with_the_new_switches(overrides):
     from conftest import small_config
     from viz_model import VizTransformer
-    from viz_model.loading.limits import count_params
+    from viz_model.limits import count_params
     cfg = small_config(**overrides)
     with torch.device("meta"):
         model = VizTransformer(cfg)

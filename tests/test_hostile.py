@@ -29,7 +29,7 @@ from safetensors.torch import save as save_bytes
 
 from conftest import ROOT, small_config, small_model
 from viz_model import CheckpointError, Config, ConfigError, VizTransformer, load_model, load_upload, save_checkpoint
-from viz_model.loading.limits import (DEFAULT_MAX_MODEL_MB, INT_RANGES, count_params, estimate_bytes, estimate_parts,
+from viz_model.limits import (DEFAULT_MAX_MODEL_MB, INT_RANGES, count_params, estimate_bytes, estimate_parts,
                               max_model_bytes)
 from viz_model.loading.sources import MAX_MEMBERS, clean_stale_uploads, upload_root
 
@@ -737,7 +737,7 @@ MEASURE = textwrap.dedent("""
     import json, resource, sys
     sys.path.insert(0, sys.argv[1])
     from viz_model import load_model
-    from viz_model.loading.limits import estimate_bytes
+    from viz_model.limits import estimate_bytes
     import torch, tokenizers, safetensors
     torch.zeros(1) @ torch.zeros(1)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

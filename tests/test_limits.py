@@ -20,7 +20,7 @@ from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 from conftest import ROOT, plotly_array, small_model
 from viz_model import Config, VizTransformer
 from viz_model.components import chunked_attention, masked_scores
-from viz_model.loading.limits import attention_bytes, attn_budget_bytes, max_tokens_for_budget
+from viz_model.limits import attention_bytes, attn_budget_bytes, max_tokens_for_budget
 from viz_ui.analysis.cost import attention_cost, cost_lengths
 from viz_ui.app.state import SessionModel
 from viz_ui.analysis.text import WORD_JOINER, error_line, plain, recoverable

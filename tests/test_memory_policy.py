@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from viz_model import Config, VizTransformer, load_model, load_upload, save_checkpoint
-from viz_model.loading.limits import (BudgetError, DEFAULT_MEMORY_MARGIN_MB, check_budget, count_params, estimate_bytes,
+from viz_model.limits import (BudgetError, DEFAULT_MEMORY_MARGIN_MB, check_budget, count_params, estimate_bytes,
                               estimate_parts, free_memory_bytes, memory_limit, memory_limit_of, memory_margin_bytes)
 from viz_model.loading.weights import MAX_MESSAGE, CheckpointError
 
@@ -40,7 +40,7 @@ def test_a_server_model_is_not_held_to_the_upload_cap(small_file, monkeypatch):
 
 
 def test_a_server_model_above_the_free_memory_is_refused_in_one_line(small_file, monkeypatch):
-    import viz_model.loading.limits as limits
+    import viz_model.limits as limits
     cfg = small_model().cfg
     need = estimate_bytes(cfg)
     monkeypatch.setenv("VIZ_MEMORY_MARGIN_MB", "0")
@@ -63,7 +63,7 @@ def test_a_server_model_above_the_free_memory_is_refused_in_one_line(small_file,
 def test_the_1b_model_fits_a_machine_with_the_memory_and_not_the_upload_cap(monkeypatch):
     """Llama-3.2-1B in float32: about 6.5 GB (5 GB of weights); a machine with 16 GB free loads it, the 4 GB upload
     cap does not, and with 6 GB free the refusal names the bfloat16 alternative (weights at half the bytes)."""
-    import viz_model.loading.limits as limits
+    import viz_model.limits as limits
     monkeypatch.delenv("VIZ_MAX_MODEL_MB", raising=False)
     monkeypatch.delenv("VIZ_MEMORY_MARGIN_MB", raising=False)
     assert 1.23e9 < count_params(LLAMA_1B) < 1.24e9
@@ -107,7 +107,7 @@ MEASURE = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1])
     import torch, tokenizers, safetensors
     from viz_model import load_model
-    from viz_model.loading.limits import estimate_parts
+    from viz_model.limits import estimate_parts
     torch.zeros(1) @ torch.zeros(1)
     # Warm-up: a tiny checkpoint loaded the same way first, so that lazy imports, the thread pool and the first
     # dtype conversion (fixed costs, a few MB) are paid before the "before" reading and not counted as weights.

@@ -19,7 +19,7 @@ from hf_models import build, save, transformers
 from test_families import assert_parity, ids_for
 from viz_model import CheckpointError, VizTransformer, load_model, load_upload
 from viz_model.loading.families import from_hf
-from viz_model.loading.limits import count_params, estimate_bytes
+from viz_model.limits import count_params, estimate_bytes
 from viz_model.feed_forward import disable_experts, force_expert, load_balancing_loss, run_with_routing
 from viz_model.loading.weights import build_model
 

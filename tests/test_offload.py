@@ -12,7 +12,7 @@ import torch
 
 from hf_models import bart_config, build, gpt2_config, llama_config, save, transformers
 from viz_model import CheckpointError, ablation, attribution, generate, load_model, patching
-from viz_model.loading.limits import check_resident_budget, count_params, estimate_bytes
+from viz_model.limits import check_resident_budget, count_params, estimate_bytes
 from viz_model.placement import is_offloaded, module_weights, parse_placement, plan, resident_bytes, weight
 
 ATOL = 1e-5
@@ -246,7 +246,7 @@ def test_the_memory_check_counts_only_what_stays_in_memory(llama_folder, tmp_pat
     assert resident == root + max(_bytes(b) for b in whole.blocks)
     # free memory between the two estimates: refused whole, loaded with its blocks on disk
     free = (check_resident_budget(cfg, resident) + estimate_bytes(cfg)) // 2  # as if this much memory were free
-    monkeypatch.setattr("viz_model.loading.limits.free_memory_bytes", lambda: free)
+    monkeypatch.setattr("viz_model.limits.free_memory_bytes", lambda: free)
     monkeypatch.setenv("VIZ_MEMORY_MARGIN_MB", "0")
     with pytest.raises(CheckpointError, match="put blocks on disk"):
         load_model(llama_folder)
@@ -342,7 +342,7 @@ def test_a_converting_load_must_fit_whole_before_its_blocks_go_to_disk(llama_fol
     cfg = whole.cfg
     del whole
     converting = estimate_bytes(cfg, 2) + 2 * count_params(cfg)  # bfloat16 model + the float32 file's excess
-    monkeypatch.setattr("viz_model.loading.limits.free_memory_bytes", lambda: converting - 1)
+    monkeypatch.setattr("viz_model.limits.free_memory_bytes", lambda: converting - 1)
     monkeypatch.setenv("VIZ_MEMORY_MARGIN_MB", "0")
     with pytest.raises(CheckpointError, match=r"checkpoint's own dtype \(dtype='auto'\)") as info:
         load_model(llama_folder, dtype="bfloat16", device_map={"": "disk"}, offload_folder=tmp_path)

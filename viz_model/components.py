@@ -15,7 +15,7 @@ from torch import nn
 from viz_model.config import Config
 from viz_model.feed_forward import make_mlp
 from viz_model.hooks import HookPoint
-from viz_model.loading.limits import attention_bytes, attn_budget_bytes
+from viz_model.limits import attention_bytes, attn_budget_bytes
 from viz_model.rotary import apply_rotary, long_factors, rotary_angles, rotary_scale, scaled_freqs
 
 

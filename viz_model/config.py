@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from viz_model.loading.limits import (BOOL_FIELDS, FAMILY_PATTERN, FLOAT_LIST_RANGES, FLOAT_RANGES, INT_RANGES, MAX_CONFIG_CHARS,
+from viz_model.limits import (BOOL_FIELDS, FAMILY_PATTERN, FLOAT_LIST_RANGES, FLOAT_RANGES, INT_RANGES, MAX_CONFIG_CHARS,
                      MAX_EXTRA_CHARS, MAX_EXTRA_DEPTH, OPTIONAL_FIELDS)
 
 POSITIONAL_KINDS = ("sinusoidal", "learned", "rotary", "none")
@@ -220,13 +220,13 @@ class Config:
         return head // self.n_rep
 
     def validate(self) -> "Config":
-        """Check every field's exact type and range (:mod:`viz_model.loading.limits`) and their consistency; return ``self``.
+        """Check every field's exact type and range (:mod:`viz_model.limits`) and their consistency; return ``self``.
 
         Integers must be JSON integers (``true`` is not 1), booleans JSON booleans (``"no"`` is not false),
         floats finite numbers, strings one of their allowed values. The ranges (``n_layers`` <= 512,
         ``d_model`` <= 65,536, ``n_ctx`` <= 1,048,576, ``layer_norm_eps`` in (0, 1), ...) are listed in
         ``limits.INT_RANGES`` / ``limits.FLOAT_RANGES`` and in the README. The memory estimate is a separate
-        check (:func:`viz_model.loading.limits.check_budget`).
+        check (:func:`viz_model.limits.check_budget`).
 
         Raises:
             ConfigError: one line naming the first offending field.

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from viz_model.loading.checkpoint import first_line
-from viz_model.loading.limits import max_model_bytes
+from viz_model.limits import max_model_bytes
 from viz_model.features.dictionary import SparseDictionary
 from viz_model.features.saelens import DictionaryError, load_dictionary, save_dictionary
 

@@ -13,7 +13,7 @@ A dictionary is a folder with ``cfg.json`` and ``sae_weights.safetensors`` (SAEL
   [d_out], and ``threshold`` [d_sae] for JumpReLU; float32, float16 or bfloat16.
 
 Order of checks, so that a hostile folder costs nothing: the file sizes, ``cfg.json`` (at most 1 MB, JSON, types and
-ranges, the weights' total size within the memory cap :func:`viz_model.loading.limits.max_model_bytes`), then the
+ranges, the weights' total size within the memory cap :func:`viz_model.limits.max_model_bytes`), then the
 safetensors header alone (names, dtypes, shapes, against the cfg), then the tensors one by one, each refused when it
 holds NaN or infinity. Every refusal is one :class:`DictionaryError` line.
 """
@@ -28,7 +28,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from viz_model.loading.checkpoint import ASSETS, first_line, reraise_interrupts
-from viz_model.loading.limits import max_model_bytes
+from viz_model.limits import max_model_bytes
 from viz_model.loading.weights import CheckpointError
 from viz_model.features.dictionary import ARCHITECTURES, SparseDictionary
 

@@ -8,14 +8,14 @@ import time
 
 import torch
 
-from viz_model.loading.limits import attn_budget_bytes
+from viz_model.limits import attn_budget_bytes
 from viz_model.model import VizTransformer
 from viz_model.interventions.cost import forward_flops, sweep_cost  # noqa: F401  (the sweeps' cost, re-exported beside them)
 
 
 def copies_per_pass(model: VizTransformer, n_pos: int) -> int:
     """How many copies of an ``n_pos``-token prompt one forward pass may hold: about half the attention memory
-    budget (``VIZ_ATTN_BUDGET_MB``, see :func:`viz_model.loading.limits.attn_budget_bytes`) divided by what one copy
+    budget (``VIZ_ATTN_BUDGET_MB``, see :func:`viz_model.limits.attn_budget_bytes`) divided by what one copy
     keeps alive at once (logits, a few residual-stream and MLP activations, and one layer's scores and pattern),
     float32. At least 1."""
     cfg = model.cfg

@@ -5,8 +5,8 @@
 - :mod:`.families`: one converter per Hugging Face ``model_type`` (``FAMILIES``: the one table);
 - :mod:`.weights`: weights into a model (checks, fusing, dispatching with accelerate);
 - :mod:`.dtypes`: dtype and device choice;
-- :mod:`.limits`: what an untrusted config may ask for, and the memory a model costs;
 - :mod:`.timeline`: the training-timeline file (snapshots of one run) read and written.
 
-Nothing is imported here, so that ``viz_model.config`` can import :mod:`.limits` without loading the rest.
+What an untrusted config may ask for and the memory a model costs are in :mod:`viz_model.limits`, beside the core that
+reads them. Nothing is imported here, so that importing one loader does not load the others.
 """

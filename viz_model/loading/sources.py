@@ -26,7 +26,7 @@ from safetensors import safe_open
 from tokenizers import Tokenizer
 
 from viz_model.loading.dtypes import DtypeError, auto_dtype, parse_dtype, resolve_device, safetensors_sizes, tensors_dtype
-from viz_model.loading.limits import memory_limit, memory_limit_of, model_element_size
+from viz_model.limits import memory_limit, memory_limit_of, model_element_size
 from viz_model.loading.checkpoint import DEFAULT_MODEL, FORMAT, first_line, load_checkpoint, read_metadata, read_tokenizer, reraise_interrupts
 from viz_model.loading.families import from_hf, from_nanogpt, hf_config, nanogpt_config
 from viz_model.model import VizTransformer
@@ -203,7 +203,7 @@ def load_model(source: str | Path | None = None, progress: Progress = _quiet, dt
         model, tokenizer = load_model("path/to/gpt2-folder")
         logits, cache = model.run_with_cache(torch.tensor([tokenizer.encode("Hello").ids]))
 
-    Memory: the model's estimated need (:func:`viz_model.loading.limits.estimate_bytes`) must fit in the memory this machine
+    Memory: the model's estimated need (:func:`viz_model.limits.estimate_bytes`) must fit in the memory this machine
     has free, less a margin (``VIZ_MEMORY_MARGIN_MB``, 1,024 MB): whoever calls ``load_model`` chose the model.
     Uploads (:func:`load_upload`) are limited by the server's cap ``VIZ_MAX_MODEL_MB`` instead.
 

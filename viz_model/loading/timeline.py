@@ -35,7 +35,7 @@ from tokenizers import Tokenizer
 
 from viz_model.loading.checkpoint import first_line
 from viz_model.head_scores import REPEATED_SCORES, repeated_scores
-from viz_model.loading.limits import count_params, estimate_bytes, max_model_bytes
+from viz_model.limits import count_params, estimate_bytes, max_model_bytes
 from viz_model.model import VizTransformer
 from viz_model.loading.sources import MAX_UPLOAD_MB, _guard, _read_json, _safe_unzip, load_model, private_dir
 from viz_model.loading.weights import CheckpointError

@@ -2,7 +2,7 @@
 every weight first, so that a bad file gives one clear line instead of a crash or silent garbage.
 
 Order of work, so that a hostile file costs nothing: the config's types and ranges, then its memory estimate
-(:func:`viz_model.loading.limits.check_budget`), then the model's skeleton with uninitialised parameters, then
+(:func:`viz_model.limits.check_budget`), then the model's skeleton with uninitialised parameters, then
 every weight's name, shape, dtype and values, then the weights are moved into the model one by one
 (``load_state_dict(assign=True)``: no second copy), and last a short probe run whose every activation must
 be finite.
@@ -19,7 +19,7 @@ from torch import nn
 from viz_model.components import LayerNorm, PosEmbed, QKNorm, RMSNorm, sinusoidal_table
 from viz_model.config import Config, ConfigError
 from viz_model.loading.dtypes import DtypeError, parse_dtype, resolve_device, tensors_dtype
-from viz_model.loading.limits import (BudgetError, check_budget, check_resident_budget, count_params, current_element_size,
+from viz_model.limits import (BudgetError, check_budget, check_resident_budget, count_params, current_element_size,
                      estimate_bytes, memory_limit)
 from viz_model.model import VizTransformer
 from viz_model.placement import Placement, PlacementError, current_placement, dispatch, plan, resident_bytes
@@ -44,7 +44,7 @@ def check_config(cfg: Config, label: str, file_bytes: int = 0, element_size: int
 
     ``file_bytes``: the size of the weights file, when known (a file larger than the model's own copy of the
     weights, e.g. float64, adds the difference to the estimate). ``element_size``: bytes per weight of the model
-    to be built (4 float32, 2 bfloat16/float16); None: the size set by :func:`viz_model.loading.limits.model_element_size`
+    to be built (4 float32, 2 bfloat16/float16); None: the size set by :func:`viz_model.limits.model_element_size`
     for the load in progress, else 4.
 
     Raises:
@@ -77,12 +77,12 @@ def _skeleton(cfg: Config, element_size: int) -> VizTransformer:
 def _check_placed_budget(cfg: Config, placement: Placement, element_size: int | None, file_bytes: int = 0) -> None:
     """The memory check of a load placed by a device map: only the weights that stay in this machine's memory
     count (:func:`viz_model.placement.resident_bytes` of the map :func:`viz_model.placement.plan` makes for the
-    model's ``meta`` skeleton; :func:`viz_model.loading.limits.check_resident_budget`).
+    model's ``meta`` skeleton; :func:`viz_model.limits.check_resident_budget`).
 
     That holds when the file's weights are used as they are (memory-mapped pages that the kernel can drop). A load
     that converts them (a bfloat16 file loaded as float32: ``file_bytes`` differs from the model's own bytes by more
     than 5 %) builds the whole converted model in memory before its blocks are placed, so the whole model must fit
-    (:func:`viz_model.loading.limits.check_budget`); the refusal says to keep the checkpoint's own dtype."""
+    (:func:`viz_model.limits.check_budget`); the refusal says to keep the checkpoint's own dtype."""
     e = current_element_size() if element_size is None else int(element_size)
     own = e * count_params(cfg)
     if file_bytes and abs(file_bytes - own) > 0.05 * own:

@@ -4,7 +4,7 @@ memory a training costs, and the settings that bound it, each read from the envi
 - ``VIZ_MAX_TRAININGS`` (default 2): trainings running at once on the server; one more is refused with
   "the server is busy (N trainings running); try again in a minute". One running training per session.
 - ``VIZ_MAX_TRAIN_MB`` (default 1,024): the training memory estimate (:func:`train_bytes`), checked before any
-  tensor is allocated, with the inference cap of :func:`viz_model.loading.limits.check_budget` (``VIZ_MAX_MODEL_MB``).
+  tensor is allocated, with the inference cap of :func:`viz_model.limits.check_budget` (``VIZ_MAX_MODEL_MB``).
 - ``VIZ_MAX_TRAIN_SECONDS`` (default 300): wall time of one job, tokenizer included.
 - ``VIZ_TRAIN_THREADS`` (default 1): torch threads of the training thread.
 - Fields within :data:`RANGES`; a text of at most ``VIZ_MAX_TRAIN_CHARS`` (default 2,000,000) characters.
@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 
 from viz_model.config import Config
-from viz_model.loading.limits import BudgetError, check_budget, count_params
+from viz_model.limits import BudgetError, check_budget, count_params
 
 # (smallest, largest) of every setting a user chooses; d_model must also be a multiple of n_heads
 RANGES = {"n_layers": (1, 4), "n_heads": (1, 8), "d_model": (16, 256), "n_ctx": (16, 256), "steps": (10, 3000),
@@ -94,7 +94,7 @@ def train_bytes(settings: TrainSettings) -> int:
                                       outputs and the MLP's hidden layer; per head the scores, masked scores and
                                       pattern; the logits, their softmax and gradients
 
-    with P = :func:`viz_model.loading.limits.count_params`, B = batch, L = layers, T = context, d = d_model, m = 4 d,
+    with P = :func:`viz_model.limits.count_params`, B = batch, L = layers, T = context, d = d_model, m = 4 d,
     h = heads, V = vocabulary. The coefficients were fitted to the peak RSS growth of a fresh process training 7
     sizes (bench/train_live.py): the estimate was 0.94 to 1.44 times it (the heads' T² terms vary most: 542 to
     677 MB measured for 2 layers × 8 heads at a context of 256 in two runs).

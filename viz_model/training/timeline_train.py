@@ -40,7 +40,7 @@ from viz_model.tokenizer import iter_chunks, train_bpe
 from viz_model.training.loop import train_steps
 from viz_model.loading.timeline import log_spaced_steps, phase_change, read_timeline, snapshot_scores, write_timeline
 from viz_model.training.train import encode, evaluate
-from viz_model.loading.limits import count_params
+from viz_model.limits import count_params
 
 LOSS_BATCHES = 4  # fixed batches of the training mix on which each snapshot's train loss is measured
 

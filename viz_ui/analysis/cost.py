@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 
 from viz_model import Config, VizTransformer
-from viz_model.loading.limits import attention_bytes, attn_budget_bytes, max_tokens_for_budget
+from viz_model.limits import attention_bytes, attn_budget_bytes, max_tokens_for_budget
 
 STANDARD_LENGTHS = (64, 128, 256, 512, 1024, 2048)
 

@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 
 from viz_model import Config, VizTransformer, generate
 from viz_model.components import masked_scores
-from viz_model.loading.limits import attention_bytes, attn_budget_bytes, max_tokens_for_budget
+from viz_model.limits import attention_bytes, attn_budget_bytes, max_tokens_for_budget
 from viz_model.model import score_kind
 from viz_model.tokenizer import token_bytes, tokenizer_kind  # noqa: F401  (re-exported for pages)
 
@@ -226,7 +226,7 @@ def token_limit(cfg: Config, budget: int | None = None) -> tuple[int, int | None
     """``(limit, memory_limit)``: the most tokens a trace runs, ``min(n_ctx, memory_limit)``, where
     ``memory_limit`` (None when it is not below ``n_ctx``) is the longest text whose attention working set, the
     scores and pattern of every head ``2 · n_heads · n² · 4`` bytes, fits the budget (``VIZ_ATTN_BUDGET_MB``,
-    default 512 MB; :func:`viz_model.loading.limits.max_tokens_for_budget`): the views read whole ``[n_heads, n, n]``
+    default 512 MB; :func:`viz_model.limits.max_tokens_for_budget`): the views read whole ``[n_heads, n, n]``
     patterns of a layer, whatever the forward pass does in blocks."""
     cap = max_tokens_for_budget(cfg.n_heads, budget)
     return min(cfg.n_ctx, cap), (cap if cap < cfg.n_ctx else None)

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 from tokenizers import Tokenizer
 
 from viz_model import VizTransformer
-from viz_model.loading.limits import count_params
+from viz_model.limits import count_params
 from viz_model.training.live import Progress, TrainSettings, setting, train_bytes
 
 from viz_ui.views.figures import _layout

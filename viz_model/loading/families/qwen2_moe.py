@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import torch
 
 from viz_model.config import Config, _is_int, _show
-from viz_model.loading.limits import INT_RANGES
+from viz_model.limits import INT_RANGES
 from viz_model.loading.weights import CheckpointError, check_config
 from viz_model.loading.families.common import Weights, opt_bool, opt_int, require_int
 from viz_model.loading.families.experts import add_moe_weights
