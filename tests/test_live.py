@@ -12,7 +12,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, plotly_array, shown_figures
-from viz_model import load_model
+from viz_model import jobs, load_model
 from viz_model.training import live
 from viz_model.training.live import (SHIPPED_TEXT, Registry, ServerBusy, TrainingRefused, TrainJob, TrainSettings,
                                      snapshot_steps, window_loss)
@@ -47,7 +47,7 @@ def test_a_job_learns_and_keeps_a_timeline(trained):
     # the snapshot's weights are the model's at that step: its held-out loss again, to fp16 rounding
     ids = encode(trained.tokenizer, live.split_text(TEXT)[1])
     assert window_loss(trained.snapshot_model(-1), ids) == pytest.approx(t["valid_loss"][-1], abs=0.02)
-    assert trained.threads_used == 1 and torch.get_num_threads() == live._PROCESS_THREADS  # only its own thread
+    assert trained.threads_used == 1 and torch.get_num_threads() == jobs._PROCESS_THREADS  # only its own thread
 
 
 def test_batched_window_loss_is_the_cli_evaluation(trained):
@@ -70,7 +70,7 @@ def test_a_new_thread_keeps_the_process_thread_count(trained):
     t = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
     t.start()
     t.join()
-    assert seen == [live._PROCESS_THREADS]
+    assert seen == [jobs._PROCESS_THREADS]
 
 
 def test_caps_cancellation_and_the_busy_message(monkeypatch):

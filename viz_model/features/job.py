@@ -8,10 +8,10 @@ first :data:`INDEX_TOKENS` tokens (:func:`viz_model.features.index.build_index`)
 layout into a folder (``<folder>/<hook name>/cfg.json`` + ``sae_weights.safetensors`` + ``top_contexts.safetensors``,
 and ``<folder>/corpus.safetensors``), in a daemon thread.
 
-It reuses the Train your own page's machinery (:mod:`viz_model.training.live_limits` and
-:mod:`viz_model.training.live`): the text checks (``VIZ_MAX_TRAIN_CHARS``), the memory cap ``VIZ_MAX_TRAIN_MB``
+It reuses the Train your own page's machinery (:mod:`viz_model.training.live_limits`, :mod:`viz_model.jobs` and the
+registry of :mod:`viz_model.training.live`): the text checks (``VIZ_MAX_TRAIN_CHARS``), the memory cap ``VIZ_MAX_TRAIN_MB``
 (checked before anything is allocated, with :func:`dictionary_bytes`), the wall-time limit
-``VIZ_MAX_TRAIN_SECONDS``, the thread count ``VIZ_TRAIN_THREADS`` (:func:`viz_model.training.live.limit_threads`)
+``VIZ_MAX_TRAIN_SECONDS``, the thread count ``VIZ_TRAIN_THREADS`` (:func:`viz_model.jobs.limit_threads`)
 and the server's :data:`viz_model.training.live.REGISTRY` (one training per session, ``VIZ_MAX_TRAININGS`` in all,
 model trainings and dictionary trainings together): start it with
 ``REGISTRY.start(session, text, settings, source, make=DictionaryJob, model=model, tokenizer=tokenizer,
@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from viz_model.loading.checkpoint import first_line
-from viz_model.training.live import BackgroundJob, limit_threads
+from viz_model.jobs import BackgroundJob, limit_threads
 from viz_model.training.live_limits import TrainingRefused, check_text, setting
 from viz_model.features.index import build_index, save_corpus, save_index
 from viz_model.features.saelens import save_dictionary

@@ -12,12 +12,8 @@ usable model in each case; any failure becomes a one-line :attr:`Progress.error`
 The limits (size, memory, wall time, threads, concurrent trainings) are in :mod:`viz_model.training.live_limits`;
 :class:`Registry` enforces one running training per session and ``VIZ_MAX_TRAININGS`` in all.
 
-Threads: ``torch.set_num_threads`` looks process-global, but with torch's OpenMP backend (the Linux and Windows
-CPU builds; ``torch.__config__.parallel_info()``) it sets the calling thread's OpenMP and MKL thread count and
-the default that threads *started later* take on their first parallel operation. The training thread therefore
-sets its own count, then a short helper thread sets the default back to what it was when this module was
-imported, under a lock: the training uses ``VIZ_TRAIN_THREADS`` threads, and the server's other threads
-(Streamlit starts one per script run) keep theirs (tests/test_live.py checks both).
+Threads: the training thread runs on ``VIZ_TRAIN_THREADS`` threads and the server's others keep theirs
+(:func:`viz_model.jobs.limit_threads`; tests/test_live.py checks both).
 """
 
 from __future__ import annotations
@@ -39,6 +35,7 @@ from tokenizers import Tokenizer
 
 from viz_model.loading.checkpoint import first_line, save_checkpoint
 from viz_model.config import Config
+from viz_model.jobs import BackgroundJob, limit_threads
 from viz_model.model import VizTransformer
 from viz_model.loading.sources import private_dir
 from viz_model.tokenizer import iter_chunks, train_bpe
@@ -98,21 +95,6 @@ def window_loss(model: VizTransformer, ids: torch.Tensor, max_tokens: int = EVAL
     return total / count
 
 
-# torch.set_num_threads in a thread also sets the default of threads started later: see the module docstring
-_PROCESS_THREADS = torch.get_num_threads()
-_THREADS_LOCK = threading.Lock()
-
-
-def limit_threads(n: int) -> None:
-    """Run torch on ``n`` threads in the calling thread only (see the module docstring)."""
-    with _THREADS_LOCK:
-        torch.get_num_threads()  # this thread's lazy initialisation first: it would reset the count later
-        torch.set_num_threads(n)
-        helper = threading.Thread(target=torch.set_num_threads, args=(_PROCESS_THREADS,), name="viz-threads-reset")
-        helper.start()
-        helper.join()
-
-
 @dataclass(frozen=True)
 class Snapshot:
     """The model after ``step`` steps: weights (float16, as shipped timelines store them) and its losses."""
@@ -142,28 +124,6 @@ class Progress:
     @property
     def running(self) -> bool:
         return self.status in ("preparing", "training")
-
-
-class BackgroundJob:
-    """What every job run in a daemon thread shares (:class:`TrainJob`, ``viz_model.features.job.DictionaryJob``):
-    the subclass starts ``_thread``, sets ``_ended`` when the work is over whatever happened, and checks ``_stop``
-    between steps (cooperative cancellation)."""
-
-    _stop: threading.Event
-    _ended: threading.Event
-    _thread: threading.Thread
-
-    def cancel(self) -> None:
-        """Ask the job to stop before its next step (what it has done so far is kept)."""
-        self._stop.set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the job has ended; return whether it has."""
-        return self._ended.wait(timeout)
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive() and not self._ended.is_set()
 
 
 class TrainJob(BackgroundJob):
