@@ -4,26 +4,19 @@ stories, write their card and quality table, the shipped corpus and each diction
 from __future__ import annotations
 
 import json
-import sys
-import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from viz_model.features import collect_activations, load_dictionary, token_windows  # noqa: E402
-from viz_model.features.index import build_index, save_corpus, save_index  # noqa: E402
-from viz_model.features.saelens import weights_bytes  # noqa: E402
-from viz_model.features.readout import fvu  # noqa: E402
+from dictionary_recipe import (BATCH, D_SAE, DEAD_TOKENS, K, LR, ROOT, STEPS, STEPS_BY_LAYER, TRAIN_TOKENS, WINDOW,
+                               log)
+from viz_model.features import collect_activations, load_dictionary, token_windows
+from viz_model.features.index import build_index, save_corpus, save_index
+from viz_model.features.readout import fvu
+from viz_model.features.saelens import weights_bytes
 
 TEST_SLICE = ROOT / "tests" / "data" / "dictionary_heldout.txt"
 TEST_SLICE_CHARS = 12_000
-
-
-def log(msg: str) -> None:
-    print(time.strftime("%H:%M:%S"), msg, flush=True)
 
 
 @torch.no_grad()
@@ -63,7 +56,6 @@ def evaluate(model, tok, data: Path, out: Path, hooks: list[str], eval_tokens: i
 
 
 def write_card(out: Path, rows: list[dict], n_tokens: int) -> None:
-    from train_dictionaries import BATCH, D_SAE, DEAD_TOKENS, K, LR, STEPS, STEPS_BY_LAYER, TRAIN_TOKENS, WINDOW
     more = "; ".join(f"layer {layer}: {n} steps" for layer, n in sorted(STEPS_BY_LAYER.items()))
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     table = "\n".join(f"| `{r['hook']}` | {r['architecture']} (k={r['k']}) | {r['d_sae']:,} | {r['fvu']:.3f} | "

@@ -12,16 +12,13 @@ given torch build and thread count.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from viz_model import load_model  # noqa: E402
-from viz_model.sampling import iter_generate  # noqa: E402
-from viz_model.tokenizer import END_OF_TEXT  # noqa: E402
+from viz_model import load_model
+from viz_model.sampling import iter_generate
+from viz_model.tokenizer import END_OF_TEXT
 
 OPENINGS = ["Once upon a time", "One day", "Lily", "Tom and his mom", "There was a", "Sara wanted",
             "Once there was a big", "The sun was"]

@@ -4,12 +4,9 @@ Usage: python scripts/model_card_samples.py assets/models/tinystories-6l.safeten
 """
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere: the project's packages
-
-from viz_model import generate, load_model  # noqa: E402
-from viz_ui.analysis.generation import continuation_text  # noqa: E402
+from viz_model import generate, load_model
+from viz_ui.analysis.generation import continuation_text
 
 PROMPTS = ["Once upon a time, there was a little girl named Lily.", "Tom and his dog went to the park.",
            "The sun was hot, so"]

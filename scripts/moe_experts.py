@@ -15,18 +15,15 @@ fraction of each type's occurrences (at least ``--min-count``) that the router s
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from viz_model import load_model  # noqa: E402
-from viz_model.training.train import encode  # noqa: E402
-from viz_ui.analysis.text_trace import token_label  # noqa: E402
+from viz_model import load_model
+from viz_model.training.train import encode
+from viz_ui.analysis.text_trace import token_label
 
 
 def main() -> None:

@@ -24,34 +24,15 @@ contexts (``top_contexts.safetensors``, see :mod:`viz_model.features.index`).
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from viz_model import load_model  # noqa: E402
-from viz_model.features import (collect_activations, load_dictionary, save_dictionary, token_windows,  # noqa: E402
-                                train_on_activations)
-
-OUT = ROOT / "assets" / "dictionaries" / "tinystories-6l"
-TRAIN_TOKENS = 102_400
-EVAL_TOKENS = 102_400
-WINDOW = 128
-D_SAE, K, STEPS, BATCH, LR, SEED, DEAD_TOKENS = 1024, 24, 150, 2048, 1e-3, 0, 50_000
-STEPS_BY_LAYER = {0: 450}  # layer 0: after 150 steps 15 % of its features were dead on held-out text
-
-
-def hooks(n_layers: int) -> list[str]:
-    return [f"blocks.{layer}.hook_resid_post" for layer in range(n_layers)]
-
-
-def log(msg: str) -> None:
-    print(time.strftime("%H:%M:%S"), msg, flush=True)
+from dictionary_recipe import (BATCH, D_SAE, DEAD_TOKENS, EVAL_TOKENS, K, LR, OUT, ROOT, SEED, STEPS, STEPS_BY_LAYER,
+                               TRAIN_TOKENS, WINDOW, hooks, log)
+from evaluate_dictionaries import evaluate  # the second stage lives beside this script
+from viz_model import load_model
+from viz_model.features import collect_activations, save_dictionary, token_windows, train_on_activations
 
 
 def train(model, tok, data: Path, layers: list[int]) -> None:
@@ -83,7 +64,6 @@ def main() -> None:
     if args.stage in ("all", "train"):
         train(model, tok, args.data, args.layers or list(range(model.cfg.n_layers)))
     if args.stage in ("all", "evaluate"):
-        from evaluate_dictionaries import evaluate  # the second stage lives beside this script
         evaluate(model, tok, args.data, OUT, hooks(model.cfg.n_layers), EVAL_TOKENS, WINDOW)
 
 
