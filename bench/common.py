@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -11,10 +11,16 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parent.parent  # the project's checkout (the benchmarks import it installed: README)
 
 GPT2_SMALL = dict(vocab_size=50257, n_embd=768, n_layer=12, n_head=12, n_positions=1024)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a child Python (``python -c``) that imports the project: ``PYTHONPATH`` names
+    this checkout first, so that the child measures the same code as the benchmark that starts it."""
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), **extra}
 
 
 def gpt2_small(seed: int = 0):

@@ -20,11 +20,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import ROOT, show
+from common import child_env, show
 
 CHILD = r"""
 import json, resource, sys, time
-sys.path.insert(0, ROOT)
 import torch
 torch.set_grad_enabled(False)
 import transformers
@@ -65,7 +64,6 @@ model.to(torch.bfloat16).save_pretrained(sys.argv[2])
 
 FORWARD = r"""
 import json, statistics, sys, time
-sys.path.insert(0, ROOT)
 import torch
 torch.set_num_threads(1)
 torch.set_grad_enabled(False)
@@ -96,9 +94,8 @@ def make_models(folder: Path) -> dict[str, Path]:
 
 
 def measure(loader: str, path: Path, dtype: str) -> dict:
-    code = CHILD.replace("ROOT", repr(str(ROOT))).replace("LOADER", repr(loader)).replace("PATH", repr(str(path)))
-    code = code.replace("DTYPE", repr(dtype))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    code = CHILD.replace("LOADER", repr(loader)).replace("PATH", repr(str(path))).replace("DTYPE", repr(dtype))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=child_env())
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -122,8 +119,8 @@ def main() -> None:
                              "extra peak / file": round(med["extra_peak_mb"] / sizes[file_dtype], 2),
                              "resident after MB": round(med["after_mb"])})
         show(f"Loading a 153M-parameter Llama (medians of {args.rounds} fresh processes)", rows)
-        out = subprocess.run([sys.executable, "-c", FORWARD.replace("ROOT", repr(str(ROOT))), str(files["bfloat16"])],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", FORWARD, str(files["bfloat16"])], capture_output=True, text=True,
+                             check=True, env=child_env())
         show("Forward pass at 64 tokens, ms (one process, 1 torch thread, contenders interleaved, median of 7)",
              [json.loads(out.stdout.strip().splitlines()[-1])])
 

@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 DEFAULT_OUT = Path("/work/models/llama-1b")
 DATA = Path(os.environ.get("REAL_SIZE_DATA", "/work/shared/data")) / "tinystories-train-head.txt"
@@ -285,7 +284,6 @@ def child_typing(folder: Path, impl: str, repeats: int) -> dict:
 
     from playwright.sync_api import expect, sync_playwright
     from tokenizers import Tokenizer
-    sys.path.insert(0, str(ROOT / "bench"))
     from latency import timed as timed_in_page
     from server import CHROMIUM_ARGS, app_server
 

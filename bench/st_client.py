@@ -51,7 +51,6 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, WebSocketException
 
-import common  # noqa: F401  (the project's root on sys.path)
 from viz_ui.app.live_chart import unpack
 
 FINISHED = {ForwardMsg.FINISHED_SUCCESSFULLY: "ok", ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY: "fragment ok",

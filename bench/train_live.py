@@ -19,10 +19,9 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import child_env
+
 # as the app (viz_ui/__init__.py), before torch loads: with spinning OpenMP threads a page's forward pass took
 # 677 ms instead of 71 ms while two trainings ran on the 2 cores
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -39,7 +38,6 @@ SIZES = {  # name -> TrainSettings fields (the fit of train_bytes' coefficients 
 
 CHILD = """
 import json, resource, sys, time
-sys.path.insert(0, {root!r})
 from viz_model.training.live import SHIPPED_TEXT, TrainJob, TrainSettings, train_bytes
 settings = TrainSettings(**json.loads({fields!r}), steps={steps})
 text = SHIPPED_TEXT.read_text(encoding="utf-8")
@@ -59,8 +57,8 @@ def memory(steps: int) -> None:
     print("| size | estimate (train_bytes) | peak RSS growth | estimate / measured |")
     print("|---|---|---|---|")
     for name, fields in SIZES.items():
-        code = CHILD.format(root=str(ROOT), fields=json.dumps(fields), steps=steps)
-        env = {**os.environ, "VIZ_MAX_TRAIN_MB": "100000"}  # measure sizes above the cap too
+        code = CHILD.format(fields=json.dumps(fields), steps=steps)
+        env = child_env(VIZ_MAX_TRAIN_MB="100000")  # measure sizes above the cap too
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
         r = json.loads(out.strip().splitlines()[-1])
         print(f"| {name} | {r['estimate'] / 2**20:,.0f} | {r['grew'] / 2**20:,.0f} | {r['estimate'] / r['grew']:.2f} |")
