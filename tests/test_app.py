@@ -6,33 +6,9 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, plotly_array, shown_figures
+from conftest import ROOT, plotly_array
+from helpers import PAGES, figure_titled, figures, open_page
 from viz_model import load_model
-
-PAGES = ["pages/walkthrough.py", "pages/tokens.py", "pages/embeddings.py", "pages/attention.py", "pages/head_steps.py", "pages/head_view.py", "pages/heads.py", "pages/block.py",
-         "pages/logit_lens.py", "pages/output.py", "pages/encoder_decoder.py", "pages/inspector.py"]
-
-
-def open_page(page: str | None = None, text: str | None = None, query: dict | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    for key, value in (query or {}).items():
-        at.query_params[key] = value
-    at.run()
-    if text is not None:
-        at.text_area(key="text").set_value(text).run()
-    if page:
-        at.switch_page(page).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def figures(at: AppTest) -> list[dict]:
-    return shown_figures(at)
-
-
-def figure_titled(at: AppTest, start: str) -> dict:
-    """The first figure whose title starts with ``start``."""
-    return next(f for f in figures(at) if f["layout"]["title"]["text"].startswith(start))
 
 
 def chips(at: AppTest) -> str:

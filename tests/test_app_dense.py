@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, plotly_array
+from conftest import plotly_array
 from hf_models import build, save, transformers
-from test_app import PAGES, figure_titled
+from helpers import PAGES, figure_titled, open_with_model
 from viz_model import load_model
-from viz_ui.app.state import SessionModel
 
 V = 320  # the test tokenizer's vocabulary
 SPECS = {
@@ -68,21 +66,6 @@ def dense_models(root, tokenizer, names=None) -> dict:
             for name, (cls, make) in SPECS.items() if names is None or name in names}
 
 
-def open_page(models, name: str, page: str | None, text: str = "The cat sat on the mat. The cat") -> AppTest:
-    model, tok = models[name]
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.session_state["_session_models"] = {f"upload:{name}": SessionModel(name, model, tok, name)}
-    at.session_state["_model"] = name
-    at.session_state["_text"] = text
-    at.session_state["_layer"], at.session_state["_head"] = 0, 0
-    at.run()
-    if page:
-        at.switch_page(page).run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, tokenizer):
     return dense_models(tmp_path_factory.mktemp("dense"), tokenizer,
@@ -94,7 +77,7 @@ def test_every_page_renders_on_gemma2(models, page):
     """Gemma 2 holds most new switches at once: sandwich norms, GeGLU, soft caps, a divisor of its own,
     alternating windows, scaled embeddings (the other families were run through every page by hand). The attention
     page writes Gemma 2's own score: q·k divided by √query_pre_attn_scalar (not √d_k), then soft-capped."""
-    at = open_page(models, "gemma2", page)
+    at = open_with_model(models, "gemma2", page, head=(0, 0), errors=False)
     if page == "pages/attention.py":
         cfg, text = models["gemma2"][0].cfg, " ".join(m.value for m in at.markdown)
         assert cfg.attn_scale == pytest.approx(20 ** 0.5) and cfg.attn_softcap == 1.5
@@ -103,7 +86,7 @@ def test_every_page_renders_on_gemma2(models, page):
 
 
 def test_soft_capped_scores_are_shown_before_and_after_the_cap(models):
-    at = open_page(models, "gemma2", "pages/head_steps.py")
+    at = open_with_model(models, "gemma2", "pages/head_steps.py", head=(0, 0), errors=False)
     table = next(d.value for d in at.dataframe if "q·k" in d.value.columns)
     cap = models["gemma2"][0].cfg.attn_softcap
     before, after = table["q·k / s"].to_numpy(), table[f"c·tanh(· / c), c = {cap:g}"].to_numpy()
@@ -115,10 +98,10 @@ def test_soft_capped_scores_are_shown_before_and_after_the_cap(models):
 
 
 def test_partial_rotary_and_parallel_residual_are_explained(models):
-    at = open_page(models, "neox", "pages/embeddings.py")
+    at = open_with_model(models, "neox", "pages/embeddings.py", head=(0, 0), errors=False)
     cfg = models["neox"][0].cfg
     assert any(f"only the first {cfg.d_rotary} of the {cfg.d_head} dimensions" in i.value for i in at.info)
-    at = open_page(models, "neox", "pages/block.py")
+    at = open_with_model(models, "neox", "pages/block.py", head=(0, 0), errors=False)
     assert any("Parallel residual" in i.value for i in at.info)
 
 
@@ -126,7 +109,7 @@ def test_output_norms_are_shown_with_their_inputs(models):
     """OLMo 2 norms only the sub-layers' outputs: the block page shows ln1_post's input (the attention's raw
     output, recomputed from hook_z and W_O) and its output, which must be RMSNorm(input) * w."""
     model = models["olmo2"][0]
-    at = open_page(models, "olmo2", "pages/block.py")
+    at = open_with_model(models, "olmo2", "pages/block.py", head=(0, 0), errors=False)
     assert "output-norm" in " ".join(m.value for m in at.markdown)
     before, after = plotly_array(figure_titled(at, "ln1_post (")["data"][0]["z"])
     w = model.blocks[0].ln1_post.w.detach().numpy()
@@ -136,20 +119,21 @@ def test_output_norms_are_shown_with_their_inputs(models):
 
 
 def test_roberta_is_described_as_an_encoder(models):
-    words = " ".join(m.value for page in ("pages/output.py", "pages/head_steps.py", None)
-                     for at in [open_page(models, "roberta", page)] for m in (*at.markdown, *at.caption, *at.info))
+    opened = [open_with_model(models, "roberta", page, head=(0, 0), errors=False)
+              for page in ("pages/output.py", "pages/head_steps.py", None)]
+    words = " ".join(m.value for at in opened for m in (*at.markdown, *at.caption, *at.info))
     assert "next token" not in words.lower() and "encoder" in words.lower()
 
 
 def test_t5_relative_position_bias_as_a_matrix_and_in_the_scores(models):
     model = models["t5"][0]
-    at = open_page(models, "t5", "pages/embeddings.py")
+    at = open_with_model(models, "t5", "pages/embeddings.py", head=(0, 0), errors=False)
     shown = plotly_array(figure_titled(at, "Relative position bias of head 0")["data"][0]["z"])
     n = shown.shape[0]
     rel = model.encoder.rel_pos  # the page opens on the encoder stack: buckets in both directions
     np.testing.assert_allclose(shown, rel.W_rel[rel.buckets(n, n), 0].detach().numpy(), atol=1e-6)
     assert not np.allclose(shown, shown.T)
-    at = open_page(models, "t5", "pages/head_steps.py")
+    at = open_with_model(models, "t5", "pages/head_steps.py", head=(0, 0), errors=False)
     table = next(d.value for d in at.dataframe if "q·k" in d.value.columns)
     visible = (table["mask"] == "0").to_numpy()
     total = (table["q·k"] + table["+ position bias"]).to_numpy()
@@ -166,7 +150,7 @@ def test_longrope_pages_show_the_frequencies_the_text_uses(models, tokenizer, te
     model = models["longrope"][0]
     n = len(tokenizer.encode(text).ids)
     assert (n > 8) == (which == "long")
-    at = open_page(models, "longrope", "pages/embeddings.py", text)
+    at = open_with_model(models, "longrope", "pages/embeddings.py", text, head=(0, 0), errors=False)
     assert f"This text has {n} tokens" in " ".join(c.value for c in at.caption)
     assert f"it uses the {which} factors" in " ".join(c.value for c in at.caption)
     angles = plotly_array(figure_titled(at, "Rotation angle")["data"][0]["z"])
@@ -175,14 +159,14 @@ def test_longrope_pages_show_the_frequencies_the_text_uses(models, tokenizer, te
     curve = figure_titled(at, "Layer 0, head 0: score")["data"]
     delta, recorded = curve[1]["x"][0], curve[1]["y"][0]
     assert abs(plotly_array(curve[0]["y"])[delta] - recorded) <= 1e-4
-    at = open_page(models, "longrope", "pages/head_steps.py", text)
+    at = open_with_model(models, "longrope", "pages/head_steps.py", text, head=(0, 0), errors=False)
     assert any(f"it uses the {which} factors" in i.value for i in at.info)
 
 
 def test_longrope_generation_recomputes_the_cache_when_the_text_outgrows_the_short_factors(models, tokenizer):
     """From 5 tokens, the 5th step runs 9 positions: past the original context of 8, so it computes all of them
     again (the cached keys were turned with the short factors) and the page says why."""
-    at = open_page(models, "longrope", "pages/output.py", "The cat sat")
+    at = open_with_model(models, "longrope", "pages/output.py", "The cat sat", head=(0, 0), errors=False)
     at.number_input(key="n_new").set_value(5).run()
     at.button[0].click().run()
     assert not at.exception
@@ -198,10 +182,10 @@ def test_t5_score_wording_no_division_a_bias_and_none_in_cross_attention(models)
     def words(at):
         return " ".join(m.value for m in at.markdown)
 
-    at = open_page(models, "t5", "pages/attention.py")
+    at = open_with_model(models, "t5", "pages/attention.py", head=(0, 0), errors=False)
     text = words(at)
     assert "√d_k for" not in text and "Left: the scores q·k + b for *every* pair" in text
     assert "not divided by √d_k" in text and "relative position bias b" in text
     assert figure_titled(at, "Layer 0, head 0: attention weights softmax(q·k + b)")
-    cross = words(open_page(models, "t5", "pages/encoder_decoder.py"))
+    cross = words(open_with_model(models, "t5", "pages/encoder_decoder.py", head=(0, 0), errors=False))
     assert "its cross-attention adds **no relative position bias**" in cross

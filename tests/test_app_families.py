@@ -11,9 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, plotly_array
 from hf_models import bert_config, build, gpt2_config, llama_config, save
-from test_app import PAGES, figure_titled, figures
+from helpers import PAGES, figure_titled, open_with_model
 from viz_model import load_model
-from viz_ui.app.state import SessionModel
 
 ALL_PAGES = [None, *PAGES]
 
@@ -35,46 +34,26 @@ def family_models(tmp_path_factory, tokenizer):
     return out
 
 
-def open_with(models, name: str, page: str | None, text: str = "The cat sat on the mat. The cat",
-              head: tuple[int, int] | None = None) -> AppTest:
-    """The app on ``page`` with the model ``name`` of ``models``; ``head``: the layer and head chosen (else the
-    views open on the most salient head)."""
-    model, tok = models[name]
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    key = f"upload:{name}"
-    at.session_state["_session_models"] = {key: SessionModel(name, model, tok, name)}
-    at.session_state["_model"] = name
-    at.session_state["_text"] = text
-    if head is not None:
-        at.session_state["_layer"], at.session_state["_head"] = head
-    at.run()
-    if page:
-        at.switch_page(page).run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert at.selectbox(key="model").value == name
-    return at
-
-
 @pytest.mark.parametrize("name", ["gpt2", "bert-mlm", "bert-bare", "llama-gqa"])
 @pytest.mark.parametrize("page", ALL_PAGES)
 def test_every_page_renders_on_every_family(family_models, name, page):
-    at = open_with(family_models, name, page)
+    at = open_with_model(family_models, name, page)
     assert not at.error, [e.value for e in at.error]
 
 
 def test_checkpoint_without_tokenizer_takes_token_ids(family_models):
-    at = open_with(family_models, "no-tokenizer", "pages/attention.py", text="5 17 17 300 2", head=(0, 0))
+    at = open_with_model(family_models, "no-tokenizer", "pages/attention.py", text="5 17 17 300 2", head=(0, 0))
     assert not at.error
     assert any("no tokenizer" in i.value for i in at.info)
     fig = figure_titled(at, "Layer 0, head 0")
     assert fig["layout"]["yaxis"]["ticktext"][:3] == ["0 #5", "1 #17", "2 #17"]
-    at = open_with(family_models, "no-tokenizer", "pages/tokens.py", text="5 seventeen")
+    at = open_with_model(family_models, "no-tokenizer", "pages/tokens.py", text="5 seventeen")
     assert any("seventeen" in e.value for e in at.error)
 
 
 @pytest.mark.parametrize("name", ["bert-bare", "bert-mlm", "llama-gqa"])
 def test_walkthrough_every_step_on_other_families(family_models, name):
-    at = open_with(family_models, name, "pages/walkthrough.py")
+    at = open_with_model(family_models, name, "pages/walkthrough.py")
     for _ in range(10):
         next(b for b in at.button if b.label == "Next").click().run()
         assert not at.exception and not at.error, at.session_state["_step"]
@@ -85,7 +64,7 @@ def test_walkthrough_every_step_on_other_families(family_models, name):
 def test_rotary_view_shows_the_models_angles_and_relative_scores(family_models):
     model, _ = family_models["llama-gqa"]
     cfg = model.cfg
-    at = open_with(family_models, "llama-gqa", "pages/embeddings.py", head=(0, 0))
+    at = open_with_model(family_models, "llama-gqa", "pages/embeddings.py", head=(0, 0))
     angles = plotly_array(figure_titled(at, "Rotation angle")["data"][0]["z"])
     n = angles.shape[0]
     theta = cfg.rotary_base ** (-np.arange(0, cfg.d_head, 2) / cfg.d_head)  # RoFormer, section 3.4
@@ -101,7 +80,7 @@ def test_rotary_view_shows_the_models_angles_and_relative_scores(family_models):
 def test_masked_lm_output_predicts_the_token_at_a_position(family_models):
     model, tok = family_models["bert-mlm"]
     text = "The cat sat on the mat."
-    at = open_with(family_models, "bert-mlm", "pages/output.py", text=text)
+    at = open_with_model(family_models, "bert-mlm", "pages/output.py", text=text)
     fig = figure_titled(at, "Token at position")
     ids = torch.tensor([tok.encode(text).ids])
     probs = torch.softmax(model(ids)[0, -1], -1).detach().numpy()
@@ -110,7 +89,7 @@ def test_masked_lm_output_predicts_the_token_at_a_position(family_models):
 
 
 def test_inspector_describes_a_grouped_query_model(family_models):
-    at = open_with(family_models, "llama-gqa", "pages/inspector.py")
+    at = open_with_model(family_models, "llama-gqa", "pages/inspector.py")
     table = dict(zip(*at.dataframe[0].value.T.values))
     assert table["key/value heads (n_kv_heads)"] == "2" and table["attention heads (n_heads)"] == "6"
     assert table["attention"].startswith("grouped-query (3 query heads")
@@ -154,7 +133,7 @@ LONG_TEXT = "The cat sat on the mat. " * 30  # over 256 tokens: a long trace (fl
 
 @pytest.mark.parametrize("page", ALL_PAGES)
 def test_every_page_renders_a_long_text(family_models, page):
-    at = open_with(family_models, "gpt2-long", page, LONG_TEXT)
+    at = open_with_model(family_models, "gpt2-long", page, LONG_TEXT)
     assert not at.error, [e.value for e in at.error]
 
 
@@ -164,7 +143,7 @@ def test_a_long_texts_attention_is_the_models_own(family_models):
     model, tok = family_models["gpt2-long"]
     ids = tok.encode(LONG_TEXT).ids
     assert 256 < len(ids) <= 512
-    at = open_with(family_models, "gpt2-long", "pages/attention.py", LONG_TEXT, head=(0, 0))
+    at = open_with_model(family_models, "gpt2-long", "pages/attention.py", LONG_TEXT, head=(0, 0))
     trace = get_trace("upload:gpt2-long", LONG_TEXT)
     assert not dict.__contains__(trace.arrays, "blocks.0.attn.hook_pattern")  # derived on reading, not stored
     _, cache = model.run_with_cache(torch.tensor([ids]))
@@ -187,7 +166,7 @@ def page_words(at: AppTest) -> str:
 
 
 def walkthrough_words(models, name: str) -> str:
-    at = open_with(models, name, "pages/walkthrough.py")
+    at = open_with_model(models, name, "pages/walkthrough.py")
     words = [page_words(at)]
     for _ in range(10):
         next(b for b in at.button if b.label == "Next").click().run()
@@ -198,7 +177,7 @@ def walkthrough_words(models, name: str) -> str:
 @pytest.mark.parametrize("name", ["bert-mlm", "bert-bare"])
 def test_an_encoder_is_never_described_as_a_next_token_predictor(family_models, name):
     words = walkthrough_words(family_models, name) + " ".join(
-        page_words(open_with(family_models, name, page)) for page in OWN_PAGES)
+        page_words(open_with_model(family_models, name, page)) for page in OWN_PAGES)
     for phrase in ("next token", "next-token", "earlier token", "later token"):
         assert phrase not in words, words[max(0, words.find(phrase) - 300):words.find(phrase) + 80]
     assert "encoder" in words
@@ -212,7 +191,7 @@ def test_a_decoder_is_described_as_predicting_the_next_token(family_models):
     words = walkthrough_words(family_models, "gpt2")
     assert "next token" in words and "causal mask" in words and "unembedding" in words
     assert "masked-lm" not in words
-    lens = page_words(open_with(family_models, "gpt2", "pages/logit_lens.py"))
+    lens = page_words(open_with_model(family_models, "gpt2", "pages/logit_lens.py"))
     assert "would predict **next**" in lens or "would predict next" in lens
 
 
@@ -246,6 +225,6 @@ def test_every_page_renders_a_bounded_trace(family_models, name, page, monkeypat
     from viz_ui.app.state import get_trace
     monkeypatch.setenv("VIZ_TRACE_MB", "0.001")
     text = "A bounded trace: the cat sat on the [MASK] mat."
-    at = open_with(family_models, name, page, text)
+    at = open_with_model(family_models, name, page, text)
     assert not at.error, [e.value for e in at.error]
     assert get_trace(f"upload:{name}", text).arrays.layers is not None

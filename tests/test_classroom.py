@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import proto_data
-from test_app import figure_titled, figures, open_page
+from helpers import figure_titled, figures, open_page
 from viz_ui.analysis.generation import StepRecord, next_token_view, salient_head, shown_bars
 from viz_ui.analysis.heads import HEAD_THRESHOLD, cell_text_fits, heads_passing, most_salient, salience
 

@@ -27,6 +27,6 @@ def test_the_inspector_measures_on_click():
     at.switch_page("pages/inspector.py").run()
     next(b for b in at.button if b.label == "Measure on this machine").click().run()
     assert not at.exception
-    from test_app import figure_titled
+    from helpers import figure_titled
     fig = figure_titled(at, "One attention layer")
     assert len(fig["data"]) == 3

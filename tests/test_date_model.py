@@ -13,7 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from conftest import ROOT, plotly_array
-from test_app import PAGES, figure_titled
+from helpers import PAGES, figure_titled
 from viz_model import load_model
 from viz_model.loading.checkpoint import ASSETS
 from viz_model.training.dates import FIRST, FORMATS, N_DAYS, is_held_out, write_date

@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from hf_models import build, gpt2_config, llama_config, reference, save, transformers
-from test_app import PAGES
-from test_app_dense import open_page
+from helpers import PAGES, open_with_model
 from viz_model import CheckpointError, load_model
 from viz_model.loading.checkpoint import save_checkpoint
 from viz_model.loading.weights import norm_parameters
@@ -138,4 +137,4 @@ def bf16_models(tmp_path_factory):
 
 @pytest.mark.parametrize("page", [None, *PAGES, "pages/interventions.py", "pages/moe.py"])
 def test_every_page_renders_on_a_bfloat16_model(bf16_models, page):
-    open_page(bf16_models, "bf16-llama", page, text="5 17 3 44 81 9 17 3 44 60")
+    open_with_model(bf16_models, "bf16-llama", page, text="5 17 3 44 81 9 17 3 44 60", head=(0, 0), errors=False)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import ROOT, plotly_array, shown_figures
-from test_app import open_page
+from helpers import open_page
 from viz_model import load_model, save_checkpoint
 from viz_model.features import feature_acts, head_contributions, load_dictionary, promoted_tokens, shipped_dictionaries
 from viz_ui.app.features import SESSION_SETS

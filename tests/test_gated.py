@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 import viz_ui.app.gated as gated_state
 import viz_ui.app.interventions as intervention_state
 from conftest import ROOT, plotly_array, shown_figures
+from helpers import figure_titled, open_page
 from viz_model import ablation, load_model, patching
 from viz_ui.app import gate
 from viz_ui.analysis.interventions import metric_for
@@ -48,24 +49,10 @@ def spy(monkeypatch, module, name: str) -> list:
     return calls
 
 
-def open_page(page: str, **query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.query_params["text"] = TEXT
-    for key, value in query.items():
-        at.query_params[key] = value
-    at.switch_page(page).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
 def gate_button(at: AppTest, name: str):
     button = at.button(key=f"gate_{name}")
     assert " — about " in button.label or " — under a second" in button.label, button.label
     return button
-
-
-def figure(at: AppTest, start: str) -> dict | None:
-    return next((f for f in shown_figures(at) if f["layout"]["title"]["text"].startswith(start)), None)
 
 
 def test_gate_words_and_threshold(monkeypatch):
@@ -94,20 +81,20 @@ def test_combined_progress_counts_every_part():
 
 def test_effect_map_waits_for_its_button_then_shows_the_direct_numbers(monkeypatch, shipped):
     calls = spy(monkeypatch, intervention_state, "head_effects")
-    at = open_page("pages/interventions.py")
-    assert calls == [] and figure(at, "Each head switched off") is None
+    at = open_page("pages/interventions.py", query={"text": TEXT}, start=False, timeout=300)
+    assert calls == [] and figure_titled(at, "Each head switched off") is None
     button = gate_button(at, "head_effects")
     assert button.label.startswith("Compute the per-head effect map")
     button.click().run()
     assert not at.exception and len(calls) == 1
-    fig = figure(at, "Each head switched off")
+    fig = figure_titled(at, "Each head switched off")
     model, tok = shipped
     ids = torch.tensor([tok.encode(TEXT).ids])
     token = int(at.selectbox(key="token").value)
     expected = ablation.head_ablation_effects(model, ids, token, ids.shape[1] - 1).numpy()
     np.testing.assert_allclose(plotly_array(fig["data"][0]["z"]), expected, atol=1e-5)
     at.run()  # a rerun reads the cache: no second computation, no button
-    assert len(calls) == 1 and figure(at, "Each head switched off") is not None
+    assert len(calls) == 1 and figure_titled(at, "Each head switched off") is not None
     assert not [b for b in at.button if b.key == "gate_head_effects"]
 
 
@@ -116,24 +103,24 @@ def test_a_cancelled_run_keeps_nothing_and_says_so(monkeypatch):
         args[-1](1, 48)
         st.stop()
     monkeypatch.setattr(intervention_state, "head_effects", stopped)
-    at = open_page("pages/interventions.py")
+    at = open_page("pages/interventions.py", query={"text": TEXT}, start=False, timeout=300)
     gate_button(at, "head_effects").click().run()
-    assert figure(at, "Each head switched off") is None
+    assert figure_titled(at, "Each head switched off") is None
     monkeypatch.undo()
     monkeypatch.setenv("VIZ_GATE_SECONDS", "0")
     calls = spy(monkeypatch, intervention_state, "head_effects")
     at.run()
     assert any("cancelled" in w.value for w in at.warning), [w.value for w in at.warning]
-    assert calls == [] and figure(at, "Each head switched off") is None  # nothing was cached
+    assert calls == [] and figure_titled(at, "Each head switched off") is None  # nothing was cached
     gate_button(at, "head_effects").click().run()
-    assert len(calls) == 1 and figure(at, "Each head switched off") is not None
+    assert len(calls) == 1 and figure_titled(at, "Each head switched off") is not None
     assert not any("cancelled" in w.value for w in at.warning)
 
 
 def test_patching_exact_then_attribution_and_their_correlation(monkeypatch, shipped):
     search = spy(monkeypatch, intervention_state, "default_corruption")
     sweeps = spy(monkeypatch, intervention_state, "patching_sweep")
-    at = open_page("pages/interventions.py", part="patching")
+    at = open_page("pages/interventions.py", query={"text": TEXT, "part": "patching"}, start=False, timeout=300)
     assert search == [] and sweeps == []
     gate_button(at, "corruption")  # the search for the edit waits too; the text starts with a same-length edit
     corrupted = at.text_area(key="corrupt").value
@@ -151,25 +138,25 @@ def test_patching_exact_then_attribution_and_their_correlation(monkeypatch, ship
         clean_value, bad_value = float(metric(model(clean))), float(metric(model(bad)))
     _, cache = model.run_with_cache(clean)
     exact = patching.normalise(patching.get_act_patch_resid_pre(model, bad, cache, metric), clean_value, bad_value)
-    np.testing.assert_allclose(plotly_array(figure(at, "Patching the residual stream")["data"][0]["z"]), exact,
+    np.testing.assert_allclose(plotly_array(figure_titled(at, "Patching the residual stream")["data"][0]["z"]), exact,
                                atol=1e-4)
     assert not [m for m in at.markdown if "Pearson's r per map" in m.value]
     at.radio(key="patch_method").set_value("attribution").run()
-    assert len(sweeps) == 4 and figure(at, "Patching the residual stream") is None  # its own button
+    assert len(sweeps) == 4 and figure_titled(at, "Patching the residual stream") is None  # its own button
     gate_button(at, "patching_attribution").click().run()
     assert not at.exception and len(sweeps) == 8
     attr = patching.normalise(patching.get_attr_patch_resid_pre(model, bad, cache, metric), clean_value, bad_value)
-    shown = plotly_array(figure(at, "Attribution estimate: the residual stream")["data"][0]["z"])
+    shown = plotly_array(figure_titled(at, "Attribution estimate: the residual stream")["data"][0]["z"])
     np.testing.assert_allclose(shown, attr.detach().numpy(), atol=1e-4)
     said = next(m.value for m in at.markdown if "Pearson's r per map" in m.value)
     r = np.corrcoef(exact.numpy().ravel(), attr.detach().numpy().ravel())[0, 1]
     assert f"**resid_pre** {r:.2f}" in said
-    assert figure(at, "Each cell: exact (x) vs attribution") is not None
+    assert figure_titled(at, "Each cell: exact (x) vs attribution") is not None
 
 
 def test_attribution_is_the_default_for_a_large_model(monkeypatch):
     monkeypatch.setattr(intervention_state, "ATTRIBUTION_PARAMS", 1000)  # the shipped model counts as large
-    at = open_page("pages/interventions.py", part="patching")
+    at = open_page("pages/interventions.py", query={"text": TEXT, "part": "patching"}, start=False, timeout=300)
     assert at.radio(key="patch_method").value == "attribution"
 
 
@@ -181,22 +168,22 @@ def test_attribution_is_the_default_for_a_large_model(monkeypatch):
 ])
 def test_other_pages_wait_for_their_button(monkeypatch, page, name, module, function, title):
     calls = spy(monkeypatch, module, function)
-    at = open_page(page)
+    at = open_page(page, query={"text": TEXT}, start=False, timeout=300)
     assert calls == []
     charts = len(shown_figures(at))
     gate_button(at, name).click().run()
     assert not at.exception and len(calls) == 1
     assert len(shown_figures(at)) > charts
     if title:
-        assert figure(at, title) is not None
+        assert figure_titled(at, title) is not None
 
 
 def test_a_moe_intervention_waits_for_its_button(monkeypatch):
     calls = spy(monkeypatch, gated_state, "run_with_routing")  # the name the gated run calls
-    at = open_page("pages/moe.py", model="tinystories-moe")
-    assert calls == [] and figure(at, "Output ") is None
+    at = open_page("pages/moe.py", query={"text": TEXT, "model": "tinystories-moe"}, start=False, timeout=300)
+    assert calls == [] and figure_titled(at, "Output ") is None
     gate_button(at, "moe_intervention").click().run()
-    assert not at.exception and len(calls) == 1 and figure(at, "Output ") is not None
+    assert not at.exception and len(calls) == 1 and figure_titled(at, "Output ") is not None
 
 
 def test_sessions_asking_at_once_compute_the_speed_probe_and_a_result_once(monkeypatch, shipped):

@@ -64,7 +64,7 @@ def test_a_window_of_small_weights_gets_a_lower_cutoff_and_relative_opacity():
 
 
 def test_the_page_starts_with_one_salient_head_and_offers_no_download_in_lecture_mode():
-    from test_app import open_page
+    from helpers import open_page
     from viz_ui.analysis.heads import salience
     from viz_ui.app.state import get_trace
     at = open_page("pages/head_view.py")

@@ -27,7 +27,8 @@ import pytest
 import torch
 from safetensors.torch import save as save_bytes
 
-from conftest import ROOT, small_config, small_model
+from conftest import small_config, small_model
+from helpers import child_env
 from viz_model import CheckpointError, Config, ConfigError, VizTransformer, load_model, load_upload, save_checkpoint
 from viz_model.limits import (DEFAULT_MAX_MODEL_MB, INT_RANGES, count_params, estimate_bytes, estimate_parts,
                               max_model_bytes)
@@ -595,14 +596,13 @@ def test_an_upload_killed_midway_is_cleaned_by_the_next(native_parts, private_tm
     data_path = tmp_path / "ok.safetensors"
     data_path.write_bytes(native(native_parts))
     script = textwrap.dedent(f"""
-        import os, signal, sys, tempfile
-        sys.path.insert(0, {str(ROOT)!r})
+        import os, signal, tempfile
         tempfile.tempdir = {str(private_tmp)!r}
         from viz_model import load_upload
         data = open({str(data_path)!r}, "rb").read()
         load_upload("ok.safetensors", data, progress=lambda f, m: os.kill(os.getpid(), signal.SIGKILL))
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120, env=child_env())
     assert proc.returncode == -signal.SIGKILL
     left = os.listdir(upload_root())
     assert len(left) == 1 and left[0].startswith("viz-upload-")
@@ -678,15 +678,14 @@ def test_config_validate_is_exact_about_types():
 WORST = textwrap.dedent("""
     import io, json, resource, sys, tempfile, time, zipfile
     resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
-    sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[1] + "/tests")
-    tempfile.tempdir = sys.argv[2]
+    tempfile.tempdir = sys.argv[1]
     import torch
     from safetensors.torch import save
     from conftest import small_model
     from viz_model import CheckpointError, load_upload
     model = small_model()
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    tok = open(sys.argv[3]).read()
+    tok = open(sys.argv[2]).read()
     def native(changes=None, text=None):
         cfg = {**json.loads(model.cfg.to_json()), **(changes or {})}
         return save(state, metadata={"format": "viz-transformer", "config": text or json.dumps(cfg), "tokenizer": tok})
@@ -715,8 +714,8 @@ WORST = textwrap.dedent("""
 def test_worst_cases_under_a_6_gib_address_space_limit(tmp_path, tokenizer, private_tmp):
     tok = tmp_path / "tok.json"
     tok.write_text(tokenizer.to_str())
-    proc = subprocess.run([sys.executable, "-c", WORST, str(ROOT), str(private_tmp), str(tok)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", WORST, str(private_tmp), str(tok)],
+                          capture_output=True, text=True, timeout=300, env=child_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -735,13 +734,12 @@ def test_worst_cases_under_a_6_gib_address_space_limit(tmp_path, tokenizer, priv
 
 MEASURE = textwrap.dedent("""
     import json, resource, sys
-    sys.path.insert(0, sys.argv[1])
     from viz_model import load_model
     from viz_model.limits import estimate_bytes
     import torch, tokenizers, safetensors
     torch.zeros(1) @ torch.zeros(1)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    model, _ = load_model(sys.argv[2])
+    model, _ = load_model(sys.argv[1])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"growth": peak - base, "estimate": estimate_bytes(model.cfg), "params": 4 * model.n_params()}))
 """)
@@ -756,8 +754,8 @@ def test_the_estimate_bounds_a_real_load(tmp_path, tokenizer):
     model = VizTransformer(cfg) if meta.n_params() < 30_000_000 else None
     path = save_checkpoint(model, tokenizer, tmp_path / "m.safetensors")
     del model
-    proc = subprocess.run([sys.executable, "-c", MEASURE, str(ROOT), str(path)], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-c", MEASURE, str(path)], capture_output=True, text=True,
+                          timeout=300, env=child_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert out["growth"] < out["estimate"], out

@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 import viz_model
 from conftest import ROOT, plotly_array, shown_figures
+from helpers import figure_titled, open_page
 from viz_model import ablation, load_model, patching
 from viz_ui.analysis.text_trace import token_label
 
@@ -23,16 +24,7 @@ TEXT = "Sue gave Tom a red ball. He said"  # 9 tokens: quick sweeps
 
 def page(**query) -> AppTest:
     """The interventions page opened with a link's query parameters (the page runs first, without the landing page)."""
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    for key, value in query.items():
-        at.query_params[key] = value
-    at.switch_page("pages/interventions.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def figure(at: AppTest, start: str) -> dict:
-    return next(f for f in shown_figures(at) if f["layout"]["title"]["text"].startswith(start))
+    return open_page("pages/interventions.py", query=query, start=False, timeout=300)
 
 
 def exported(at: AppTest, shipped, monkeypatch) -> dict:
@@ -71,14 +63,14 @@ def test_ablating_heads_shows_what_ablate_heads_computes(ablation_page, shipped)
     with torch.no_grad():
         p_intact = torch.softmax(model(tokens)[0, -1], -1)
         p_ablated = torch.softmax(ablation.ablate_heads(model, tokens, heads, "zero")[0, -1], -1)
-    bars = figure(ablation_page, "Intact vs L0H3, L5H1 off")
+    bars = figure_titled(ablation_page, "Intact vs L0H3, L5H1 off")
     shown = [ids[label.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")]
              for label in bars["layout"]["yaxis"]["ticktext"]]
     np.testing.assert_allclose(plotly_array(bars["data"][0]["x"]), p_intact[shown].numpy(), atol=1e-5)
     np.testing.assert_allclose(plotly_array(bars["data"][1]["x"]), p_ablated[shown].numpy(), atol=1e-5)
     assert set(p_ablated.topk(8).indices.tolist()) <= set(shown)  # the ablated run's own top tokens are listed
     # the effect map: a head ablated on top of the two changes log p(intact top token) by its cell (one run each)
-    effects, top = plotly_array(figure(ablation_page, "Each head switched off")["data"][0]["z"]), int(p_intact.argmax())
+    effects, top = plotly_array(figure_titled(ablation_page, "Each head switched off")["data"][0]["z"]), int(p_intact.argmax())
     assert effects.shape == (6, 8) and effects[0, 3] == effects[5, 1] == 0
     for layer, head in [np.unravel_index(np.abs(effects).argmax(), effects.shape), (2, 6)]:
         with torch.no_grad():
@@ -107,16 +99,16 @@ def test_exported_scripts_load_the_model_as_the_server_does(shipped, monkeypatch
     device = ', device="auto"' if torch.cuda.is_available() else ""
     assert f"tinystories-6l.safetensors', dtype=\"auto\"{device})" in source, source[:600]
     ns = exported(at, shipped, monkeypatch)
-    bars = figure(at, "Intact vs L0H3 off")
+    bars = figure_titled(at, "Intact vs L0H3 off")
     np.testing.assert_allclose(ns["p_ablated"][ns["shown"]].cpu().numpy(), plotly_array(bars["data"][1]["x"]), atol=1e-6)
 
 
 def test_the_exported_ablation_script_prints_the_pages_numbers(ablation_page, shipped, monkeypatch):
     ns = exported(ablation_page, shipped, monkeypatch)
-    bars = figure(ablation_page, "Intact vs L0H3, L5H1 off")
+    bars = figure_titled(ablation_page, "Intact vs L0H3, L5H1 off")
     # the script loads the model as the server did (on a GPU: device="auto"), so the numbers are the same computation
     np.testing.assert_allclose(ns["p_ablated"][ns["shown"]].cpu().numpy(), plotly_array(bars["data"][1]["x"]), atol=1e-6)
-    np.testing.assert_allclose(ns["effects"].cpu().numpy(), plotly_array(figure(ablation_page, "Each head")["data"][0]["z"]),
+    np.testing.assert_allclose(ns["effects"].cpu().numpy(), plotly_array(figure_titled(ablation_page, "Each head")["data"][0]["z"]),
                                atol=1e-6)
     assert f"{float(ns['p_ablated'][ns['shown'][0]]):9.4f}" in ns["printed"]
 
@@ -140,9 +132,9 @@ def test_patching_heatmaps_are_normalised_patching_results_and_the_exported_scri
     for site, title in [("resid_pre", "Patching the residual stream"), ("attn_out", "Patching each layer's attention"),
                         ("mlp_out", "Patching each layer's MLP"), ("head", "Patching each head")]:
         expected = patching.normalise(ns["results"][site], ns["clean_value"], ns["corrupted_value"])
-        np.testing.assert_allclose(plotly_array(figure(at, title)["data"][0]["z"]), expected.cpu().numpy(), atol=1e-5)
+        np.testing.assert_allclose(plotly_array(figure_titled(at, title)["data"][0]["z"]), expected.cpu().numpy(), atol=1e-5)
     assert float(expected.abs().max()) > 0.1  # a real effect, not a page of zeros
-    lens = figure(at, "Patch lens")  # the cell from the link: its 12 largest downstream changes, largest first
+    lens = figure_titled(at, "Patch lens")  # the cell from the link: its 12 largest downstream changes, largest first
     np.testing.assert_allclose(plotly_array(lens["data"][0]["x"]), sorted(ns["moved"].values(), reverse=True)[:12],
                                atol=1e-4)
     assert "resid_pre (rows = layers" in ns["printed"] and "metric: clean" in ns["printed"]
@@ -168,13 +160,13 @@ def test_attribution_shows_a_sum_equal_to_the_models_logit(attribution_page, shi
         logits = model(torch.tensor([tok.encode(TEXT).ids]))[0, -1]
     assert logit == pytest.approx(float(logits.max()), abs=1e-4)  # the default token: the top prediction
     assert total == pytest.approx(logit, abs=1e-3)
-    bars = plotly_array(figure(attribution_page, "Direct contribution")["data"][0]["y"])
+    bars = plotly_array(figure_titled(attribution_page, "Direct contribution")["data"][0]["y"])
     assert bars.sum() == pytest.approx(logit, abs=1e-3) and len(bars) == 6 * (8 + 2) + 3  # heads, b_O, MLP; 3 more
 
 
 def test_the_exported_attribution_script_prints_the_pages_numbers(attribution_page, shipped, monkeypatch):
     ns = exported(attribution_page, shipped, monkeypatch)
-    bars = figure(attribution_page, "Direct contribution")
+    bars = figure_titled(attribution_page, "Direct contribution")
     np.testing.assert_allclose(list(ns["dla"].values()), plotly_array(bars["data"][0]["y"]), rtol=1e-5, atol=1e-5)  # float32 sums: thread counts reorder them
     assert f"{ns['logit']:.4f}" in ns["printed"]
 

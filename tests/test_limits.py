@@ -18,6 +18,7 @@ from streamlit.testing.v1 import AppTest
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
 from conftest import ROOT, plotly_array, small_model
+from helpers import child_env
 from viz_model import Config, VizTransformer
 from viz_model.components import chunked_attention, masked_scores
 from viz_model.limits import attention_bytes, attn_budget_bytes, max_tokens_for_budget
@@ -121,7 +122,6 @@ def test_budget_formula_and_setting(monkeypatch):
 
 MEASURE = textwrap.dedent("""
     import os, sys, time
-    sys.path[:0] = [{root!r}, {tests!r}]
     import torch
     from viz_model import Config, VizTransformer
     from viz_model.tokenizer import train_bpe
@@ -156,9 +156,9 @@ def test_512_heads_on_a_long_text_stay_within_the_budget():
     """A 512-head model without positional table: 600 tokens through the forward pass, and a 20,000-character
     text through run_trace, with a 32 MB budget. Unbounded, the forward alone would hold 2 · 512 · 600² · 4 bytes
     = 1.4 GB, and the trace's 20,000 characters (~5,000 tokens) 100 GB."""
-    code = MEASURE.format(root=str(ROOT), tests=str(ROOT / "tests"))
+    code = MEASURE.format(tests=str(ROOT / "tests"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={"VIZ_ATTN_BUDGET_MB": "32", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+                         env=child_env(inherit=False, VIZ_ATTN_BUDGET_MB="32", PATH="/usr/bin:/bin", OMP_NUM_THREADS="1"))
     assert out.returncode == 0, out.stderr[-2000:]
     found = eval(out.stdout.strip().splitlines()[-1])
     cap = max_tokens_for_budget(512, 32 * 2**20)
@@ -340,7 +340,7 @@ def test_the_inspector_measures_512_heads_within_the_budget(monkeypatch):
     assert any("Measured up to n = 64 only" in c.value for c in at.caption)
     next(b for b in at.button if b.label == "Measure on this machine").click().run()
     assert not at.exception, [e.value for e in at.exception]
-    from test_app import figure_titled
+    from helpers import figure_titled
     assert plotly_array(figure_titled(at, "One attention layer")["data"][0]["x"]).tolist() == [8, 16, 32, 64]
 
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, plotly_array, shown_figures
+from conftest import plotly_array
+from helpers import figure_titled, open_page
 from viz_model import jobs, load_model
 from viz_model.training import live
 from viz_model.training.live import (SHIPPED_TEXT, Registry, ServerBusy, TrainingRefused, TrainJob, TrainSettings,
@@ -137,10 +138,7 @@ def test_a_text_too_short_for_the_context_fails_with_one_line():
 # ---- the page --------------------------------------------------------------------------------------------------
 
 def open_train_page(**widgets) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.run()
-    at.switch_page("pages/train.py").run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_page("pages/train.py")
     at.slider(key="train_layers").set_value(1)
     at.selectbox(key="train_heads").set_value(2)
     at.selectbox(key="train_width").set_value(32)
@@ -151,10 +149,6 @@ def open_train_page(**widgets) -> AppTest:
     return at.run()
 
 
-def figure(at: AppTest, start: str) -> dict:
-    return next(f for f in shown_figures(at) if f["layout"]["title"]["text"].startswith(start))
-
-
 def test_the_page_trains_shows_the_jobs_numbers_and_adopts_the_model():
     at = open_train_page(train_steps=20)
     at.button(key="train_start").click().run()
@@ -163,14 +157,14 @@ def test_the_page_trains_shows_the_jobs_numbers_and_adopts_the_model():
     at.run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     p = job.progress()
-    loss = figure(at, "Loss while training")["data"]
+    loss = figure_titled(at, "Loss while training")["data"]
     np.testing.assert_array_equal(plotly_array(loss[0]["y"]), np.array(p.losses))
     np.testing.assert_array_equal(plotly_array(loss[1]["y"]), np.array(p.valid_losses))
     # the probe's attention is the trained model's own pattern (run here, independently of the page)
     probe = at.text_input(key="train_probe").value
     model = job.latest_model()
     _, cache = model.run_with_cache(torch.tensor([job.tokenizer.encode(probe).ids]))
-    shown = plotly_array(figure(at, "Layer 0, head 0, step 20")["data"][0]["z"])
+    shown = plotly_array(figure_titled(at, "Layer 0, head 0, step 20")["data"][0]["z"])
     np.testing.assert_allclose(shown, cache["blocks.0.attn.hook_pattern"][0, 0].numpy(), atol=1e-6)
     name = at.selectbox(key="model").value
     assert name.startswith("trained: shipped stories") and "Trained for 20 steps" in at.success[0].value
@@ -180,7 +174,7 @@ def test_the_page_trains_shows_the_jobs_numbers_and_adopts_the_model():
     at.button(key="train_open_timeline").click().run()  # the snapshots open as a timeline on page 6
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key="timeline").value == name
-    curves = {t["name"]: t for t in figure(at, "Loss")["data"] if t.get("name", "").endswith("loss")}
+    curves = {t["name"]: t for t in figure_titled(at, "Loss")["data"] if t.get("name", "").endswith("loss")}
     timeline = job.timeline()
     np.testing.assert_allclose(plotly_array(curves["validation loss"]["y"]), timeline["valid_loss"], atol=1e-5)
     np.testing.assert_allclose(plotly_array(curves["train loss"]["y"]), timeline["train_loss"], atol=1e-5)

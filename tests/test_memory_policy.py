@@ -16,7 +16,8 @@ from viz_model.limits import (BudgetError, DEFAULT_MEMORY_MARGIN_MB, check_budge
                               estimate_parts, free_memory_bytes, memory_limit, memory_limit_of, memory_margin_bytes)
 from viz_model.loading.weights import MAX_MESSAGE, CheckpointError
 
-from conftest import ROOT, small_config, small_model
+from conftest import small_config, small_model
+from helpers import child_env
 
 MB = 2**20
 # Llama-3.2-1B's shape (config.json of meta-llama/Llama-3.2-1B): 1.24 B parameters, tied embeddings
@@ -104,14 +105,13 @@ def test_limit_settings(monkeypatch):
 
 MEASURE = textwrap.dedent("""
     import json, sys
-    sys.path.insert(0, sys.argv[1])
     import torch, tokenizers, safetensors
     from viz_model import load_model
     from viz_model.limits import estimate_parts
     torch.zeros(1) @ torch.zeros(1)
     # Warm-up: a tiny checkpoint loaded the same way first, so that lazy imports, the thread pool and the first
     # dtype conversion (fixed costs, a few MB) are paid before the "before" reading and not counted as weights.
-    warm, _ = load_model(sys.argv[4], dtype=sys.argv[3])
+    warm, _ = load_model(sys.argv[3], dtype=sys.argv[2])
     del warm
 
     def rss():
@@ -123,7 +123,7 @@ MEASURE = textwrap.dedent("""
         return out
 
     before = rss()
-    model, _ = load_model(sys.argv[2], dtype=sys.argv[3])
+    model, _ = load_model(sys.argv[1], dtype=sys.argv[2])
     after = rss()
     parts = estimate_parts(model.cfg, model.dtype.itemsize)
     print(json.dumps({"anon": after["RssAnon"] - before["RssAnon"], "file": after["RssFile"] - before["RssFile"],
@@ -149,8 +149,8 @@ def test_the_estimated_resident_size_matches_a_real_load(tmp_path, tokenizer):
                            tmp_path / "tiny.safetensors")
     for path, dtype, kinds in ((f32, "float32", ("anon", "file")), (bf16, "float32", ("anon",)),
                                (f32, "bfloat16", ("anon",))):
-        proc = subprocess.run([sys.executable, "-c", MEASURE, str(ROOT), str(path), dtype, str(tiny)], capture_output=True,
-                              text=True, timeout=300)
+        proc = subprocess.run([sys.executable, "-c", MEASURE, str(path), dtype, str(tiny)], capture_output=True,
+                              text=True, timeout=300, env=child_env())
         assert proc.returncode == 0, proc.stderr[-2000:]
         out = json.loads(proc.stdout)
         measured = sum(out[k] for k in kinds)

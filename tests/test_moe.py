@@ -326,19 +326,10 @@ MOE_MODEL = ROOT / "assets" / "models" / "tinystories-moe.safetensors"
 
 
 def open_moe_page(model: str | None = None, **query):
-    from streamlit.testing.v1 import AppTest
+    from helpers import open_page
 
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    for key, value in query.items():
-        at.query_params[key] = value
-    if model:
-        at.session_state["_model"] = model
-    at.session_state["_text"] = "Tom had a big red ball. He gave the ball to"
-    at.run()
-    at.switch_page("pages/moe.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
+    state = {"_text": "Tom had a big red ball. He gave the ball to", **({"_model": model} if model else {})}
+    return open_page("pages/moe.py", query=query, session=state, errors=False)
 
 
 def test_moe_page_on_a_dense_model_says_so_and_names_the_moe_models():
@@ -349,7 +340,7 @@ def test_moe_page_on_a_dense_model_says_so_and_names_the_moe_models():
 
 def test_moe_page_shows_the_models_routing_and_the_intervention_effect():
     from viz_model.loading.checkpoint import load_checkpoint
-    from test_app import figure_titled
+    from helpers import figure_titled
 
     model, tok = load_checkpoint(MOE_MODEL)
     at = open_moe_page(MOE_MODEL.stem, query="3", moe_expert="1")
@@ -381,12 +372,11 @@ def test_moe_page_on_a_model_with_dense_layers_shows_only_its_moe_layers(mixed_r
     """decoder_sparse_step 2 over 3 layers: the map, load and router views hold layer 1 only (labelled L1, with the
     numbers the model computed there), and the page names layers 0 and 2 as dense; the link's layer 0 (dense) falls
     back to layer 1."""
-    from test_app import figure_titled
-    from test_app_dense import open_page
+    from helpers import figure_titled, open_with_model
 
     model = mixed_refs["step2"][1]
     text = "The cat sat on the mat. The cat"
-    at = open_page({"mixed": (model, tokenizer)}, "mixed", "pages/moe.py", text)
+    at = open_with_model({"mixed": (model, tokenizer)}, "mixed", "pages/moe.py", text, head=(0, 0), errors=False)
     words = " ".join(m.value for m in at.markdown)
     assert "2 of the 3 layers" not in words and "1 of the 3 layers (L1)" in words
     assert "layers 0 and 2 are dense (one MLP of 50 units, no router)" in words

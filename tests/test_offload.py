@@ -304,7 +304,7 @@ def test_the_app_runs_a_model_with_blocks_on_disk(tmp_path, monkeypatch):
     at.switch_page("pages/interventions.py").run()
     assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
     assert shown_figures(at)
-    from test_app import PAGES
+    from helpers import PAGES
     for page in PAGES:  # every other page reads the placed model too (weights on the step-by-step, block,
         at.switch_page(page).run()  # embeddings and inspector pages)
         assert not at.exception and not at.error, (page, [e.value for e in [*at.exception, *at.error]])

@@ -4,18 +4,10 @@ reported as the browser reports it (the live chart's click event)."""
 
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, report_component_event, shown_figures
+from conftest import report_component_event, shown_figures
+from helpers import open_page
 
 TEXT = "Sue gave Tom a red ball. He said"
-
-
-def open_page(page: str, **query) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    for key, value in query.items():
-        at.query_params[key] = value
-    at.switch_page(page).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def click(at: AppTest, key_start: str, point_index: int, curve_number: int = 1) -> AppTest:
@@ -35,7 +27,7 @@ def titles(at: AppTest) -> list[str]:
 
 
 def test_a_click_on_the_effect_map_switches_the_head_off_and_a_second_click_back_on():
-    at = open_page("pages/interventions.py", text=TEXT)
+    at = open_page("pages/interventions.py", query={"text": TEXT}, start=False, timeout=300)
     n_heads = 8  # the shipped tinystories-6l: 6 layers × 8 heads
     assert at.multiselect(key="ablate").value == []
     assert not any(t.startswith("Intact vs") for t in titles(at))
@@ -53,7 +45,7 @@ def test_a_click_on_the_effect_map_switches_the_head_off_and_a_second_click_back
 
 
 def test_a_click_on_the_attention_grid_selects_that_layer_and_head():
-    at = open_page("pages/attention.py", text=TEXT, layer="0", head="0")
+    at = open_page("pages/attention.py", query={"text": TEXT, "layer": "0", "head": "0"}, start=False, timeout=300)
     n_heads = 8
     at = click(at, "attn_grid", 3 * n_heads + 6)
     assert (at.selectbox(key="layer").value, at.selectbox(key="head").value) == (3, 6)

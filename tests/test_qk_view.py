@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from conftest import plotly_array
-from test_app import figure_titled, open_page
+from helpers import figure_titled, open_page
 from viz_model import attribution, load_model
 from viz_ui.views.qk import dominant_sentence, grid_frame, term_grid
 

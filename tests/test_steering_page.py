@@ -8,6 +8,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from conftest import PAGE_ATOL, ROOT, plotly_array, shown_figures
+from helpers import open_page
 from viz_model import load_model
 from viz_model.features import save_dictionary
 from viz_model.features.train import collect_activations, token_windows, train_on_activations
@@ -39,14 +40,8 @@ def folder(shipped, tmp_path_factory):
 
 
 def open_steering(query: dict | None = None, folder=None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-    for key, value in (query or {}).items():
-        at.query_params[key] = value
-    at.run()
-    at.text_area(key="text").set_value(TEXT).run()
-    if folder is not None:
-        at.session_state["_feature_sets"] = {str(MODEL): {"test set": (str(folder),)}}
-    at.switch_page(PAGE).run()
+    state = {"_feature_sets": {str(MODEL): {"test set": (str(folder),)}}} if folder is not None else None
+    at = open_page(PAGE, text=TEXT, query=query, session=state, timeout=180)
     if folder is not None:  # the test's set, not the shipped one listed first
         at.selectbox(key="feature_set").set_value("test set").run()
     assert not at.exception, [e.value for e in at.exception]

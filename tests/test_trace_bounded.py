@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import small_model
+from conftest import small_model
 from viz_model.tokenizer import IdTokenizer
 from viz_ui.analysis.text_trace import run_trace
 
