@@ -38,7 +38,7 @@ def _modules() -> dict[str, Path]:
 def _imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
     """Every module of the tree that ``path`` imports, at module level or inside a function (an import inside a
     function still runs, and is the usual way to hide a cycle). In a script folder a bare name is first the
-    folder's own module (Python puts a script's folder first on ``sys.path``)."""
+    folder's own module (Python puts a script's own folder first on its module search path)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     folder = name.rpartition(".")[0] if name.split(".")[0] in SCRIPT_FOLDERS else None
     out = set()
