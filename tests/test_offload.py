@@ -308,6 +308,7 @@ def test_the_app_runs_a_model_with_blocks_on_disk(tmp_path, monkeypatch):
     for page in PAGES:  # every other page reads the placed model too (weights on the step-by-step, block,
         at.switch_page(page).run()  # embeddings and inspector pages)
         assert not at.exception and not at.error, (page, [e.value for e in [*at.exception, *at.error]])
+    at.switch_page("pages/inspector.py").run()  # its table says where each block's weights are
     assert any("on disk (accelerate device map)" in str(v) for t in at.dataframe for v in t.value["value"])
 
 
