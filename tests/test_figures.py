@@ -255,3 +255,69 @@ def test_the_model_map_from_pooled_mlp_thumbnails_is_the_same_figure(n_tokens):
         for key in ("z", "x", "y", "text", "x0", "dx", "y0", "dy"):
             if key in a:
                 np.testing.assert_array_equal(np.asarray(a[key], dtype=object), np.asarray(b[key], dtype=object))
+
+
+# ---- the grids' labels at real sizes (issue 51) ---------------------------------------------------------------------
+# Llama-3.2-1B's 16 layers × 32 heads (its head labels ran over the titles of the start and attention pages) and a
+# 70 B model's 80 × 64. The narrowest plot a grid is drawn in, measured in Chromium at 1280 × 800: the attention
+# page's grid in lecture mode at font scale 2.5, 858 px at 38 px fonts.
+GRID_SHAPES = [(16, 32), (80, 64)]
+NARROWEST_PLOT_EM = 858 / 38
+CHAR_EM = 0.68  # the widest capital or digit of the fonts Plotly asks for (Verdana's H: 0.75, its digits: 0.64)
+TEXT_LINE_EM = 1.2  # a line of text's box
+
+
+def grid_figures(n_layers: int, n_heads: int, n_tokens: int = 12):
+    from viz_ui.views.overview import model_map
+    rng = np.random.default_rng(n_layers)
+    patterns = rng.random((n_layers, n_heads, n_tokens, n_tokens)).astype(np.float32)
+    x = rng.standard_normal((n_tokens, 16)).astype(np.float32)
+    mlp = [rng.standard_normal((n_tokens, 32)).astype(np.float32) for _ in range(n_layers)]
+    title = f"input, then {n_layers} layers × ({n_heads} heads + MLP)"
+    return {"model map": model_map(x, patterns, mlp, "gelu", title=title), "all heads": attention_grid(patterns)[0]}
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.5, 2.5])
+@pytest.mark.parametrize("shape", GRID_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_grid_labels_stay_below_the_title_and_clear_of_each_other(shape, scale):
+    """From the layout of the start page's model map and the attention page's grid, styled for the display: the head
+    labels on top are never turned (Plotly turns colliding labels up into the title's band), the margin above the plot
+    holds the mode bar's band, the title's line and the labels' line, and the labels shown stand far enough apart to
+    be read side by side (columns) and one above the other (rows) in the narrowest plot."""
+    for name, fig in grid_figures(*shape).items():
+        fig = style_for_display(fig, scale)
+        layout, font = fig.layout, fig.layout.font.size
+        x, y = layout.xaxis, layout.yaxis
+        assert x.side == "top" and x.tickangle == 0 and y.tickangle == 0, name
+        # the title: one line, its top MODEBAR_BAND px below the figure's top (Plotly's title font: 1.4 × the font)
+        assert (layout.title.yref, layout.title.y, layout.title.yanchor) == ("container", 1, "top"), name
+        title_bottom = layout.title.pad.t + TEXT_LINE_EM * round(1.4 * font)
+        labels_top = layout.margin.t - 3 - TEXT_LINE_EM * font  # top labels stand 3 px above the plot
+        assert labels_top >= title_bottom, (name, layout.margin.t, labels_top, title_bottom)
+        # the columns: the labels' centres at least half of each neighbour's width apart, in the narrowest plot
+        x_px = NARROWEST_PLOT_EM * font / (x.range[1] - x.range[0])
+        for (a, text_a), (b, text_b) in zip(zip(x.tickvals, x.ticktext), list(zip(x.tickvals, x.ticktext))[1:]):
+            assert (b - a) * x_px >= CHAR_EM * font * (len(text_a) + len(text_b)) / 2, (name, text_a, text_b)
+        # the rows: a line of text apart, in the plot's height (and, for square tiles, its narrowest width)
+        plot_h = layout.height - layout.margin.t - layout.margin.b
+        y_px = plot_h / abs(y.range[0] - y.range[1])
+        if x.scaleanchor == "y":
+            y_px = min(y_px, x_px)
+        assert min(np.diff(sorted(y.tickvals))) * y_px >= TEXT_LINE_EM * font, (name, y.ticktext)
+        # a thinned axis still names the first layer and head shown, and the model map its input row and MLP column
+        assert x.ticktext[0] == "H0" and len(x.ticktext) >= 6, (name, x.ticktext)
+        if name == "model map":
+            assert x.ticktext[-1] == "MLP" and y.ticktext[0] == "x = input", (x.ticktext, y.ticktext)
+
+
+def test_grid_labels_are_all_shown_where_they_fit_and_thinned_by_whole_steps():
+    """A small model keeps every label; a large one shows every 2nd, 4th, … head and every 2nd, 5th, … layer."""
+    small = grid_figures(6, 8)
+    assert list(small["model map"].layout.xaxis.ticktext) == [f"H{i}" for i in range(8)] + ["MLP"]
+    assert list(small["all heads"].layout.yaxis.ticktext) == [f"L{i}" for i in range(6)]
+    big = grid_figures(80, 64)
+    heads = list(big["all heads"].layout.xaxis.ticktext)
+    step = int(heads[1][1:])
+    assert step in (2, 4, 8, 16) and heads == [f"H{i}" for i in range(0, 64, step)]
+    layers = list(big["model map"].layout.yaxis.ticktext)
+    assert layers[0] == "x = input" and int(layers[2][1:]) - int(layers[1][1:]) in (2, 5, 10)

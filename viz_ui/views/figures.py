@@ -57,6 +57,58 @@ def position_ticks(labels: list[str], max_ticks: int = MAX_LABELLED_TICKS, offse
                 ticktext=[f"{offset + i} {_plain(labels[i])}" for i in vals])
 
 
+# The head and layer labels of the grid figures (the start page's model map, the all-heads grid). Plotly turns tick
+# labels that do not fit side by side by 30°, then 90°, into the margin above the plot, where the title is: at 32
+# heads "H0 … H31" stood upright over the title, and over each other. A grid's labels therefore keep a fixed angle
+# (0°) and are thinned to one in every ``step`` columns or rows: the smallest step at which they fit side by side in a
+# plot GRID_MIN_EM font sizes wide (the narrowest a grid is drawn, measured in Chromium: the start page's left column
+# at 1280 × 800, 27 font sizes; the attention page's grid in lecture mode at the largest font scale, 22.6), and one
+# above the other at the largest font scale (lecture mode grows fonts by the scale, a figure's height by less:
+# display_height). Every head and layer is still named in the hover text; docs/ui.md shows the rule's effect.
+GRID_MIN_EM = 22
+MAX_SCALE = 2.5  # the largest font scale of lecture mode (the Classroom panel's "Font scale" slider)
+LABEL_CHAR_EM = 0.65  # a tick label's character, in font sizes: about the widest of Plotly's capitals and digits
+LABEL_GAP_EM = 0.5  # the room between two labels side by side, in font sizes
+LABEL_LINE_EM = 1.3  # a row of labels one above the other: its line (1.2) and a little room, in font sizes
+HEAD_STEPS = (1, 2, 4, 8, 16, 32, 64, 128)  # heads come in powers of two
+LAYER_STEPS = (1, 2, 5, 10, 20, 50, 100)
+
+
+def plot_height_em(height: float, margin: float) -> float:
+    """The height of a figure's plot in font sizes at the largest font scale (:data:`MAX_SCALE`): a figure ``height``
+    px high with ``margin`` px above and below the plot (both before scaling)."""
+    return (display_height(height, MAX_SCALE) - margin * MAX_SCALE) / (FONT["size"] * MAX_SCALE)
+
+
+def _kept(n: int, step: int, first: int, last: int) -> list[int]:
+    """The indices of ``n`` labels that :func:`grid_ticks` shows."""
+    end = n - last
+    thinned = [i for i in range(first, end, step)
+               if (not first or i - first + 1 >= step) and (not last or i + step <= end)]
+    return list(range(first)) + thinned + list(range(end, n))
+
+
+def grid_ticks(positions: list[float], names: list[str], em_per_unit: float, steps: tuple[int, ...],
+               side_by_side: bool, first: int = 0, last: int = 0) -> dict:
+    """Axis settings for a grid's labels at a fixed angle (:data:`GRID_MIN_EM`): ``names[i]`` at ``positions[i]``
+    (data units, ascending) for one in every ``step`` names, counted from the ``first`` ones. ``step``: the smallest of
+    ``steps`` at which the labels fit (else the last), on an axis of ``em_per_unit`` font sizes per data unit: labels
+    side by side (a top or bottom axis) need half of each neighbour's width (:data:`LABEL_CHAR_EM` a character) and
+    :data:`LABEL_GAP_EM` between their centres; labels one above the other :data:`LABEL_LINE_EM`. The ``first`` and
+    ``last`` names (the model map's input row and MLP column) are always shown, and thinned names closer to them than
+    ``step`` are left out."""
+    def need(a: int, b: int) -> float:
+        return LABEL_CHAR_EM * (len(names[a]) + len(names[b])) / 2 + LABEL_GAP_EM if side_by_side else LABEL_LINE_EM
+
+    def fits(step: int) -> bool:
+        keep = _kept(len(names), step, first, last)
+        return all((positions[b] - positions[a]) * em_per_unit >= need(a, b) for a, b in zip(keep, keep[1:]))
+
+    keep = _kept(len(names), next((step for step in steps if fits(step)), steps[-1]), first, last)
+    return dict(tickmode="array", tickvals=[positions[i] for i in keep], ticktext=[names[i] for i in keep],
+                tickangle=0)
+
+
 def _plain(label: str) -> str:
     """A token label safe for Plotly text, which reads <b>, <s>, <br> … as markup: "<s>" would strike through."""
     return label.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -166,15 +218,22 @@ def attention_grid(patterns: np.ndarray, max_tile: int = 48, max_cells: int = 25
     tiles = grid_tiles(patterns, max_tile, max_cells, pooled_by)
     title = "All heads: attention weights" + (f" (max-pooled over {tiles.block}×{tiles.block} blocks)"
                                               if tiles.pooled else "")
+    rows, cols = tiles.canvas.shape
+    # square tiles: a grid wider than tall gets no more height than its tiles take at about 1,200 px across
+    height = max(300, min(1100, 90 + 110 * n_layers, 90 + round(1200 * rows / cols)))
+    # the tiles are square: the plot's height, or its narrowest width, bounds a canvas cell's size
+    x_em = GRID_MIN_EM / cols
+    y_em = min(plot_height_em(height, 100) / rows, x_em)
     base = dict(
         # square tiles; both axes shrink their domain (not extend their range) to keep them square, so the head
-        # labels on top stay next to the first row of tiles
-        yaxis=dict(autorange="reversed", tickmode="array", tickvals=tiles.rows, constrain="domain",
-                   constraintoward="top", ticktext=[f"L{i}" for i in range(n_layers)], title="layer", showgrid=False,
-                   zeroline=False),
-        xaxis=dict(tickmode="array", tickvals=tiles.cols, ticktext=[f"H{i}" for i in range(n_heads)], constrain="domain",
-                   side="top", showgrid=False, zeroline=False, scaleanchor="y"),  # tick labels H0.. name the heads
-        title=dict(text=title, x=0), font=FONT, height=max(300, min(1100, 90 + 110 * n_layers)),
+        # labels on top stay next to the first row of tiles; the ranges end at the canvas (no room for the markers)
+        yaxis=dict(range=[rows - 0.5, -0.5], constrain="domain", constraintoward="top", title="layer",
+                   showgrid=False, zeroline=False,
+                   **grid_ticks(tiles.rows, [f"L{i}" for i in range(n_layers)], y_em, LAYER_STEPS, False)),
+        xaxis=dict(range=[-0.5, cols - 0.5], constrain="domain", side="top", showgrid=False, zeroline=False,
+                   scaleanchor="y",  # tick labels H0.. name the heads
+                   **grid_ticks(tiles.cols, [f"H{i}" for i in range(n_heads)], x_em, HEAD_STEPS, True)),
+        title=dict(text=title, x=0), font=FONT, height=height,
         margin=dict(l=10, r=10, t=90, b=10))  # the head labels on top, under the title and the mode bar's band
     heatmap = dict(type="heatmap", z=tiles.canvas, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, hoverongaps=False,
                    colorbar=dict(title="weight"), hovertemplate="weight %{z:.3f}<extra></extra>")

@@ -14,7 +14,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from viz_ui.analysis.numeric import pool_blocks
-from viz_ui.views.figures import DIVERGING, WEIGHT_SCALE, _layout
+from viz_ui.views.figures import (DIVERGING, GRID_MIN_EM, HEAD_STEPS, LAYER_STEPS, WEIGHT_SCALE, _layout, grid_ticks,
+                                  plot_height_em)
 
 TILE = 16  # cells across one thumbnail (a head's map, a layer's MLP)
 
@@ -116,16 +117,24 @@ def model_map(x: np.ndarray, patterns: np.ndarray, mlp: list[np.ndarray], mlp_na
     traces.append(go.Scatter(x=cx, y=cy, mode="markers", text=hover, hovertemplate="%{text}<extra></extra>",
                              marker=dict(size=28, color="rgba(0,0,0,0)", line=dict(width=0)), showlegend=False))
     fig = go.Figure(traces)
-    rows = [t / 2 - 0.5] + [top + i * (t + gap) + t / 2 - 0.5 for i in range(n_layers)]
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=rows,
-                     ticktext=["x = input"] + [f"L{i}" for i in range(n_layers)], showgrid=False, zeroline=False)
-    cols = [i * (t + gap) + t / 2 - 0.5 for i in range(n_heads + 1)]
-    fig.update_xaxes(tickmode="array", tickvals=cols, ticktext=[f"H{i}" for i in range(n_heads)] + ["MLP"],
-                     side="top", showgrid=False, zeroline=False)  # thumbnails stretch to the width: one screen
     height = max(320, min(760, 70 + 62 * (n_layers + 1)))
+    top_margin = 90 if title else 60
+    bottom = top + n_layers * (t + gap) - gap  # the canvas's rows, the input's first
+    # the input row and the MLP column stay labelled; the layers' and heads' labels are thinned at a fixed angle so
+    # that they neither overlap nor rise into the title at any number of heads (viz_ui.views.figures.GRID_MIN_EM)
+    rows = [t / 2 - 0.5] + [top + i * (t + gap) + t / 2 - 0.5 for i in range(n_layers)]
+    # the ranges end at the canvas: no room left for the clickable points' markers between the labels and the thumbnails
+    fig.update_yaxes(range=[bottom - 0.5, -0.5], showgrid=False, zeroline=False,
+                     **grid_ticks(rows, ["x = input"] + [f"L{i}" for i in range(n_layers)],
+                                  plot_height_em(height, top_margin + 10) / bottom, LAYER_STEPS, False, first=1))
+    cols = [i * (t + gap) + t / 2 - 0.5 for i in range(n_heads + 1)]
+    # the thumbnails stretch to the plot's width: the whole model on one screen
+    fig.update_xaxes(range=[-0.5, width - 0.5], side="top", showgrid=False, zeroline=False,
+                     **grid_ticks(cols, [f"H{i}" for i in range(n_heads)] + ["MLP"], GRID_MIN_EM / width, HEAD_STEPS,
+                                  True, last=1))
     fig = _layout(fig, title, height=height)
     # the column labels on top, under the title and the mode bar (viz_ui.views.figures.MODEBAR_BAND)
-    fig.update_layout(margin=dict(l=10, r=10, t=90 if title else 60, b=10), dragmode=False, clickmode="event+select")
+    fig.update_layout(margin=dict(l=10, r=10, t=top_margin, b=10), dragmode=False, clickmode="event+select")
     return fig
 
 
