@@ -212,3 +212,27 @@ def test_the_landing_page_draws_the_model_from_its_own_activations():
     probs = torch.softmax(cache["hook_logits"][0, -1], -1)
     top = probs.topk(len(plotly_array(out["data"][0]["x"])))
     np.testing.assert_allclose(plotly_array(out["data"][0]["x"]), top.values.numpy(), atol=1e-5)
+
+
+def test_the_sidebar_has_the_text_first_then_the_pages_in_sections_the_current_one_open():
+    from viz_ui.app.navigation import SHOWN
+
+    def walk(block, out):
+        for child in block.children.values():
+            out.append((child.type, getattr(child, "label", None)))
+            if hasattr(child, "children"):
+                walk(child, out)
+        return out
+
+    at = open_page()
+    order = walk(at.sidebar, [])
+    assert order.index(("text_area", "Text")) < order.index(("expander", SHOWN[0].heading))  # the text box first
+    for page, section in (("app.py", "Learn the architecture"), ("pages/steering.py", "Cause and effect"),
+                          ("pages/inspector.py", "Inspect a model"), ("pages/timeline.py", "Watch it learn")):
+        if page != "app.py":
+            at.switch_page(page).run()
+        expanders = at.sidebar.expander
+        assert [e.label for e in expanders] == [s.heading for s in SHOWN] + ["Classroom"]
+        assert [e.label for e in expanders if e.proto.expanded] == [section], page  # the page's own section open
+        for expander, shown in zip(expanders, SHOWN):
+            assert [p.proto.label for p in expander.get("page_link")] == [label for _, label, _ in shown.pages]

@@ -688,6 +688,48 @@ def test_the_landing_page_shows_the_model_and_a_click_opens_a_head(server, brows
     page.close()
 
 
+OPEN_SECTIONS_JS = """() => [...document.querySelectorAll('.st-key-viz_nav details')].filter(d => d.open)
+    .map(d => d.querySelector('summary [data-testid=stMarkdownContainer]').innerText.trim())"""
+
+
+def open_sidebar(page) -> None:
+    """Unfold the sidebar (lecture mode folds it) with its » button, as a lecturer would, until it is on screen."""
+    sidebar = page.locator("[data-testid=stSidebar]")
+    for _ in range(20):
+        if sidebar.bounding_box()["x"] >= 0:
+            return
+        page.get_by_test_id("stExpandSidebarButton").click(force=True)
+        page.wait_for_timeout(500)
+    raise AssertionError("the sidebar did not open")
+
+
+def test_the_text_box_is_on_the_first_screen_and_the_pages_are_in_sections(server, browser):
+    """At 1280 × 800 the sidebar's text box is on the first screen in both themes and in lecture mode (at the default
+    and the largest font scale, once the folded sidebar is opened); the pages are in sections (viz_ui.app.navigation),
+    the section of the page shown open and the others folded, also after a click on a link of another section
+    (docs/ui.md)."""
+    from viz_ui.app.navigation import SHOWN
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    for query in ("theme=light", "theme=dark", "lecture=true&theme=dark&scale=1.5", "lecture=true&theme=light&scale=2.5"):
+        page.goto(f"{server}/?{query}")
+        expect(page.locator("[data-testid=stMain] h1").first).to_be_visible(timeout=60_000)
+        settled(page)
+        if "lecture=true" in query:
+            open_sidebar(page)
+        box = page.get_by_label("Text", exact=True).bounding_box()
+        assert box["y"] >= 0 and box["y"] + box["height"] <= 800, (query, box)
+    page.goto(f"{server}/")
+    expect(page.locator(".st-key-viz_nav summary")).to_have_count(len(SHOWN), timeout=60_000)
+    assert page.evaluate(OPEN_SECTIONS_JS) == ["Learn the architecture"]
+    page.locator(".st-key-viz_nav summary").filter(has_text="Cause and effect").click()
+    page.get_by_role("link", name="4b · Steering & feature ablation").click()
+    expect(page.get_by_role("heading", name="Steering & feature ablation", exact=True)).to_be_visible(timeout=60_000)
+    expect(page).to_have_url(re.compile(r"/steering"))
+    settled(page)
+    assert page.evaluate(OPEN_SECTIONS_JS) == ["Cause and effect"]  # the start page's section folded on the way
+    page.close()
+
+
 def test_links_hold_only_what_differs_from_the_defaults(server, browser):
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     page.goto(server + "/tokens")

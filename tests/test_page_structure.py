@@ -60,3 +60,20 @@ def test_the_check_finds_a_module_global_read_by_a_function_and_allows_the_rest(
 def test_no_page_function_reads_a_module_global_as_a_hidden_parameter(page):
     found = hidden_parameters(page.read_text(encoding="utf-8"), str(page))
     assert not found, f"{page.name}: functions read module-level variables: {found}"
+
+
+def test_every_page_is_in_one_section_of_the_sidebar_and_a_page_not_written_yet_is_left_out(tmp_path):
+    from viz_ui.app.navigation import PAGES as NAV, SECTIONS, Section, present
+    listed = [row[0] for section in SECTIONS for row in section.pages]
+    assert len(listed) == len(set(listed)), listed  # a page in one section only
+    assert {p.relative_to(ROOT).as_posix() for p in PAGES} <= set(listed)  # every page file is in the sidebar
+    assert [row[0] for row in NAV] == [f for f in listed if (ROOT / f).is_file()] and NAV[0][0] == "app.py"
+    # a listed file that is not there (a page being written) is left out, and so is a section left without pages
+    (tmp_path / "pages").mkdir()
+    for name in ("app.py", "pages/a.py"):
+        (tmp_path / name).write_text("", encoding="utf-8")
+    sections = (Section("One", "i", (("app.py", "Start", "i"), ("pages/soon.py", "Soon", "i"))),
+                Section("Two", "i", (("pages/later.py", "Later", "i"),)),
+                Section("Three", "i", (("pages/a.py", "A", "i"),)))
+    assert [(s.heading, [row[0] for row in s.pages]) for s in present(sections, tmp_path)] == [
+        ("One", ["app.py"]), ("Three", ["pages/a.py"])]

@@ -235,7 +235,7 @@ def model_card(folder: Path) -> str:
 positions, context {cfg.n_ctx}, a {cfg.d_vocab}-token byte-level BPE, tied embeddings
 ({count(cfg):,} parameters). Each snapshot is a native checkpoint (float16 weights, {size:.1f} MB in all) that
 `viz_model.load_model` reads as float32; `timeline.json` indexes them. Open it on the app's page
-"6 · Watch it learn".
+"6 · Training timeline" (in the sidebar's *Watch it learn* section).
 
 ## What forms when (measured)
 

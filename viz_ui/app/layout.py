@@ -16,8 +16,9 @@ from viz_model import CheckpointError, VizTransformer
 from viz_model.loading.dtypes import dtype_name
 from viz_model.tokenizer import IdTokenizer
 
-from viz_ui.app.navigation import PAGES, page_links  # PAGES: the pages read it from here
+from viz_ui.app.navigation import PAGES, page_links, section_of  # PAGES: the pages read it from here
 from viz_ui.classroom.ui import check_applied, class_bar, publish_view, question_area, sidebar_controls
+from viz_ui.classroom.session import current_page
 from viz_ui.views.export import figure_csv, trace_npz
 from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import style_for_display
@@ -272,9 +273,6 @@ def _sidebar(models: dict[str, str]) -> tuple[str, str]:
     default_model = next(iter(models))
     with st.sidebar:
         st.markdown(f"### {APP_NAME}")
-        for page, label in page_links():
-            st.page_link(page, label=label)
-        st.divider()
         name = shared_widget(st.selectbox, "Model", list(models), key="model", default=default_model,
                              valid=models.__contains__,
                              help="Shipped models (with model cards on the Start page), installed real models, models "
@@ -284,7 +282,24 @@ def _sidebar(models: dict[str, str]) -> tuple[str, str]:
                              help="Press Ctrl+Enter (or click outside) to run the model on the new text.")
         st.selectbox("…or start from an example", EXAMPLES, index=None, key="example", on_change=_use_example,
                      placeholder="Choose an example")
+        _navigation()
     return name, (text or "")[:MAX_CHARS]
+
+
+NAV_KEY = "viz_nav"  # the navigation's container: its CSS class is st-key-viz_nav
+
+
+def _navigation() -> None:
+    """The pages, in the sections of :data:`viz_ui.app.navigation.SECTIONS`, below the text (docs/ui.md): each
+    section an expander, open where the running page is listed, folded elsewhere. The browser draws a new page's
+    sidebar anew (its sections as ``expanded`` says), and keeps a section the user opened or folded through the
+    reruns of the same page (seen in Chromium with Streamlit 1.67; tests/test_browser.py)."""
+    here = section_of(current_page())
+    with st.container(key=NAV_KEY):  # base.css draws the sections compact by this key's class
+        for section, links in page_links():
+            with st.expander(section.heading, expanded=section.heading == here, icon=section.icon):
+                for page, label, _ in links:
+                    st.page_link(page, label=label)
 
 
 def setup_page(title: str, intro: str) -> AppState:
