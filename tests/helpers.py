@@ -6,11 +6,13 @@ models in ``hf_models.py``; in-browser audits in ``ui_audit.py``).
 - :data:`PAGES`: the pages the every-page tests open, read from the ``pages/`` folder (a new page is tested there
   unless :data:`OWN_TESTS` names the file that tests it);
 - :func:`figures`, :func:`figure_titled`: the Plotly figures a page shows;
-- :func:`child_env`: the environment of a child Python process that imports this checkout's packages.
+- :func:`child_env`: the environment of a child Python process that imports this checkout's packages;
+- :func:`plotly_page`: a Chromium page with Plotly's code, for figures drawn without a server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from streamlit.testing.v1 import AppTest
@@ -93,3 +95,24 @@ def child_env(inherit: bool = True, **extra: str) -> dict[str, str]:
     base = dict(os.environ) if inherit else {}
     paths = [str(ROOT), str(ROOT / "tests"), *filter(None, [base.get("PYTHONPATH")])]
     return {**base, "PYTHONPATH": os.pathsep.join(paths), **extra}
+
+
+@contextlib.contextmanager
+def plotly_page(body: str):
+    """A page of Debian's Chromium (through Playwright, 1280 × 800) holding the HTML ``body`` and the plotly package's
+    ``plotly.min.js`` (the app's: :data:`viz_ui.app.preload.PLOTLY_JS`): for figures and charts drawn without a
+    server."""
+    from playwright.sync_api import sync_playwright
+
+    from viz_ui.app.preload import PLOTLY_JS
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium",
+                                    args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.set_content(f"<html><body>{body}</body></html>")
+            page.add_script_tag(content=PLOTLY_JS.read_text(encoding="utf-8"))
+            yield page
+        finally:
+            browser.close()

@@ -3,18 +3,12 @@ a server: the start page's model map and the attention page's all-heads grid of 
 (Llama-3.2-1B's shape) and an 80 × 64 one, at the widths the app gives them, measured as Plotly drew them. On the
 code before issue 51, the map's 33 column labels stood upright over its title at 1280 × 800."""
 
-from pathlib import Path
-
 import plotly
 import pytest
-from playwright.sync_api import sync_playwright
 
+from helpers import plotly_page
 from test_figures import GRID_SHAPES, grid_figures
 from viz_ui.views.figures import merge_layout, plain_figure, style_plain
-
-# the plotly package's own, as the app serves it (viz_ui.app.preload, not imported here: it imports Streamlit, whose
-# import sets Plotly's default template to its own, and the figures here are built as the app builds them, with ours)
-PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 # (figure width in px, font scale): the figure's width in the app at 1280 × 800, measured in Chromium: the start page's
 # left column and the attention page's main column, and both in lecture mode at the largest font scale (the sidebar
@@ -25,33 +19,30 @@ SIZES = {"model map": [(470, 1.0), (1160, 2.5)], "all heads": [(860, 1.0), (1160
 # other, or stick out of the figure.
 BOXES = """() => {
   const gd = document.querySelector('.js-plotly-plot'), box = e => e.getBoundingClientRect();
-  const over = (a, b) => a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
+  const over = (a, b) => a.left < b.right - 0.5 && b.left < a.right - 0.5
+                         && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
   const title = box(gd.querySelector('.gtitle')), fig = box(gd);
   const labels = sel => [...gd.querySelectorAll(sel)].map(t => ({text: t.textContent, ...box(t).toJSON()}));
   const xs = labels('.xtick text'), ys = labels('.ytick text');
   const pairs = ls => ls.flatMap((a, i) => ls.slice(i + 1).filter(b => over(a, b)).map(b => [a.text, b.text]));
-  return {x: xs.map(l => l.text), y: ys.map(l => l.text), overTitle: [...xs, ...ys].filter(l => over(l, title)).map(l => l.text),
+  const all = [...xs, ...ys];
+  return {x: xs.map(l => l.text), y: ys.map(l => l.text), overTitle: all.filter(l => over(l, title)).map(l => l.text),
           xPairs: pairs(xs), yPairs: pairs(ys),
-          cut: [...xs, ...ys].filter(l => l.left < fig.left - 1 || l.right > fig.right + 1 || l.top < fig.top - 1).map(l => l.text),
+          cut: all.filter(l => l.left < fig.left - 1 || l.right > fig.right + 1 || l.top < fig.top - 1)
+                  .map(l => l.text),
           plotWidth: gd._fullLayout.xaxis._length};
 }"""
 
 
 @pytest.fixture(scope="module")
 def page():
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium",
-                                    args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        page.set_content("<html><body style='margin:0'><div id='fig'></div></body></html>")
-        page.add_script_tag(content=PLOTLY_JS.read_text(encoding="utf-8"))
+    with plotly_page("<div id='fig'></div>") as page:
         yield page
-        browser.close()
 
 
 @pytest.mark.parametrize("shape", GRID_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_grid_labels_drawn_by_plotly_stay_clear_of_the_title_and_of_each_other(page, shape, monkeypatch):
-    # the app's template (which an import of Streamlit after viz_ui.views.figures would have replaced by Streamlit's)
+    # the app's template: an import of Streamlit after viz_ui.views.figures (here, in a test run) sets Streamlit's
     monkeypatch.setattr(plotly.io.templates, "default", "viz_light")
     for name, fig in grid_figures(*shape).items():
         for width, scale in SIZES[name]:

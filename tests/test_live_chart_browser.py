@@ -6,11 +6,10 @@ import base64
 
 import numpy as np
 import pytest
-from playwright.sync_api import sync_playwright
 
 from viz_ui.app import live_chart
 from viz_ui.app.live_chart import pack, plotly_json
-from viz_ui.app.preload import PLOTLY_JS
+from helpers import plotly_page
 from viz_ui.views.figures import attention_heatmap, plain_figure, style_plain
 
 JS = live_chart._JS  # the component's module as Streamlit gets it: plotly_loader.js, then live_chart.js
@@ -54,15 +53,9 @@ def payload(word: str, revision: str, chart: str = "head") -> str:
 
 @pytest.fixture(scope="module")
 def page():
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium",
-                                    args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        page.set_content("<html><body><div id='host' style='width:800px'></div></body></html>")
-        page.add_script_tag(content=PLOTLY_JS.read_text(encoding="utf-8"))
+    with plotly_page("<div id='host' style='width:800px'></div>") as page:
         page.evaluate(SETUP, JS)
         yield page
-        browser.close()
 
 
 def draw(page, word: str, revision: str, count: int, idle_ms: int = 1500, chart: str = "head") -> list[dict]:
