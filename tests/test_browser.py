@@ -710,7 +710,8 @@ def test_the_text_box_is_on_the_first_screen_and_the_pages_are_in_sections(serve
     (docs/ui.md)."""
     from viz_ui.app.navigation import SHOWN
     page = browser.new_page(viewport={"width": 1280, "height": 800})
-    for query in ("theme=light", "theme=dark", "lecture=true&theme=dark&scale=1.5", "lecture=true&theme=light&scale=2.5"):
+    for query in ("theme=light", "theme=dark", "lecture=true&theme=dark&scale=1.5",
+                  "lecture=true&theme=light&scale=2.5"):
         page.goto(f"{server}/?{query}")
         expect(page.locator("[data-testid=stMain] h1").first).to_be_visible(timeout=60_000)
         settled(page)
