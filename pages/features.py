@@ -126,7 +126,7 @@ def feature_card(ctx: PageContext, loaded: Loaded, row: int, top: np.ndarray) ->
                             help="Its id in this dictionary; clicking a cell or a column above chooses it too.")
     name = feature_name(hooks[row], feature)
     st.subheader(f"Feature {name}")
-    index = get_index(folder)
+    index = get_index(folder, cfg.d_vocab)
     mine = acts[:, feature]
     fires = int((mine > 0).sum())
     st.markdown(f"On your text it is active at **{fires}** of {n} tokens"

@@ -161,7 +161,7 @@ def test_hostile_uploads_are_refused_in_one_line(tmp_path, folder):
         "kinds": (_zip({"a/run.py": b"print(1)"}), "unexpected member"),
         "empty": (_zip({"a/notes.txt": b"hello"}), "holds no dictionary"),
         "many": (_zip({f"d{i}/x.json": b"{}" for i in range(300)}), "entries"),
-        "garbage cfg": (_zip({"a/cfg.json": b"{not json", "a/sae_weights.safetensors": b"x"}), "not JSON"),
+        "garbage cfg": (_zip({"a/cfg.json": b"{not json", "a/sae_weights.safetensors": b"x"}), "not valid JSON"),
         "foreign hook": (_zip({"a/cfg.json": json.dumps(dict(cfg, hook_name="blocks.9.hook_resid_post")).encode(),
                                "a/sae_weights.safetensors": good["blocks.1.hook_resid_post/sae_weights.safetensors"]}),
                          "not a hook of the loaded model"),

@@ -101,7 +101,7 @@ GOOD = {"architecture": "standard", "d_in": D_IN, "d_sae": D_SAE, "hook_name": "
 
 @pytest.mark.parametrize("case, cfg, weights, needle", [
     ("huge", {**GOOD, "d_in": 1 << 20, "d_sae": 1 << 20}, None, "cap"),
-    ("not json", "{architecture: standard", tensors(), "not JSON"),
+    ("not json", "{architecture: standard", tensors(), "not valid JSON"),
     ("list", "[1, 2]", tensors(), "JSON object"),
     ("arch", {**GOOD, "architecture": "gated"}, tensors(), "not supported"),
     ("no k", {**GOOD, "architecture": "topk"}, tensors(), "k"),
@@ -140,7 +140,7 @@ def test_hostile_files_not_dictionaries(tmp_path):
     with pytest.raises(DictionaryError, match="cannot be read"):
         load_dictionary(d)
     (d / "cfg.json").write_bytes(b"{" + b" " * (2 << 20) + b"}")
-    with pytest.raises(DictionaryError, match="at most"):
+    with pytest.raises(DictionaryError, match="above the 1 MB"):
         load_dictionary(d)
 
 

@@ -15,11 +15,17 @@ Files (written by :func:`save_index`, read by :func:`load_index`):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+
+from viz_model.loading.checkpoint import first_line, reraise_interrupts
+from viz_model.limits import max_model_bytes
+from viz_model.features.saelens import CFG_FILE, DictionaryError, read_cfg
 
 CORPUS_FILE, INDEX_FILE = "corpus.safetensors", "top_contexts.safetensors"
 
@@ -130,18 +136,118 @@ class FeatureIndex:
         return float(self.index["freq"][feature])
 
 
-def load_index(folder: str | Path) -> FeatureIndex:
-    """The index of the dictionary in ``folder`` (``top_contexts.safetensors``) with the corpus of its parent folder.
+INDEX_DTYPES = {"window": "I32", "start": "I16", "peak": "I16", "value": "F16", "acts": "F16", "freq": "F32",
+                "act_max": "F32", "hist": "I32"}  # safetensors' names of the dtypes save_index writes
+INT_DTYPES = ("I16", "I32", "I64", "U8", "I8", "U16")  # a corpus's token ids
+
+
+def _header(path: Path, label: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """``{name: (dtype, shape)}`` of a safetensors file, from its header alone."""
+    with safe_open(str(path), framework="pt") as f:
+        out = {}
+        for name in f.keys():
+            part = f.get_slice(name)
+            out[name] = (part.get_dtype(), tuple(int(n) for n in part.get_shape()))
+        return out
+
+
+def _check_headers(folder: Path, index: dict, corpus: dict, d_sae: int | None) -> None:
+    """Names, dtypes and shapes of an index and its corpus (see :func:`load_index`), before any tensor is read."""
+    label = folder.name or str(folder)
+    if set(index) != set(INDEX_DTYPES):
+        missing, extra = sorted(set(INDEX_DTYPES) - set(index)), sorted(set(index) - set(INDEX_DTYPES))
+        raise DictionaryError(f"{label}: {INDEX_FILE} " + (f"lacks {', '.join(missing)}" if missing else
+                                                             f"has unexpected tensors {', '.join(extra)[:80]}"))
+    for name, want in INDEX_DTYPES.items():
+        if index[name][0] != want:
+            raise DictionaryError(f"{label}: {INDEX_FILE}'s {name} has dtype {index[name][0]}, {want} expected")
+    shape = index["window"][1]
+    if len(shape) != 2 or min(shape) < 1:
+        raise DictionaryError(f"{label}: {INDEX_FILE}'s window has shape {list(shape)}, [d_sae, n_top] expected")
+    n_feat = shape[0]
+    acts = index["acts"][1]
+    wants = {"start": shape, "peak": shape, "value": shape, "freq": (n_feat,), "act_max": (n_feat,)}
+    bad = [k for k, v in wants.items() if index[k][1] != v]
+    if len(acts) != 3 or acts[:2] != shape or acts[2] < 1:
+        bad.append("acts")
+    hist = index["hist"][1]
+    if len(hist) != 2 or hist[0] != n_feat or hist[1] < 1:
+        bad.append("hist")
+    if bad:
+        raise DictionaryError(f"{label}: {INDEX_FILE} has inconsistent shapes ({', '.join(bad)} against window "
+                              f"{list(shape)})")
+    if d_sae is not None and n_feat != d_sae:
+        raise DictionaryError(f"{label}: {INDEX_FILE} is for {n_feat:,} features, its dictionary has d_sae {d_sae:,}")
+    if set(corpus) != {"tokens"} or corpus["tokens"][0] not in INT_DTYPES or len(corpus["tokens"][1]) != 2:
+        raise DictionaryError(f"{label}: {CORPUS_FILE} must hold one integer tensor tokens [n_windows, window]")
+    n_windows, window = corpus["tokens"][1]
+    if n_windows < 1 or window < acts[2]:
+        raise DictionaryError(f"{label}: {CORPUS_FILE}'s windows ({n_windows} of {window} tokens) cannot hold "
+                              f"contexts of {acts[2]} tokens")
+    size = sum(math.prod(s) * _ITEMSIZE[t] for t, s in [*index.values(), *corpus.values()])
+    if size > max_model_bytes():
+        raise DictionaryError(f"{label}: its index and corpus need {size / 2**20:,.0f} MB, above the "
+                              f"{max_model_bytes() / 2**20:,.0f} MB cap (VIZ_MAX_MODEL_MB)")
+
+
+_ITEMSIZE = {"I16": 2, "I32": 4, "I64": 8, "U8": 1, "I8": 1, "U16": 2, "F16": 2, "F32": 4}
+
+
+def _check_values(label: str, index: dict[str, torch.Tensor], corpus: torch.Tensor, d_vocab: int | None) -> None:
+    """Every context inside the corpus, its peak inside the context, ids inside the vocabulary, finite numbers."""
+    window, start, peak = index["window"].long(), index["start"].long(), index["peak"].long()
+    n_ctx = index["acts"].shape[-1]
+    used = window >= 0
+    if (window < -1).any() or (window >= corpus.shape[0]).any():
+        raise DictionaryError(f"{label}: {INDEX_FILE} points at windows outside the corpus's {corpus.shape[0]:,}")
+    if used.any():
+        s, p = start[used], peak[used]
+        if (s < 0).any() or (s + n_ctx > corpus.shape[1]).any():
+            raise DictionaryError(f"{label}: {INDEX_FILE} has contexts that run outside their "
+                                  f"{corpus.shape[1]}-token windows")
+        if (p < s).any() or (p >= s + n_ctx).any():
+            raise DictionaryError(f"{label}: {INDEX_FILE} has peaks outside their contexts")
+    if corpus.numel() and (int(corpus.min()) < 0 or (d_vocab is not None and int(corpus.max()) >= d_vocab)):
+        raise DictionaryError(f"{label}: {CORPUS_FILE} holds token ids outside the model's vocabulary "
+                              f"(0 to {d_vocab - 1 if d_vocab else 'its size'})")
+    for name in ("value", "acts", "freq", "act_max"):
+        if not torch.isfinite(index[name]).all():
+            raise DictionaryError(f"{label}: {INDEX_FILE}'s {name} holds NaN or infinite values")
+    if (index["hist"] < 0).any() or (index["freq"] < 0).any() or (index["freq"] > 1).any():
+        raise DictionaryError(f"{label}: {INDEX_FILE}'s hist or freq holds values out of range")
+
+
+def load_index(folder: str | Path, d_vocab: int | None = None) -> FeatureIndex:
+    """The index of the dictionary in ``folder`` (``top_contexts.safetensors``) with the corpus of its parent folder,
+    checked as a hostile file before anything is shown from it: names, dtypes and shapes from the headers (the
+    tensors of :func:`save_index`, agreeing with each other and with the ``d_sae`` of the folder's ``cfg.json`` when
+    there is one; sizes within the memory cap), then the values (every context inside its corpus window, every peak
+    inside its context, corpus ids in ``[0, d_vocab)``, finite activations). A page can then read any feature below
+    ``d_sae`` and show every token it names.
 
     Raises:
-        FileNotFoundError: either file missing. ValueError: tensors with inconsistent shapes or windows outside the corpus.
+        FileNotFoundError: ``folder`` has no index (a dictionary without one).
+        DictionaryError: one line, for anything else: no corpus beside it, a file that is not safetensors, missing or
+            extra tensors, dtypes, shapes that disagree with each other or with the dictionary, contexts outside the
+            corpus, ids outside the vocabulary, NaN, a size above the cap.
     """
     folder = Path(folder)
-    index = load_file(str(folder / INDEX_FILE))
-    corpus = load_file(str(folder.parent / CORPUS_FILE))["tokens"]
-    shape = index["window"].shape
-    if any(index[k].shape != shape for k in ("start", "peak", "value")) or index["acts"].shape[:2] != shape:
-        raise ValueError(f"{folder.name}: {INDEX_FILE} has inconsistent shapes")
-    if int(index["window"].max()) >= len(corpus) or int(index["start"].max()) + index["acts"].shape[-1] > corpus.shape[1]:
-        raise ValueError(f"{folder.name}: {INDEX_FILE} points outside the corpus")
+    label = folder.name or str(folder)
+    path, corpus_path = folder / INDEX_FILE, folder.parent / CORPUS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{label}: no {INDEX_FILE}")
+    if not corpus_path.is_file():
+        raise DictionaryError(f"{label}: {INDEX_FILE} has no {CORPUS_FILE} beside its folder")
+    d_sae = read_cfg(folder)["d_sae"] if (folder / CFG_FILE).is_file() else None
+    try:
+        heads = _header(path, label), _header(corpus_path, label)
+        _check_headers(folder, *heads, d_sae)
+        index = load_file(str(path))
+        corpus = load_file(str(corpus_path))["tokens"]
+        _check_values(label, index, corpus, d_vocab)
+    except DictionaryError:
+        raise
+    except BaseException as exc:  # safetensors raises its own types (and pyo3 panics) for corrupt files
+        reraise_interrupts(exc)
+        raise DictionaryError(f"{label}: {INDEX_FILE} or {CORPUS_FILE} cannot be read ({first_line(exc, 100)})") from None
     return FeatureIndex(index, corpus)

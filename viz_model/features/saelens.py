@@ -12,8 +12,9 @@ A dictionary is a folder with ``cfg.json`` and ``sae_weights.safetensors`` (SAEL
 - ``sae_weights.safetensors``: ``W_enc`` [d_in, d_sae], ``b_enc`` [d_sae], ``W_dec`` [d_sae, d_out], ``b_dec``
   [d_out], and ``threshold`` [d_sae] for JumpReLU; float32, float16 or bfloat16.
 
-Order of checks, so that a hostile folder costs nothing: the file sizes, ``cfg.json`` (at most 1 MB, JSON, types and
-ranges, the weights' total size within the memory cap :func:`viz_model.limits.max_model_bytes`), then the
+Order of checks, so that a hostile folder costs nothing: the file sizes, ``cfg.json`` (at most 1 MB, read as the model
+loader reads JSON: UTF-8, nesting, long numbers; types and ranges; the peak memory of loading the weights,
+:func:`load_bytes`, within the memory cap :func:`viz_model.limits.max_model_bytes`), then the
 safetensors header alone (names, dtypes, shapes, against the cfg), then the tensors one by one, each refused when it
 holds NaN or infinity. Every refusal is one :class:`DictionaryError` line.
 """
@@ -21,6 +22,7 @@ holds NaN or infinity. Every refusal is one :class:`DictionaryError` line.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -29,6 +31,7 @@ from safetensors.torch import save_file
 
 from viz_model.loading.checkpoint import ASSETS, first_line, reraise_interrupts
 from viz_model.limits import max_model_bytes
+from viz_model.loading.sources import _read_json
 from viz_model.loading.weights import CheckpointError
 from viz_model.features.dictionary import ARCHITECTURES, SparseDictionary
 
@@ -65,12 +68,12 @@ def read_cfg(folder: str | Path) -> dict:
     path = folder / CFG_FILE
     if not path.is_file():
         raise DictionaryError(f"{label}: no {CFG_FILE} (a dictionary folder holds {CFG_FILE} and {WEIGHTS_FILE})")
-    if path.stat().st_size > MAX_CFG_BYTES:
-        raise DictionaryError(f"{label}: {CFG_FILE} is {path.stat().st_size:,} bytes (at most {MAX_CFG_BYTES:,})")
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DictionaryError(f"{label}: {CFG_FILE} is not JSON ({first_line(exc)})") from None
+    try:  # the model loader's reader: size, UTF-8, JSON, nesting (RecursionError) and long numbers, each one line
+        cfg = _read_json(path, label, MAX_CFG_BYTES)
+    except CheckpointError as exc:
+        raise DictionaryError(str(exc)) from None
+    except OSError as exc:
+        raise DictionaryError(f"{label}: {CFG_FILE} cannot be read ({type(exc).__name__})") from None
     if not isinstance(cfg, dict):
         raise DictionaryError(f"{label}: {CFG_FILE} must hold a JSON object, got {type(cfg).__name__}")
     meta = cfg.get("metadata") if isinstance(cfg.get("metadata"), dict) else {}
@@ -101,12 +104,25 @@ def read_cfg(folder: str | Path) -> dict:
     apply = cfg.get("apply_b_dec_to_input", True)
     if not isinstance(apply, bool):
         raise DictionaryError(f"{label}: apply_b_dec_to_input must be true or false, got {apply!r}")
-    need = 4 * (d_sae * (d_in + d_out + 2) + d_out)  # float32 in memory
+    checked = {"architecture": arch, "d_in": d_in, "d_sae": d_sae, "d_out": d_out, "hook_name": hook,
+               "hook_name_out": hook_out, "k": k, "apply_b_dec_to_input": apply}
+    need = load_bytes(checked)
     if need > max_model_bytes():
-        raise DictionaryError(f"{label}: its weights need {need / 2**20:,.0f} MB as float32, above the "
+        raise DictionaryError(f"{label}: loading its weights needs {need / 2**20:,.0f} MB, above the "
                               f"{max_model_bytes() / 2**20:,.0f} MB cap (VIZ_MAX_MODEL_MB)")
-    return {"architecture": arch, "d_in": d_in, "d_sae": d_sae, "d_out": d_out, "hook_name": hook,
-            "hook_name_out": hook_out, "k": k, "apply_b_dec_to_input": apply}
+    return checked
+
+
+def load_bytes(cfg: dict) -> int:
+    """Peak memory of :func:`load_dictionary` for ``cfg`` (from :func:`read_cfg`), in bytes, from the cfg alone::
+
+        4 N + 5 M
+
+    ``N`` = the dictionary's parameters (``d_sae (d_in + d_out + 2) + d_out``, held as float32), ``M`` = the largest
+    tensor's elements: one tensor is read at a time (at most 4 bytes an element) with its finiteness mask (1 byte).
+    """
+    shapes = expected_shapes({**cfg, "architecture": "jumprelu"})  # the threshold counted for every architecture
+    return 4 * sum(math.prod(s) for s in shapes.values()) + 5 * max(math.prod(s) for s in shapes.values())
 
 
 def expected_shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
@@ -223,5 +239,5 @@ def weights_bytes(folder: str | Path) -> int:
     return path.stat().st_size if path.is_file() else 0
 
 
-__all__ = ["DictionaryError", "dictionary_cfg", "expected_shapes", "load_dictionary", "read_cfg", "save_dictionary",
-           "shipped_dictionaries", "weights_bytes"]
+__all__ = ["DictionaryError", "dictionary_cfg", "expected_shapes", "load_bytes", "load_dictionary", "read_cfg",
+           "save_dictionary", "shipped_dictionaries", "weights_bytes"]

@@ -67,11 +67,13 @@ def dictionary(folder: str) -> SparseDictionary:
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-def get_index(folder: str) -> FeatureIndex | None:
+def get_index(folder: str, d_vocab: int | None = None) -> FeatureIndex | None:
     """The top-context index of the dictionary in ``folder`` (``viz_model.features.index``), or None when it has
-    none or it cannot be read."""
+    none or it cannot be used: :func:`viz_model.features.index.load_index` checks it against its dictionary's
+    ``d_sae``, its corpus and the vocabulary of ``d_vocab`` tokens (the model's), so that every feature of the
+    dictionary has its entry and every token of a context its label (an upload with a bad index is refused whole)."""
     try:
-        return load_index(folder)
+        return load_index(folder, d_vocab)
     except (FileNotFoundError, ValueError, OSError):
         return None
 

@@ -50,7 +50,7 @@ def feature_direction(model_path: str, ids: tuple[int, ...], folders: tuple[str,
     then reads "alpha times the strongest the feature ever gets"."""
     d = dictionary(folders[index])
     vector = d.W_dec[feature].detach().float().cpu().numpy().copy()
-    found = get_index(folders[index])
+    found = get_index(folders[index], resolve(model_path)[0].cfg.d_vocab)
     if found is not None and float(found.index["act_max"][feature]) > 0:
         return Direction(d.out_hook, vector, float(found.index["act_max"][feature]),
                          "its largest activation on the index's corpus")
