@@ -2,7 +2,6 @@
 and feed-forward network as thumbnails of what the model computed, and the output probabilities. Clicking a
 part opens its page."""
 
-import html
 
 import streamlit as st
 
@@ -19,7 +18,7 @@ from viz_ui.app.page import PageContext, open_page
 from viz_ui.views.overview import map_targets, model_map, output_distribution, thumbnail_side
 from viz_ui.app.state import get_mlp_thumbnails, get_overview, model_card
 from viz_ui.views.tables import token_chips_html
-from viz_ui.analysis.text import plain
+from viz_ui.analysis.text import plain, plotly_text
 from viz_ui.analysis.text_trace import tokenizer_kind
 
 TARGET_PAGES = {"input": "pages/embeddings.py", "head": "pages/attention.py", "mlp": "pages/block.py"}
@@ -70,7 +69,7 @@ def output_part(ctx: PageContext) -> None:
         ids, probs = output_distribution(trace.arrays["hook_logits"][pos])
         vocab = ctx.vocab
         # Plotly reads <b>, <a href> … in titles as markup: a token's text is escaped
-        title = (f"Output after “{html.escape(trace.labels[pos])}” (T = 1)" if cfg.causal and not encoder
+        title = (f"Output after “{plotly_text(trace.labels[pos])}” (T = 1)" if cfg.causal and not encoder
                  else f"Output at position {pos} (T = 1)")
         show_figure(FigureSpec(topk_bar, [vocab[i] for i in ids], probs, title), ctx.app, "model_output")
         st.caption(f"{what}: softmax of the logits over all {cfg.d_vocab:,} tokens. Temperature, top-k and "

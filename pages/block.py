@@ -13,6 +13,7 @@ from viz_ui.views.figures import matrix_heatmap, stage_heatmap, value_bar
 from viz_ui.analysis.explain import (ACT_NAMES, ffn_formula, ffn_sentence, mlp_width, moe_note, norm_formula, norm_sentence,
                              unit_label)
 from viz_ui.app.layout import pick_index, pick_position, position_window, show_figure, show_table
+from viz_ui.analysis.text import plotly_text
 from viz_ui.app.page import PageContext, open_page
 
 def residual_stream(ctx: PageContext) -> None:
@@ -59,7 +60,7 @@ def add_and_norm(ctx: PageContext) -> tuple[int, int]:
     pos = pick_position(c2, trace, "Token")
     stats = layernorm_stats(trace, layer, pos, placement, ctx.model)
     show_table(pd.DataFrame({f"{s.name} ({s.role}: {s.before_name} → {s.after_name})": s.summary for s in stats})
-               .T.style.format("{:.4f}"), ctx.app)
+               .T, ctx.app, fmt="{:.4f}")
     st.caption("Before normalising, mean and variance vary from token to token; the (x − μ)/σ step makes them 0 and 1, "
                "and the learned scale w and shift b then change them to the values shown under 'after'."
                if cfg.norm == "layernorm" else
@@ -68,7 +69,7 @@ def add_and_norm(ctx: PageContext) -> tuple[int, int]:
     ln1 = stats[0]
     both = np.stack([ln1.before, ln1.after])
     show_figure(matrix_heatmap(both, [f"{ln1.name} input: {ln1.before_name}", f"{ln1.name} output: {ln1.after_name}"],
-                               f"{ln1.name} ({ln1.role}) of layer {layer}, token {pos} {trace.labels[pos]}"),
+                               f"{ln1.name} ({ln1.role}) of layer {layer}, token {pos} {plotly_text(trace.labels[pos])}"),
                 ctx.app, f"layernorm_L{layer}_pos{pos}")
     return layer, pos
 
@@ -87,7 +88,7 @@ def feed_forward(ctx: PageContext, layer: int, pos: int) -> None:
                                x_title="neuron", value_name="activation", offset=wa), ctx.app, f"mlp_post_L{layer}", live="mlp_post")
     idx, vals = top_neurons(post[pos])
     show_figure(value_bar([unit_label(layer_cfg, i) for i in idx], vals, f"Most active neurons of layer {layer} for "
-                          f"{pos} {trace.labels[pos]}", f"activation (after {ACT_NAMES[cfg.mlp]}{' gate × linear' if cfg.mlp in ('swiglu', 'geglu') else ''})"), ctx.app, f"top_neurons_L{layer}_pos{pos}", live="top_neurons")
+                          f"{pos} {plotly_text(trace.labels[pos])}", f"activation (after {ACT_NAMES[cfg.mlp]}{' gate × linear' if cfg.mlp in ('swiglu', 'geglu') else ''})"), ctx.app, f"top_neurons_L{layer}_pos{pos}", live="top_neurons")
 
 
 ctx = open_page("Residual stream, add & norm, feed-forward",

@@ -16,6 +16,7 @@ from viz_ui.app.layout import needs_window, pick_layer_head, pick_position, posi
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.analysis.rotary import angle_table, longrope_words, relative_scores
 from viz_ui.analysis.numeric import cosine_similarity
+from viz_ui.analysis.text import plotly_text
 from viz_ui.app.gated import embedding_pca_gated
 from viz_ui.app.state import get_positional_table
 from viz_ui.views.tables import similarity_table
@@ -29,7 +30,7 @@ def label_pca(fig, ids, labels: list[str], coords, max_labels: int) -> int:
     text sits on one point in E, so only its first position is labelled; at most ``max_labels`` tokens, spread over
     the text; labels alternate above and below their points from left to right. Every point keeps its full label
     on hover. Returns how many tokens are labelled."""
-    full = [f"{i} {lab}" for i, lab in enumerate(labels)]
+    full = [f"{i} {plotly_text(lab)}" for i, lab in enumerate(labels)]
     firsts = sorted({int(t): i for i, t in reversed(list(enumerate(ids)))}.values())
     keep = [firsts[round(j * len(firsts) / max_labels)] for j in range(max_labels)] if len(firsts) > max_labels else firsts
     keep = sorted(set(keep))
@@ -126,8 +127,8 @@ def rotary_positions(ctx: PageContext, trace: Trace) -> None:
                    "recorded score is −∞ (masked), so no dot is drawn.")
     layer_cfg = ctx.model.blocks[layer].attn.cfg
     show_figure(relative_score_curve(relative_scores(q, k, layer_cfg.rotary_base, span, layer_cfg, trace.n_tokens),
-                                     f"Layer {layer}, head {head}: score of “{trace.labels[-1]}” → "
-                                     f"“{trace.labels[key_pos]}” at every distance",
+                                     f"Layer {layer}, head {head}: score of “{plotly_text(trace.labels[-1])}” → "
+                                     f"“{plotly_text(trace.labels[key_pos])}” at every distance",
                                      [(delta, recorded, f"recorded: Δ = {delta}")] if np.isfinite(recorded) else []),
                 ctx.app, f"rotary_relative_L{layer}_H{head}")
 

@@ -37,7 +37,7 @@ def source_and_output(ctx: PageContext, answer: str) -> None:
     st.html(token_chips_html(src, trace.src_ids))
     st.markdown(f"**Decoder input**: the start token, then each token it generated, {len(tgt)} tokens")
     st.html(token_chips_html(tgt, trace.ids))
-    st.metric("The model's output (greedy)", answer or "(empty)")
+    st.metric("The model's output (greedy)", plain(answer, None) if answer else "(empty)")
 
 
 def self_attention(ctx: PageContext) -> tuple[int, int]:

@@ -16,7 +16,7 @@ from viz_ui.app.qk_panel import pick_key, qk_section
 from viz_ui.analysis.rotary import longrope_words
 from viz_ui.analysis.head_steps import HeadSteps, head_steps, largest_weights, value_contributions
 from viz_ui.views.tables import score_table, vector_table
-from viz_ui.analysis.text import plain
+from viz_ui.analysis.text import plain, plotly_text
 
 SHOW_DIMS = 8
 FMT = "{:.4f}"
@@ -98,7 +98,7 @@ def queries_keys_values(ctx: PageContext, h: Chosen) -> None:
                                        x_title="d_head dimension", offset=qa), ctx.app, f"steps_{name}_L{layer}_H{head}",
                         live=f"steps_{name}")
     st.markdown(f"The query of token {query}, **{plain(trace.labels[query])}** (first {SHOW_DIMS} of {cfg.d_head} numbers):")
-    show_table(vector_table({f"q[{query}]": s.q[query]}, SHOW_DIMS).style.format(FMT), ctx.app)
+    show_table(vector_table({f"q[{query}]": s.q[query]}, SHOW_DIMS), ctx.app, fmt=FMT)
 
 
 def scores_and_softmax(ctx: PageContext, h: Chosen) -> list[int]:
@@ -135,13 +135,13 @@ def scores_and_softmax(ctx: PageContext, h: Chosen) -> list[int]:
                 + "Check the softmax by hand: each weight is its exp(score − max) divided by the sum of that column.")
     table = score_table(trace.labels, s.dots, s.scaled, s.scores, s.weights, s.capped, scaled_name,
                         f"c·tanh(· / c), c = {cfg.attn_softcap:g}" if cfg.attn_softcap is not None else "", s.rel_bias)
-    show_table(table.style.format({c: FMT for c in table.columns if c not in ("key position", "token", "mask", "score")}),
-               ctx.app, hide_index=True)
+    show_table(table, ctx.app, fmt={c: FMT for c in table.columns if c not in ("key position", "token", "mask", "score")},
+               hide_index=True)
     total = table["exp(score − max)"].sum()
     st.markdown(f"Sum of exp(score − max) = **{total:.4f}**; the weights sum to **{s.weights.sum():.4f}**.")
     order = largest_weights(s)
     show_figure(topk_bar([f"{j} {trace.labels[j]}" for j in order], s.weights[order],
-                         f"Attention weights of {query} {trace.labels[query]} (largest first)", x_title="weight"),
+                         f"Attention weights of {query} {plotly_text(trace.labels[query])} (largest first)", x_title="weight"),
                 ctx.app, f"steps_weights_L{layer}_H{head}_q{query}")
     return order
 
@@ -157,7 +157,7 @@ def weighted_sum(ctx: PageContext, h: Chosen, order: list[int]) -> None:
     rows["z = Σ"] = s.z
     st.markdown(f"Each value vector v_j is scaled by its weight; their sum is z (d_head = {cfg.d_head}). "
                 f"The largest contributions and z, first {SHOW_DIMS} numbers:")
-    show_table(vector_table(rows, SHOW_DIMS).style.format(FMT), ctx.app)
+    show_table(vector_table(rows, SHOW_DIMS), ctx.app, fmt=FMT)
 
 
 def all_heads(ctx: PageContext, h: Chosen) -> None:
@@ -179,7 +179,7 @@ def all_heads(ctx: PageContext, h: Chosen) -> None:
                    "resid_pre + attn_out, and both outputs are added to the stream together." if cfg.parallel_residual
                    else ""))
     show_table(vector_table({"this head's part z·W_O[h]": s.head_out, "attn_out (all heads + b_O)": s.attn_out,
-                             "resid_pre": s.resid_pre, "resid_pre + attn_out": s.resid_mid}, SHOW_DIMS).style.format(FMT), ctx.app)
+                             "resid_pre": s.resid_pre, "resid_pre + attn_out": s.resid_mid}, SHOW_DIMS), ctx.app, fmt=FMT)
     st.caption("Norms: " + ", ".join(f"{name} {value:.3f}" for name, value in s.norms.items()) + ".")
 
 

@@ -1,7 +1,6 @@
 """Cause and effect: switch heads off (ablation), swap activations between a clean and a corrupted text (activation
 patching), and split a logit into what each component writes (direct logit attribution)."""
 
-import html
 from typing import NamedTuple
 
 import numpy as np
@@ -32,7 +31,7 @@ from viz_ui.app.layout import (MAX_CHARS, pick_ablated_heads, pick_index, select
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.analysis.encoder_decoder import output_text
 from viz_ui.app.state import export_load_args, get_trace
-from viz_ui.analysis.text import plain
+from viz_ui.analysis.text import plain, plotly_text
 from viz_ui.analysis.text_trace import Trace
 from viz_model.tokenizer import IdTokenizer
 
@@ -118,7 +117,7 @@ def effect_map(ctx: PageContext, at: Prediction, heads: tuple[Head, ...], kind: 
     if effects is None:  # a slow model: the map waits for its button
         return token
     select_key = effect_map_key()
-    fig = head_map(effects, f"Each head switched off: Δ log p({html.escape(vocab[token])})",
+    fig = head_map(effects, f"Each head switched off: Δ log p({plotly_text(vocab[token])})",
                    "Δ log p (nats)", marked=heads, click_hint="click: switch this head off / on",
                    cell_text=cfg.n_heads <= 16 and ctx.display.scale <= 1.5)
     show_figure(fig, ctx.app, f"ablation_effects_{heads_text(heads) or 'none'}", select_key=select_key,
@@ -137,7 +136,7 @@ def ablated_output(ctx: PageContext, at: Prediction, heads: tuple[Head, ...], lo
     """The output intact vs ablated (``logits``: the two runs' ``[d_vocab]`` logits at the position)."""
     vocab, key = ctx.vocab, heads_text(heads)
     intact, ablated = logits
-    st.subheader(f"The output {at.where}: intact vs ablated")
+    st.subheader(f"The output {plain(at.where)}: intact vs ablated")
     left, right = side_by_side(ctx.app, [3, 2])
     with left:
         table = prob_diff_table(intact, ablated, vocab)
@@ -167,7 +166,7 @@ def ablation_details(ctx: PageContext, at: Prediction, heads: tuple[Head, ...], 
         return
     lens_col, gen_col = side_by_side(ctx.app, 2)
     with lens_col:
-        st.markdown(f"**Logit lens {at.where}**: the top {at.unit} after each layer (the residual stream decoded with the "
+        st.markdown(f"**Logit lens {plain(at.where)}**: the top {at.unit} after each layer (the residual stream decoded with the "
                     "model's own output head: its final norm, if any, and the unembedding)")
         show_table(lens_table(view, vocab), ctx.app, hide_index=True)
     with gen_col:
@@ -457,7 +456,7 @@ def patching_part(ctx: PageContext, at: Prediction) -> None:
     metric = pick_metric(ctx, at, corrupted_text)
     values = get_patching_values(path, text, corrupted_text, metric.kind, metric.answer, metric.wrong, at.pos)
     m1, m2 = st.columns(2)
-    m1.metric(f"Clean run: {metric.name} {at.where}", f"{values[0]:.4f}")
+    m1.metric(f"Clean run: {plain(metric.name)} {plain(at.where)}", f"{values[0]:.4f}")
     m2.metric("Corrupted run", f"{values[1]:.4f}")
     if normalised(np.zeros(1), *values) is None:
         st.info("Both runs give the same metric, so there is nothing to restore: choose other tokens, or another "
@@ -497,7 +496,7 @@ def attribution_part(ctx: PageContext, at: Prediction) -> None:
     m1.metric("Sum of the contributions", f"{total:.4f}")
     m2.metric(f"The model's logit of {plain(vocab[token])}", f"{logit:.4f}")
     m3.metric("Difference", f"{total - logit:.1e}")
-    title = html.escape(f"Direct contribution of every component to the logit of {vocab[token]} {at.where}")
+    title = plotly_text(f"Direct contribution of every component to the logit of {vocab[token]} {at.where}")
     show_figure(component_bars(parts, title,
                                "logit units"), ctx.app, f"attribution_{token}",
                 data=lambda: pd.DataFrame({"component": list(parts), "logit": list(parts.values())}))

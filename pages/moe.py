@@ -3,7 +3,6 @@ many tokens each expert received, the router's probabilities for one token, and 
 an expert is disabled or a token is forced to one expert. Layers that keep a dense MLP (Qwen2-MoE's
 ``decoder_sparse_step``, ``mlp_only_layers``) have no router: the page names them and shows the others."""
 
-import html
 
 import streamlit as st
 
@@ -20,7 +19,7 @@ from viz_ui.views.moe import (Routing, compare_bar, dense_weights, effect_by_pos
                              routing_from_arrays, routing_map, softmax)
 from viz_ui.app.gated import moe_intervention_gated
 from viz_ui.app.state import available_models, moe_model_names
-from viz_ui.analysis.text import plain
+from viz_ui.analysis.text import plain, plotly_text
 
 def weights_rule(cfg) -> str:
     """How the chosen experts' outputs are weighted, in words."""
@@ -108,7 +107,7 @@ def router_probabilities(ctx: PageContext, routing: Routing, pos: int) -> None:
     """The router's probabilities for the token at ``pos`` in every layer."""
     cfg, labels = ctx.cfg, ctx.trace.labels
     n_exp, k, moe_layers, dense = cfg.n_experts, cfg.experts_per_token, cfg.moe_layers, dense_layers_note(cfg)
-    quoted = f"{pos} “{html.escape(labels[pos])}”"  # position and token, e.g. 16 “.”; Plotly reads <b>… as markup
+    quoted = f"{pos} “{plotly_text(labels[pos])}”"  # position and token, e.g. 16 “.”; Plotly reads <b>… as markup
     st.header(f"The router's probabilities for token {pos} “{plain(labels[pos])}”")
     chosen = dense_weights(routing, n_exp)[:, pos] > 0
     show_figure(router_probs_heatmap(routing.probs[:, pos], chosen, f"Router probabilities of {quoted} (✓ = chosen)",
@@ -152,7 +151,7 @@ def intervention_effect(ctx: PageContext, routing: Routing, pos: int, after: tup
     ``pos`` and at every position."""
     trace, cfg, vocab, labels = ctx.trace, ctx.cfg, ctx.vocab, ctx.trace.labels
     n_exp = cfg.n_experts
-    quoted = f"{pos} “{html.escape(labels[pos])}”"
+    quoted = f"{pos} “{plotly_text(labels[pos])}”"
     after_logits, after_idx, after_w = after
     before = trace.arrays["hook_logits"]
     kl = kl_bits(before, after_logits)

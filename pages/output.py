@@ -105,7 +105,7 @@ def next_token(ctx: PageContext, sampling: Sampling, masks: list[int] | None) ->
         st.caption(f"{len(table)} token{'s' if len(table) > 1 else ''} left with a probability above 0 after "
                    "top-k / top-p; the others are not drawn.")
     with st.expander("As a table (with logits)"):
-        show_table(table.style.format({"probability": "{:.4f}", "logit": "{:.3f}"}), ctx.app, hide_index=True)
+        show_table(table, ctx.app, fmt={"probability": "{:.4f}", "logit": "{:.3f}"}, hide_index=True)
 
 
 def generate(ctx: PageContext, sampling: Sampling) -> tuple[tuple, list] | None:

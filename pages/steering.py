@@ -36,7 +36,7 @@ class Target(NamedTuple):
     """The output measured: the position ``pos`` (a decoder's last; a masked LM's chosen one) and its words."""
 
     pos: int
-    unit_words: str  # e.g. "next token after “mat”"
+    unit_words: str  # e.g. "next token after “mat”", as Markdown (the token escaped)
     short_where: str  # e.g. "Next token", in figure titles
 
 
@@ -70,7 +70,7 @@ def pick_target(ctx: PageContext) -> Target:
     """A masked LM's position (the shared ``query``); a decoder's last position."""
     trace, n = ctx.trace, ctx.trace.n_tokens
     if ctx.cfg.causal:
-        return Target(n - 1, f"next token after “{trace.labels[n - 1]}”", "Next token")
+        return Target(n - 1, f"next token after “{plain(trace.labels[n - 1])}”", "Next token")
     masks = mask_positions(ctx.tokenizer, trace.ids)
     pos = pick_index(st, "The token the model fills in at position", "query", n, masks[0] if masks else n - 1,
                      lambda i: f"{i} {trace.labels[i]}")
@@ -232,7 +232,7 @@ def ablate_part(ctx: PageContext, sets: dict, target: Target) -> None:
     folders, row, hooks, acts = picked
     active = strongest_features(acts)
     options = active[:200]
-    feats = st.multiselect(f"Features of {hooks[row]} switched off at every position (listed: the {len(options)} "
+    feats = st.multiselect(f"Features of {plain(hooks[row])} switched off at every position (listed: the {len(options)} "
                            "active on this text, strongest first)", options, default=options[:3],
                            key=f"ablate_features_{row}_{hash(ids)}",  # a new text: a new default
                            format_func=lambda f: f"{f} (peak {acts[:, f].max():.3g})")

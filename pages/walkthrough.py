@@ -20,7 +20,7 @@ from viz_ui.app.gated import logit_lens_gated
 from viz_ui.app.state import get_positional_table, get_text_scores
 from viz_ui.analysis.head_steps import head_steps, largest_weights
 from viz_ui.views.tables import score_table, token_chips_html, token_table, topk_table, vector_table
-from viz_ui.analysis.text import plain
+from viz_ui.analysis.text import plain, plotly_text
 from viz_ui.analysis.text_trace import tokenizer_errors, tokenizer_kind
 
 FMT = "{:.4f}"
@@ -73,8 +73,8 @@ def one_head(ctx: PageContext) -> None:
                    + " (page 3a shows every step). ")
                 + ("The causal mask (−∞) hides later tokens; here the query is the last token, so it sees everything."
                    if cfg.causal else "This model has no causal mask: every token sees every other token."))
-    show_table(score_table(trace.labels, s.dots, s.scaled, s.scores, s.weights).style.format(
-        {c: FMT for c in ("q·k", "q·k / √d_k", "exp(score − max)", "weight")}), ctx.app, height=260, hide_index=True)
+    show_table(score_table(trace.labels, s.dots, s.scaled, s.scores, s.weights), ctx.app, height=260, hide_index=True,
+               fmt={c: FMT for c in ("q·k", "q·k / √d_k", "exp(score − max)", "weight")})
     order = largest_weights(s, 10)
     show_figure(topk_bar([f"{j} {trace.labels[j]}" for j in order], s.weights[order], "Where the last token looks",
                          x_title="weight"), ctx.app, "walk_head")
@@ -85,8 +85,8 @@ def multi_head(ctx: PageContext) -> None:
     grid, _ = attention_grid(trace.arrays["blocks.0.attn.hook_pattern"][None])
     show_figure(grid, ctx.app, "walk_heads_L0")
     s = head_steps(model, trace, 0, 0, last)
-    show_table(vector_table({"head 0's part z·W_O[0]": s.head_out, "attn_out (all heads + b_O)": s.attn_out}, 8)
-               .style.format(FMT), ctx.app)
+    show_table(vector_table({"head 0's part z·W_O[0]": s.head_out, "attn_out (all heads + b_O)": s.attn_out}, 8),
+               ctx.app, fmt=FMT)
 
 
 def add_norm(ctx: PageContext) -> None:
@@ -95,8 +95,8 @@ def add_norm(ctx: PageContext) -> None:
     st.markdown("Layer 0, last token. " + " ".join(f"**{x.name}** is {x.role}: it reads {x.before_name}, and its output "
                                                    f"is {x.after_name}." for x in stats))
     show_table(vector_table({f"{x.name} input: {x.before_name}" if k == "input" else f"{x.name} output: {x.after_name}":
-                             x.before if k == "input" else x.after for x in stats for k in ("input", "output")}, 8)
-               .style.format(FMT), ctx.app)
+                             x.before if k == "input" else x.after for x in stats for k in ("input", "output")}, 8),
+               ctx.app, fmt=FMT)
     show_table({f"{x.name} ({x.role})": {k: f"{v:.3f}" for k, v in x.summary.items()} for x in stats}, ctx.app)
 
 
@@ -107,7 +107,7 @@ def feed_forward(ctx: PageContext) -> None:
     show_figure(matrix_heatmap(post[a:b], trace.labels[a:b], f"Layer 0 hidden activations [{n} × {mlp_width(layer0)}]",
                                "neuron", "activation", offset=a), ctx.app, "walk_mlp")
     idx, vals = top_neurons(post[last], 10)
-    show_figure(value_bar([unit_label(layer0, i) for i in idx], vals, f"Most active for {trace.labels[last]}", "activation"),
+    show_figure(value_bar([unit_label(layer0, i) for i in idx], vals, f"Most active for {plotly_text(trace.labels[last])}", "activation"),
                 ctx.app, "walk_neurons")
 
 

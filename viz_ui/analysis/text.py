@@ -1,14 +1,27 @@
-"""Strings from files shown as they are: escaping for Streamlit's Markdown, and one-line error messages
-(no Streamlit here).
+"""Strings from files shown as they are: escaping for Streamlit's Markdown, for HTML and for Plotly's text, and
+one-line error messages (no Streamlit here).
 
-Streamlit renders Markdown (with GitHub's extensions, KaTeX between ``$``, and its own ``:material/icon:``,
-``:color[text]`` and ``:emoji:`` directives) in ``st.markdown``, ``st.error``, ``st.success``, ``st.subheader``,
-captions and widget labels. A model named ``![x](http://evil/x.png)`` would make every viewer's browser fetch
-that address; :func:`plain` makes such a string show literally instead.
+Every string that comes from a model, a tokenizer, a file or another user (token texts, model and file names,
+feature and hook names from a dictionary's cfg.json, error messages that quote them, a class's questions) goes through
+one of these before it reaches the page:
+
+- :func:`plain` where Streamlit renders Markdown (with GitHub's extensions, KaTeX between ``$``, and its own
+  ``:material/icon:``, ``:color[text]`` and ``:emoji:`` directives): ``st.markdown``, ``st.caption``,
+  ``st.info``/``warning``/``error``/``success``, headings, widget labels and help, the options of ``st.radio`` and
+  ``st.select_slider``, expander and tab labels, progress texts, and every cell and header of a static
+  ``st.table``. A model named ``![x](http://evil/x.png)`` would make every viewer's browser fetch that address.
+- :func:`plain_html` in HTML (``st.html``, the head view's SVG): text and attribute values.
+- :func:`plotly_text` in every string of a Plotly figure that holds data (hover text, ``customdata`` read by a
+  ``hovertemplate``, tick labels, cell texts, titles): Plotly draws a subset of HTML there (``<b>``, ``<i>``, ``<s>``,
+  ``<br>``, ``<a href>``, ``<span style>``), so ``<s>`` (Llama's first token) would strike the rest through.
+
+Selectboxes' and multiselects' options, ``st.dataframe``, ``st.code`` and ``st.text_area`` show text as it is and
+need none of them.
 """
 
 from __future__ import annotations
 
+import html
 import re
 
 # CommonMark lets a backslash escape any ASCII punctuation; these are the ones Markdown, GFM, KaTeX or
@@ -34,6 +47,24 @@ def plain(text: object, limit: int | None = 300) -> str:
     text = re.sub(r"[\r\n\t\v\f]+", " ", text)
     text = _AFTER_PARSE.sub(WORD_JOINER, text)
     return "".join("\\" + c if c in SPECIAL else c for c in text)
+
+
+def plain_html(text: object, limit: int | None = None) -> str:
+    """``text`` as HTML text or a (double- or single-quoted) attribute value that shows it literally: ``&``, ``<``,
+    ``>``, ``"`` and ``'`` as character references (``html.escape``). Cut to ``limit`` characters with "…" (None: no
+    limit)."""
+    text = "" if text is None else str(text)
+    if limit is not None and len(text) > limit:
+        text = text[: max(0, limit - 1)] + "…"
+    return html.escape(text, quote=True)
+
+
+def plotly_text(text: object) -> str:
+    """``text`` for a Plotly string that shows it literally: ``&``, ``<`` and ``>`` as ``&amp;``, ``&lt;``, ``&gt;``.
+    Plotly (``src/lib/svg_text_utils.js``) splits its text at ``<...>`` tags and decodes, in the text between them,
+    those three, ``&nbsp;`` and a few more by name and every numeric reference, but not ``&quot;``: quotes stay as
+    they are."""
+    return ("" if text is None else str(text)).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def recoverable(exc: BaseException) -> bool:

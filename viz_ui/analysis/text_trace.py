@@ -173,7 +173,7 @@ class Trace:
     @property
     def output_ids(self) -> list[int]:
         """The decoder's output: what each decoder position predicted greedily (encoder-decoder traces)."""
-        return [int(i) for i in self.arrays["hook_logits"].argmax(-1)]
+        return [int(i) for i in np.asarray(self.arrays["hook_logits"]).argmax(-1)]  # LogitRows: a bounded trace's
 
     @property
     def n_tokens(self) -> int:

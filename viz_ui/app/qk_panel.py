@@ -12,13 +12,12 @@ from viz_model import attribution
 from viz_model.tokenizer import IdTokenizer
 
 from viz_ui.views.figure_spec import FigureSpec
-from viz_ui.views.figures import _plain as fig_text
 from viz_ui.analysis.interventions import prompt_of
 from viz_ui.app.layout import AppState, pick_index, selected_points, set_shared, show_code, show_figure
 from viz_ui.app.gate import NotComputed, costly, running_flag
 from viz_ui.views.qk import QKPanel, grid_frame, qk_code, qk_copies, qk_heatmap, qk_views, source_words
 from viz_ui.app.state import estimate_seconds, export_load_args
-from viz_ui.analysis.text import plain
+from viz_ui.analysis.text import plain, plotly_text
 from viz_ui.analysis.text_trace import Trace
 
 
@@ -116,7 +115,7 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
     elif grid.rel_pos is not None:
         c3.metric("of which the relative position bias", f"{grid.rel_pos:.4f}")
     st.markdown(panel.sentence)
-    title = f"Score {query} {fig_text(trace.labels[query])} → {key} {fig_text(trace.labels[key])} by source"
+    title = f"Score {query} {plotly_text(trace.labels[query])} → {key} {plotly_text(trace.labels[key])} by source"
     show_figure(FigureSpec(qk_heatmap, grid, title), state, f"qk_{page}_L{layer}_H{head}_q{query}_k{key}",
                 data=lambda: grid_frame(grid), live=f"qk_{page}")
     st.caption(f"{panel.n_terms} terms in all; “other” sums the sources not named; the grid's cells sum to "
@@ -131,7 +130,7 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
                                         f"key ({v:+.3f})"
                                         for a, b, v in panel.pairs) + ".")
     summary_grid = panel.summary_grid
-    show_figure(FigureSpec(qk_heatmap, summary_grid, f"L{layer}H{head}, query {query} {fig_text(trace.labels[query])}: "
+    show_figure(FigureSpec(qk_heatmap, summary_grid, f"L{layer}H{head}, query {query} {plotly_text(trace.labels[query])}: "
                            "weighted by its pattern"), state, f"qk_head_{page}_L{layer}_H{head}_q{query}",
                 data=lambda: grid_frame(summary_grid), live=f"qk_head_{page}")
     show_code(state, f"qk_attribution_{page}",

@@ -15,7 +15,8 @@ from plotly.subplots import make_subplots
 
 from viz_model import VizTransformer
 
-from viz_ui.views.figures import _layout, _plain
+from viz_ui.analysis.text import plotly_text
+from viz_ui.views.figures import _layout
 
 MAX_BARS = 12  # the most frequent answers drawn; the rest are counted as "other answers"
 MAX_ANSWER = 200  # characters: the store's bound on an answer
@@ -78,7 +79,7 @@ def reveal_figure(answers: list[tuple[str, int]], total: int, probs: list[float 
     """The class's answers (left: share of the ``total`` answers, with the count) beside the model's probability of
     the same candidates (right; ``probs`` aligned with ``answers``, None where not computed; ``probs`` None: the
     class only), one row per answer, most frequent on top; ``correct`` (an answer's text) drawn in green."""
-    labels = [_plain(a) for a, _ in answers]
+    labels = [plotly_text(a) for a, _ in answers]
     counts = np.array([c for _, c in answers], dtype=float)
     share = counts / max(total, 1)
     rows = list(range(len(answers)))

@@ -15,6 +15,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
+from viz_ui.analysis.text import plotly_text
 from viz_ui.views.figures import DIVERGING, FONT, position_ticks
 
 ACT_SCALE = "Oranges"  # feature activations are >= 0
@@ -41,7 +42,7 @@ def strongest_map(ids: np.ndarray, values: np.ndarray, hooks: list[str], labels:
     ``point_index = row * pos + position``."""
     rows, n = ids.shape
     names = [feature_name(h, 0).split(" ")[0] for h in hooks]
-    custom = np.array([[f"{labels[p]} · {feature_name(hooks[r], int(ids[r, p]))}" for p in range(n)]
+    custom = np.array([[plotly_text(f"{labels[p]} · {feature_name(hooks[r], int(ids[r, p]))}") for p in range(n)]
                        for r in range(rows)], dtype=object)
     heat = go.Heatmap(z=values, colorscale=ACT_SCALE, zmin=0, customdata=custom, colorbar=dict(title="activation"),
                       text=np.vectorize(lambda i: f"F{i}")(ids) if n else None,
@@ -53,7 +54,8 @@ def strongest_map(ids: np.ndarray, values: np.ndarray, hooks: list[str], labels:
     points = go.Scatter(x=xs, y=ys, mode="markers", marker=dict(size=18, color="rgba(0,0,0,0)"), showlegend=False,
                         hovertemplate="click: open this feature<extra></extra>")
     fig = go.Figure([heat, points])
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(rows)), ticktext=names)
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(rows)),
+                     ticktext=[plotly_text(name) for name in names])
     fig.update_xaxes(tickangle=-60, **position_ticks(labels))
     return _layout(fig, title, height=max(280, 130 + 40 * rows))
 
@@ -73,7 +75,7 @@ def text_features_heatmap(acts: np.ndarray, features: np.ndarray, labels: list[s
     z = acts[:, features] if len(features) else np.zeros((n, 0))
     cols = [f"F{int(f)}" for f in features]
     heat = go.Heatmap(z=z, x=list(range(len(cols))), colorscale=ACT_SCALE, zmin=0, colorbar=dict(title="activation"),
-                      customdata=np.array([[labels[p]] * len(cols) for p in range(n)], dtype=object),
+                      customdata=np.array([[plotly_text(labels[p])] * len(cols) for p in range(n)], dtype=object),
                       hovertemplate="pos %{y} %{customdata}<br>feature %{x}<br>activation %{z:.3f}<extra></extra>")
     points = go.Scatter(x=list(range(len(cols))), y=[-0.5] * len(cols), mode="markers", showlegend=False,
                         marker=dict(size=16, color="rgba(0,0,0,0)"), text=cols,

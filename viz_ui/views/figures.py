@@ -19,6 +19,7 @@ from _plotly_utils.basevalidators import ColorscaleValidator
 from _plotly_utils.utils import is_homogeneous_array, is_skipped_key, to_typed_array_spec
 
 from viz_ui.analysis.numeric import grid_block, pool_blocks
+from viz_ui.analysis.text import plotly_text
 
 FONT = dict(size=15)
 WEIGHT_SCALE = "Blues"  # attention weights in [0, 1]
@@ -54,7 +55,7 @@ def position_ticks(labels: list[str], max_ticks: int = MAX_LABELLED_TICKS, offse
     step = max(1, math.ceil(len(labels) / max_ticks))
     vals = list(range(0, len(labels), step))
     return dict(tickmode="array", tickvals=[offset + i for i in vals],
-                ticktext=[f"{offset + i} {_plain(labels[i])}" for i in vals])
+                ticktext=[f"{offset + i} {plotly_text(labels[i])}" for i in vals])
 
 
 # The head and layer labels of the grid figures (the start page's model map, the all-heads grid). Plotly turns tick
@@ -109,10 +110,6 @@ def grid_ticks(positions: list[float], names: list[str], em_per_unit: float, ste
                 tickangle=0)
 
 
-def _plain(label: str) -> str:
-    """A token label safe for Plotly text, which reads <b>, <s>, <br> … as markup: "<s>" would strike through."""
-    return label.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
     fig.update_layout(title=dict(text=title, x=0), font=FONT, height=height,
@@ -128,7 +125,7 @@ def matrix_heatmap(matrix: np.ndarray, labels: list[str], title: str, x_title: s
     colour 0 is white.
     """
     limit = float(np.abs(matrix).max()) or 1.0
-    custom = np.array(labels, dtype=object)[:, None].repeat(matrix.shape[1], axis=1)
+    custom = np.array([plotly_text(s) for s in labels], dtype=object)[:, None].repeat(matrix.shape[1], axis=1)
     fig = go.Figure(go.Heatmap(
         z=matrix, y=np.arange(offset, offset + len(labels)), colorscale=DIVERGING, zmin=-limit, zmax=limit,
         customdata=custom,
@@ -163,8 +160,9 @@ def attention_heatmap(matrix: np.ndarray, labels: list[str], title: str, kind: s
     """
     n = len(labels)
     # fixed-width strings, not objects: Plotly copies every array of a new figure, an object array one item at a time
-    q_lab = np.array(labels, dtype=str).reshape(n, 1).repeat(n, 1)
-    k_lab = np.array(labels, dtype=str).reshape(1, n).repeat(n, 0)
+    shown = np.array([plotly_text(s) for s in labels], dtype=str)
+    q_lab = shown.reshape(n, 1).repeat(n, 1)
+    k_lab = shown.reshape(1, n).repeat(n, 0)
     # the hover reads the value from z: a new z (another step of a timeline) is all that changes
     hover = "query %{y} %{customdata[0]}<br>key %{x} %{customdata[1]}<br>%{z:.4f}<extra></extra>"
     if kind == "weights":
@@ -301,7 +299,7 @@ def grid_tile_texts(tiles: GridTiles, labels: list[str] | None, key_labels: list
         for head in range(n_heads):
             q, k = divmod(int(best[layer, head]), tiles.tiles.shape[-1])
             q, k = q * block, k * block
-            pair = (f"{q} {_plain(labels[q])} → {k} {_plain(key_labels[k])}" if labels is not None and block == 1
+            pair = (f"{q} {plotly_text(labels[q])} → {k} {plotly_text(key_labels[k])}" if labels is not None and block == 1
                     else f"query {q} → key {k}" + (f" (blocks of {block})" if block > 1 else ""))
             text.append(f"Layer {layer}, head {head}<br>strongest: {pair}, {float(flat[layer, head].max()):.2f}"
                         "<br>click: show this head below")
@@ -315,8 +313,8 @@ def similarity_heatmap(sim: np.ndarray, labels: list[str], title: str, offset: i
     positions = np.arange(offset, offset + n)
     fig = go.Figure(go.Heatmap(
         z=sim, x=positions, y=positions, colorscale=DIVERGING, zmin=-1, zmax=1, colorbar=dict(title="cos"),
-        customdata=np.stack([np.array(labels, dtype=object)[:, None].repeat(n, 1),
-                             np.array(labels, dtype=object)[None, :].repeat(n, 0)], axis=-1),
+        customdata=np.stack([np.array([plotly_text(s) for s in labels], dtype=object)[:, None].repeat(n, 1),
+                             np.array([plotly_text(s) for s in labels], dtype=object)[None, :].repeat(n, 0)], axis=-1),
         hovertemplate="%{customdata[0]} (%{y}) · %{customdata[1]} (%{x})<br>cosine %{z:.3f}<extra></extra>"))
     ticks = position_ticks(labels, offset=offset)
     fig.update_yaxes(autorange="reversed", **ticks)
@@ -332,7 +330,7 @@ def pca_scatter(vocab_coords: np.ndarray, typed_coords: np.ndarray, labels: list
     """
     k = typed_coords.shape[1]
     axis = [f"PC{i + 1} ({explained[i]:.1%})" for i in range(k)]
-    text = [f"{i} {lab}" for i, lab in enumerate(labels)]
+    text = [f"{i} {plotly_text(lab)}" for i, lab in enumerate(labels)]
     if k == 3:
         bg = go.Scatter3d(x=vocab_coords[:, 0], y=vocab_coords[:, 1], z=vocab_coords[:, 2], mode="markers",
                           marker=dict(size=2, color="#c8c8c8"), name="vocabulary", hoverinfo="skip")
@@ -355,7 +353,7 @@ def _topk_parts(labels: list[str], probs: np.ndarray, highlight: int | None) -> 
     """What :func:`topk_bar` draws for these bars: colours, texts, plain labels, the x range and the height (px)."""
     k = len(labels)
     return dict(colours=["#d62728" if i == highlight else "#1f77b4" for i in range(k)],
-                text=[f"{p:.1%}" for p in probs], names=[_plain(s) for s in labels],
+                text=[f"{p:.1%}" for p in probs], names=[plotly_text(s) for s in labels],
                 # room on the right for the largest bar's percentage (drawn outside the axis: cliponaxis=False)
                 x_range=[0, min(1.0, float(np.max(probs, initial=0)) * 1.25 + 0.02)], height=max(300, 80 + 34 * k))
 
@@ -409,28 +407,29 @@ def stage_heatmap(values: np.ndarray, row_names: list[str], labels: list[str], t
     ``max_text_cols`` positions.
     """
     rows, n = values.shape
-    custom = np.array(labels, dtype=object)[None, :].repeat(rows, 0)
+    custom = np.array([plotly_text(s) for s in labels], dtype=object)[None, :].repeat(rows, 0)
     extra = "" if cell_text is None else "<br>%{text}"
     trace = go.Heatmap(z=values, colorscale="Viridis", zmin=0, zmax=zmax, customdata=custom,
                        colorbar=dict(title=value_name),
                        hovertemplate=f"%{{y}}<br>pos %{{x}} %{{customdata}}{extra}<br>{value_name} %{{z:.4f}}<extra></extra>")
     if cell_text is not None:
-        trace.update(text=cell_text)
+        trace.update(text=np.vectorize(plotly_text, otypes=[object])(np.asarray(cell_text, dtype=object)))
         if n <= max_text_cols:
             trace.update(texttemplate="%{text}", textfont=dict(size=12))
     fig = go.Figure(trace)
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(rows)), ticktext=row_names)
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(rows)),
+                     ticktext=[plotly_text(r) for r in row_names])
     fig.update_xaxes(tickangle=-60, **position_ticks(labels))
     return _layout(fig, title, height=max(300, 120 + 34 * rows))
 
 
 def value_bar(labels: list[str], values: np.ndarray, title: str, x_title: str) -> go.Figure:
     """Horizontal bars for signed values (first on top), e.g. the most active neurons of a token."""
-    k = len(labels)
-    fig = go.Figure(go.Bar(x=values, y=list(range(k)), orientation="h", customdata=labels,
+    k, shown = len(labels), [plotly_text(s) for s in labels]
+    fig = go.Figure(go.Bar(x=values, y=list(range(k)), orientation="h", customdata=shown,
                            marker_color=["#1f77b4" if v >= 0 else "#d62728" for v in values],
                            hovertemplate="%{customdata}<br>%{x:.4f}<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(k)), ticktext=labels)
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(k)), ticktext=shown)
     fig.update_xaxes(title=x_title)
     return _layout(fig, title, height=max(300, 80 + 28 * k))
 
@@ -452,10 +451,12 @@ def layer_table_heatmap(values: np.ndarray, columns: list[str], title: str, valu
     n_layers = values.shape[0]
     fig = go.Figure(go.Heatmap(z=values, x=list(range(len(columns))), colorscale=WEIGHT_SCALE, zmin=0,
                                texttemplate="%{z:.3g}", textfont=dict(size=13), colorbar=dict(title=value_name),
-                               customdata=np.array(columns, dtype=object)[None, :].repeat(n_layers, axis=0),
+                               customdata=np.array([plotly_text(c) for c in columns], dtype=object)[None, :].repeat(
+                                   n_layers, axis=0),
                                hovertemplate=f"layer %{{y}}, %{{customdata}}<br>{value_name} %{{z:.4g}}<extra></extra>"))
     fig.update_yaxes(autorange="reversed", title="layer", tickmode="array", tickvals=list(range(n_layers)))
-    fig.update_xaxes(title="matrix", tickmode="array", tickvals=list(range(len(columns))), ticktext=columns)
+    fig.update_xaxes(title="matrix", tickmode="array", tickvals=list(range(len(columns))),
+                     ticktext=[plotly_text(c) for c in columns])
     return _layout(fig, title, height=max(260, 110 + 34 * n_layers))
 
 
@@ -464,7 +465,8 @@ def angle_heatmap(angles: np.ndarray, labels: list[str], title: str) -> go.Figur
     n_pairs = angles.shape[1]
     fig = go.Figure(go.Heatmap(z=angles, colorscale="Twilight", zmin=0, zmax=2 * np.pi,
                                colorbar=dict(title="angle (rad)", tickvals=[0, np.pi, 2 * np.pi], ticktext=["0", "π", "2π"]),
-                               customdata=np.array(labels, dtype=object)[:, None].repeat(n_pairs, axis=1),
+                               customdata=np.array([plotly_text(s) for s in labels], dtype=object)[:, None].repeat(
+                                   n_pairs, axis=1),
                                hovertemplate="pos %{y} %{customdata}<br>pair %{x}<br>angle %{z:.3f} rad<extra></extra>"))
     fig.update_yaxes(autorange="reversed", title="position · token", **position_ticks(labels))
     fig.update_xaxes(title="dimension pair i (θ_i = base^(−2i/d_head))")
@@ -478,7 +480,7 @@ def relative_score_curve(scores: np.ndarray, title: str, marks: list[tuple[int, 
                                hovertemplate="Δ = %{x}<br>score %{y:.4f}<extra></extra>"))
     if marks:
         fig.add_trace(go.Scatter(x=[m[0] for m in marks], y=[m[1] for m in marks], mode="markers",
-                                 marker=dict(size=11, color="#d62728"), text=[m[2] for m in marks],
+                                 marker=dict(size=11, color="#d62728"), text=[plotly_text(m[2]) for m in marks],
                                  name="recorded in this text", hovertemplate="%{text}<br>score %{y:.4f}<extra></extra>"))
     fig.update_xaxes(title="relative position Δ = query position − key position")
     fig.update_yaxes(title="score")
@@ -489,12 +491,12 @@ def relative_score_curve(scores: np.ndarray, title: str, marks: list[tuple[int, 
 def generation_heatmap(matrix: np.ndarray, row_labels: list[str], key_labels: list[str], title: str) -> go.Figure:
     """Attention of each generation step's newest token ``[n_steps, key_pos]``; NaN (not yet written) is blank."""
     n_rows, n_keys = matrix.shape
-    custom = np.array(key_labels, dtype=object)[None, :].repeat(n_rows, 0)
+    custom = np.array([plotly_text(s) for s in key_labels], dtype=object)[None, :].repeat(n_rows, 0)
     fig = go.Figure(go.Heatmap(z=matrix, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, customdata=custom, hoverongaps=False,
                                colorbar=dict(title="weight"),
                                hovertemplate="%{y}<br>key %{x} %{customdata}<br>weight %{z:.4f}<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(n_rows)), ticktext=row_labels,
-                     title="step: query → chosen token")
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(n_rows)),
+                     ticktext=[plotly_text(r) for r in row_labels], title="step: query → chosen token")
     fig.update_xaxes(title="key position", tickangle=-60, **position_ticks(key_labels))
     return _layout(fig, title, height=max(320, 150 + 26 * n_rows))
 
@@ -505,7 +507,8 @@ def cross_heatmap(matrix: np.ndarray, row_labels: list[str], col_labels: list[st
     """Attention weights between two different sequences, ``[n_rows, n_cols]`` in [0, 1]: cross-attention
     (target × source) or one step's row per head; rows and columns keep integer positions as ticks."""
     n_rows, n_cols = matrix.shape
-    custom = np.array([[f"{row_labels[r]} → {col_labels[c]}" for c in range(n_cols)] for r in range(n_rows)], dtype=object)
+    rows, cols = [plotly_text(r) for r in row_labels], [plotly_text(c) for c in col_labels]
+    custom = np.array([[f"{rows[r]} → {cols[c]}" for c in range(n_cols)] for r in range(n_rows)], dtype=object)
     fig = go.Figure(go.Heatmap(z=matrix, colorscale=WEIGHT_SCALE, zmin=0, zmax=1, customdata=custom,
                                colorbar=dict(title="weight"),
                                hovertemplate="%{customdata}<br>weight %{z:.4f}<extra></extra>"))

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from viz_ui.views.figures import DIVERGING, _layout, _plain, position_ticks
+from viz_ui.analysis.text import plotly_text
+from viz_ui.views.figures import DIVERGING, _layout, position_ticks
 
 RISE, FALL = "#1f77b4", "#d62728"  # Δ > 0 and Δ < 0 (the bar colours of viz_ui.views.figures.value_bar)
 INTACT, ABLATED = "#9aa5b1", "#b3261e"
@@ -42,7 +43,7 @@ def prob_diff_bars(table: pd.DataFrame, title: str) -> go.Figure:
     in the intact and the ablated run (first token on top), the change written beside the ablated bar."""
     k = len(table)
     y = list(range(k))
-    labels = [_plain(t) for t in table["token"]]
+    labels = [plotly_text(t) for t in table["token"]]
     fig = go.Figure([
         go.Bar(x=table["p intact"], y=y, orientation="h", name="intact", marker_color=INTACT, customdata=labels,
                hovertemplate="%{customdata}<br>intact p = %{x:.4f}<extra></extra>"),
@@ -60,7 +61,7 @@ def prob_diff_bars(table: pd.DataFrame, title: str) -> go.Figure:
 def delta_bars(table: pd.DataFrame, title: str) -> go.Figure:
     """The tokens whose probability rose (blue) and fell (red) most, Δp as horizontal bars, largest rise on top."""
     k = len(table)
-    labels = [_plain(t) for t in table["token"]]
+    labels = [plotly_text(t) for t in table["token"]]
     fig = go.Figure(go.Bar(x=table["Δp"], y=list(range(k)), orientation="h", customdata=labels,
                            marker_color=[RISE if d >= 0 else FALL for d in table["Δp"]],
                            text=[f"{d:+.1%}" for d in table["Δp"]], textposition="auto", cliponaxis=False,
@@ -106,10 +107,10 @@ def patch_map(values: np.ndarray, labels: list[str], title: str, selected: tuple
     (``point_index = layer * pos + position``) and the selected cell outlined."""
     n_layers, n_pos = values.shape
     lim = _limit(values, 1.0)
-    custom = np.array([_plain(t) for t in labels], dtype=object)[None, :].repeat(n_layers, 0)
+    custom = np.array([plotly_text(t) for t in labels], dtype=object)[None, :].repeat(n_layers, 0)
     heat = go.Heatmap(z=values, x=list(range(n_pos)), y=list(range(n_layers)), colorscale=DIVERGING, zmin=-lim,
                       zmax=lim, colorbar=dict(title=value_name), customdata=custom, hoverinfo="skip")
-    hover = [f"L{l}, pos {p} {_plain(labels[p])}<br>{value_name} {values[l, p]:+.3f}<br>click: what changed downstream"
+    hover = [f"L{l}, pos {p} {plotly_text(labels[p])}<br>{value_name} {values[l, p]:+.3f}<br>click: what changed downstream"
              for l in range(n_layers) for p in range(n_pos)]
     fig = go.Figure([heat, _cell_points(n_layers, n_pos, hover, size=14)])
     if selected is not None:

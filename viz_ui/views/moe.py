@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from viz_ui.views.figures import WEIGHT_SCALE, _layout, _plain, position_ticks
+from viz_ui.analysis.text import plotly_text
+from viz_ui.views.figures import WEIGHT_SCALE, _layout, position_ticks
 
 # Okabe & Ito's colour-blind-safe palette (its black made grey, visible on the dark theme too), then Paul Tol's
 # "muted": distinct colours for up to 16 experts
@@ -103,7 +104,7 @@ def routing_map(routing: Routing, labels: list[str], n_experts: int, title: str)
                      for i in range(n_layers)], dtype=object)
     hover = np.array([[", ".join(f"E{e} {x:.3f}" for e, x in zip(idx[i, p], w[i, p]) if x > 0) or "no expert"
                        for p in range(n_pos)] for i in range(n_layers)], dtype=object)
-    tokens = np.array([_plain(s) for s in labels], dtype=object)[None, :].repeat(n_layers, 0)
+    tokens = np.array([plotly_text(s) for s in labels], dtype=object)[None, :].repeat(n_layers, 0)
     colours = expert_colours(n_experts)
     trace = go.Heatmap(z=idx[:, :, 0], x=np.arange(n_pos), y=np.arange(n_layers), zmin=-0.5, zmax=n_experts - 0.5,
                        colorscale=_step_scale(colours) if n_experts <= len(EXPERT_COLOURS) else "Turbo",
@@ -131,7 +132,7 @@ def layer_weights_heatmap(weights: np.ndarray, probs: np.ndarray | None, labels:
     0..1 scale; the router's probability on hover. ``weights``, ``probs``: ``[pos, n_experts]``."""
     n_pos, n_experts = weights.shape
     p = probs if probs is not None else np.full_like(weights, np.nan)
-    tokens = np.array([_plain(s) for s in labels], dtype=object)[None, :].repeat(n_experts, 0)
+    tokens = np.array([plotly_text(s) for s in labels], dtype=object)[None, :].repeat(n_experts, 0)
     fig = go.Figure(go.Heatmap(
         z=weights.T, x=np.arange(n_pos), y=np.arange(n_experts), colorscale=WEIGHT_SCALE, zmin=0, zmax=1,
         customdata=np.stack([tokens, p.T.astype(object)], axis=-1), xgap=1, ygap=1, colorbar=dict(title="weight"),
@@ -200,7 +201,7 @@ def kl_bits(before: np.ndarray, after: np.ndarray) -> np.ndarray:
 def compare_bar(labels: list[str], before: np.ndarray, after: np.ndarray, title: str) -> go.Figure:
     """The same tokens' probabilities intact and after an intervention, as paired horizontal bars (first on top)."""
     k = len(labels)
-    ticks = [_plain(s) for s in labels]
+    ticks = [plotly_text(s) for s in labels]
     fig = go.Figure([go.Bar(x=before, y=list(range(k)), orientation="h", name="intact", marker_color="#1f77b4",
                             customdata=ticks, hovertemplate="%{customdata}<br>intact p = %{x:.4f}<extra></extra>"),
                      go.Bar(x=after, y=list(range(k)), orientation="h", name="after the intervention",
@@ -219,7 +220,7 @@ def effect_by_position(kl: np.ndarray, labels: list[str], title: str, changed: n
     n = len(kl)
     colours = ["#d55e00" if changed is not None and changed[i] else "#1f77b4" for i in range(n)]
     fig = go.Figure(go.Bar(x=np.arange(n), y=kl, marker_color=colours,
-                           customdata=[_plain(s) for s in labels],
+                           customdata=[plotly_text(s) for s in labels],
                            hovertemplate="pos %{x} %{customdata}<br>KL %{y:.4f} bits<extra></extra>"))
     fig.update_xaxes(tickangle=-60, **position_ticks(labels))
     fig.update_yaxes(title="KL (bits)", rangemode="tozero")

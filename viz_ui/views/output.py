@@ -12,6 +12,7 @@ import json
 import numpy as np
 
 from viz_ui.analysis.generation import next_token_view, shown_bars
+from viz_ui.analysis.text import plotly_text
 from viz_ui.views.figures import topk_bar_frame
 
 TEMPERATURE_STEP = 0.05
@@ -24,8 +25,8 @@ FRAME_VOCAB = 16_384
 def next_token_title(labels: list[str], pos: int, temperature: float, masked_lm: bool) -> str:
     """The next-token chart's title at position ``pos`` (``labels``: the text's token labels)."""
     if masked_lm:
-        return f"Token at position {pos} (“{labels[pos]}”), T = {temperature:g}"
-    return f"Next token after “{labels[pos]}” (position {pos}), T = {temperature:g}"
+        return f"Token at position {pos} (“{plotly_text(labels[pos])}”), T = {temperature:g}"
+    return f"Next token after “{plotly_text(labels[pos])}” (position {pos}), T = {temperature:g}"
 
 
 def next_token_bars(probs: np.ndarray, n_bars: int, actual: int | None) -> tuple[np.ndarray, int | None]:

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from viz_ui.views.figures import _layout, _plain
+from viz_ui.analysis.text import plotly_text
+from viz_ui.views.figures import _layout
 from viz_ui.analysis.interventions import prob_diff_table, softmax
 from viz_ui.views.interventions import ABLATED, INTACT, RISE
 
@@ -34,7 +35,7 @@ def compare_bars(table: pd.DataFrame, title: str, after_name: str) -> go.Figure:
     top), Δp written beside the second bar."""
     k = len(table)
     y = list(range(k))
-    labels = [_plain(t) for t in table["token"]]
+    labels = [plotly_text(t) for t in table["token"]]
     colour = STEERED if after_name == "steered" else ABLATED
     fig = go.Figure([
         go.Bar(x=table["p intact"], y=y, orientation="h", name="intact", marker_color=INTACT, customdata=labels,
@@ -54,7 +55,7 @@ def kl_figure(kl: np.ndarray, labels: list[str], title: str, marked: int | None 
     """Bars of the KL divergence at every position (x: position with its token), the chosen position ``marked``
     in a darker colour."""
     n = len(kl)
-    ticks = [f"{i} {_plain(t)}" for i, t in enumerate(labels)]
+    ticks = [f"{i} {plotly_text(t)}" for i, t in enumerate(labels)]
     colours = [ABLATED if i == marked else RISE for i in range(n)]
     fig = go.Figure(go.Bar(x=list(range(n)), y=kl, marker_color=colours, customdata=ticks,
                            hovertemplate="%{customdata}<br>KL = %{y:.4f} nats<extra></extra>"))
