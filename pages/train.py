@@ -246,9 +246,7 @@ start_or_cancel(job, running, text, label, settings, size_error)
 outcome()
 if job is not None:
     st.subheader("3 · Training")
-    # Streamlit fades a fragment's elements while it reruns (each poll): on a busy server the live view would
-    # blink every second; it keeps its full colours (and contrast) instead
-    st.html("<style>.st-key-train_live [data-stale=true]{opacity:1 !important;transition:none !important}</style>")
+    # the live view keeps its full colours while its fragment reruns: .st-key-train_live in viz_ui/app/base.css
     with st.container(key="train_live"):
         st.fragment(live_view, run_every=POLL_SECONDS if running else None)(ctx, job, running)
     if not running and job.progress().step >= 1:

@@ -38,7 +38,7 @@ HOSTILE = [
     "&lt;b&gt;",  # an entity: shown as written, not as <b>
 ]
 MODEL_NAME = f"![m](http://{TRAP}/name.png) **model** <b>b</b> $y$ :material/star:"
-TEXT = "Once upon a time " + " ".join(HOSTILE) + " the end " + HOSTILE[0]  # the last token: what pages predict after
+TEXT = "Once upon a time " + "".join(HOSTILE) + " the end " + HOSTILE[0]  # the last token: what pages predict after
 HOOK = "blocks.1.hook_resid_post"
 
 

@@ -40,16 +40,8 @@ from viz_ui.views.figures import plain_figure, style_plain
 # that figure as soon as it is known, before the function returns (see live_chart)
 Ahead = Callable[[str, Callable[[FigureSpec], None] | None], FigureSpec | None]
 _JS = compact_js(LOADER_JS + "\n" + (Path(__file__).with_name("live_chart.js")).read_text(encoding="utf-8"))
-# Plotly's CSS is global: no shadow root. A chart waiting for the frames of a step is faded.
-# The CSV link under a chart looks like the tertiary button it replaces: the page's text colour, a download icon.
-# (Lines: Streamlit reads one line with "[" in it as a file's glob pattern.)
-_CSS = "\n".join([
-    ".viz-live-chart.viz-live-waiting{opacity:0.35;transition:opacity 0.15s}",
-    ".viz-csv{display:inline-flex;align-items:center;gap:0.375rem;margin:0.25rem 0;padding:0.25rem 0;"
-    "font-size:0.875rem;line-height:1.6;color:inherit;text-decoration:none}",
-    ".viz-csv:hover,.viz-csv:focus-visible{text-decoration:underline}",
-    ".viz-csv[hidden]{display:none}",
-    ".viz-csv svg{width:1.125rem;height:1.125rem;fill:currentColor;stroke:none !important;flex:none}"])
+# its CSS (the faded chart, the CSV link): several lines, as Streamlit reads a one-line string with "[" as a file's glob
+_CSS = (Path(__file__).with_name("live_chart.css")).read_text(encoding="utf-8")
 _COMPONENT = st.components.v2.component("viz_live_chart", js=_JS, css=_CSS, isolate_styles=False)
 
 

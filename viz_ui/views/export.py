@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import io
 import zipfile
 from typing import TYPE_CHECKING
@@ -21,8 +22,14 @@ def _axis_labels(axis, n: int, coords=None) -> list:
     positions = list(range(n)) if coords is None else [int(c) if float(c).is_integer() else c for c in coords]
     vals, text = axis.tickvals, axis.ticktext
     if vals is not None and text is not None and list(vals) == positions:
-        return list(text)
+        return _unescaped(text)
     return positions
+
+
+def _unescaped(texts) -> list:
+    """Labels as the figure shows them: the character references Plotly decodes (``&lt;`` …,
+    :func:`viz_ui.analysis.text.plotly_text`) written as the characters, so that a table holds the token's text."""
+    return [html.unescape(t) if isinstance(t, str) else t for t in texts]
 
 
 def figure_frame(fig: go.Figure) -> pd.DataFrame:
@@ -48,14 +55,14 @@ def figure_frame(fig: go.Figure) -> pd.DataFrame:
             values = np.asarray(trace.x if trace.orientation == "h" else trace.y, dtype=float)
             labels = trace.customdata if trace.customdata is not None else \
                 _axis_labels(fig.layout.yaxis if trace.orientation == "h" else fig.layout.xaxis, len(values))
-            frame = pd.DataFrame({"label": list(labels), "value": values})
+            frame = pd.DataFrame({"label": _unescaped(labels), "value": values})
         else:
             cols = {"x": np.asarray(trace.x, dtype=float), "y": np.asarray(trace.y, dtype=float)}
             if getattr(trace, "z", None) is not None:
                 cols["z"] = np.asarray(trace.z, dtype=float)
             frame = pd.DataFrame(cols)
             if trace.text is not None and not isinstance(trace.text, str):
-                frame["text"] = list(trace.text)
+                frame["text"] = _unescaped(trace.text)
         if len(fig.data) > 1:
             frame.insert(0, "trace", trace.name or type(trace).__name__)
         frames.append(frame)

@@ -10,12 +10,10 @@
 
 from __future__ import annotations
 
-import html
-
 import numpy as np
 import plotly.graph_objects as go
 
-from viz_ui.analysis.text import plotly_text
+from viz_ui.analysis.text import plain_html, plotly_text
 from viz_ui.views.figures import DIVERGING, FONT, position_ticks
 
 ACT_SCALE = "Oranges"  # feature activations are >= 0
@@ -98,21 +96,15 @@ def contexts_html(contexts: list[tuple[list[str], list[float], int, float]], top
     """A feature's contexts as lines of token chips: each ``(labels, acts, peak, value)`` one line, every token
     shaded from white (0) to orange (``top``, default the largest activation shown), the peak token outlined,
     the peak's activation at the end. Every label is HTML-escaped; chips keep dark text on light shades (≥ 7:1)
-    in both themes."""
+    in both themes. The styles are classes of ``viz_ui/app/base.css`` (``.fline``, ``.fctx``, ``.fctx.peak``,
+    ``.fval``); only each chip's shade, computed from its activation, is its own."""
     top = top if top is not None else max((max(a) for _, a, _, _ in contexts if a), default=0.0)
     lines = []
     for labels, acts, peak, value in contexts:
-        chips = []
-        for i, (label, act) in enumerate(zip(labels, acts)):
-            edge = "2px solid #7a2e00" if i == peak else "1px solid transparent"
-            chips.append(f'<span class="fctx" style="background:{_shade(act, top)};border:{edge}" '
-                         f'title="activation {act:.3f}">{html.escape(label)}</span>')
+        chips = [f'<span class="fctx{" peak" if i == peak else ""}" style="background:{_shade(act, top)}" '
+                 f'title="activation {act:.3f}">{plain_html(label)}</span>' for i, (label, act) in enumerate(zip(labels, acts))]
         lines.append(f'<div class="fline">{"".join(chips)}<span class="fval">{value:.2f}</span></div>')
-    style = ("<style>.fline{display:flex;flex-wrap:wrap;align-items:center;font-family:monospace;font-size:1rem;"
-             "line-height:2.1;margin:2px 0 6px 0;row-gap:2px}"
-             ".fctx{color:#111 !important;padding:2px 1px;border-radius:3px;white-space:pre}"
-             ".fval{margin-left:.8em;font-weight:600}</style>")
-    return style + "".join(lines)
+    return "".join(lines)
 
 
 def histogram_figure(counts: np.ndarray, edges: np.ndarray, text_values: np.ndarray, title: str) -> go.Figure:

@@ -86,10 +86,10 @@ def head_view_svg(patterns: np.ndarray, labels: list[str], heads: list[int], fir
 
 def legend_html(heads: list[int]) -> str:
     """Head names, each after a square in its :func:`head_colour` (sized in rem: they follow the lecture font scale).
-    The names themselves are in the page's text colour: several head colours are too pale to read as text."""
-    return " ".join(f'<span style="font-weight:bold;font-size:1.1rem;margin-right:0.6rem">'
-                    f'<span style="display:inline-block;width:0.8em;height:0.8em;background:{head_colour(h)};'
-                    f'border:1px solid #767676;vertical-align:-0.05em"></span> head {h}</span>' for h in heads)
+    The names themselves are in the page's text colour: several head colours are too pale to read as text. The styles
+    are classes of ``viz_ui/app/base.css`` (``.hv-head``, ``.hv-swatch``); only the square's colour is its own."""
+    return " ".join(f'<span class="hv-head"><span class="hv-swatch" style="background:{head_colour(h)}"></span> '
+                    f'head {h}</span>' for h in heads)
 
 
 def readable_threshold(patterns: np.ndarray, heads: list[int], threshold: float = THRESHOLD) -> float:

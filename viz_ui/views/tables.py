@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import html
-
 import numpy as np
 import pandas as pd
 
-CHIP_COLOURS = ("#fde2e4", "#e2ece9", "#dbe7f8", "#fff1c1", "#e8dff5", "#d7f2e3", "#fbe0c9")
+from viz_ui.analysis.text import plain_html
+
+N_CHIP_COLOURS = 7  # the chips' colours: classes c0 … c6 of .tok in viz_ui/app/base.css
 
 
 def token_table(ids: np.ndarray, labels: list[str], offsets: list[tuple[int, int]], text: str) -> pd.DataFrame:
@@ -21,19 +21,14 @@ def token_table(ids: np.ndarray, labels: list[str], offsets: list[tuple[int, int
 
 
 def token_chips_html(labels: list[str], ids: np.ndarray) -> str:
-    """The tokens as coloured chips (alternating colours, spaces shown as "·"); hover shows position and id.
+    """The tokens as coloured chips (alternating colours, spaces shown as "·"); hover shows position and id. The
+    chips' styles are classes of ``viz_ui/app/base.css`` (``.toks``, ``.tok``, ``.tok.c0`` … ``.c6``).
 
     Every label is HTML-escaped, so any text is safe to render.
     """
-    chips = []
-    for i, (label, tid) in enumerate(zip(labels, ids)):
-        colour = CHIP_COLOURS[i % len(CHIP_COLOURS)]
-        chips.append(f'<span class="tok" title="position {i}, id {int(tid)}" style="background:{colour}">'
-                     f'{html.escape(label)}<sub>{int(tid)}</sub></span>')
-    style = ("<style>.toks{line-height:2.6;font-size:1.25rem}.tok{border-radius:6px;padding:3px 6px;"
-             "margin:2px;border:1px solid #999;font-family:monospace;white-space:pre}"
-             ".tok sub{color:#555;font-size:.65em;margin-left:3px}</style>")
-    return style + '<div class="toks">' + "\u200b".join(chips) + "</div>"  # zero-width spaces: lines may wrap
+    chips = [f'<span class="tok c{i % N_CHIP_COLOURS}" title="position {i}, id {int(tid)}">'
+             f'{plain_html(label)}<sub>{int(tid)}</sub></span>' for i, (label, tid) in enumerate(zip(labels, ids))]
+    return '<div class="toks">' + "\u200b".join(chips) + "</div>"  # zero-width spaces: lines may wrap
 
 
 def similarity_table(sim: np.ndarray, labels: list[str]) -> pd.DataFrame:
