@@ -9,8 +9,6 @@ can tell any request for them. A page that shows one of them must show its text 
 
 from __future__ import annotations
 
-import io
-import zipfile
 from pathlib import Path
 
 import torch
@@ -88,12 +86,3 @@ def dictionary_set(model, tok: Tokenizer, folder: Path, corpus: str) -> Path:
     save_index(build_index(f, context=24, lead=19), out)
     save_corpus(windows, folder)
     return out
-
-
-def zip_folder(folder: Path) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as z:
-        for p in sorted(folder.rglob("*")):
-            if p.is_file():
-                z.write(p, p.relative_to(folder).as_posix())
-    return buffer.getvalue()

@@ -38,14 +38,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(env_extra: dict, log=None) -> tuple[subprocess.Popen, str]:
+def start_server(env_extra: dict, log=None, app_args: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
     """``streamlit run serve.py`` (the app as the README starts it) on a free port (output to ``log``, a file: a full
-    pipe would block the server)."""
+    pipe would block the server); ``app_args`` go to the app (``-- --model PATH``)."""
     import os
     port = free_port()
     with open(log or os.devnull, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "serve.py"), "--server.port",
-                                 str(port)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env_extra})
+                                 str(port), *(("--", *app_args) if app_args else ())], cwd=ROOT, stdout=out,
+                                stderr=subprocess.STDOUT, env={**os.environ, **env_extra})
     url = f"http://127.0.0.1:{port}"
     for _ in range(120):
         try:

@@ -8,21 +8,16 @@ string is in the DOM, no formula is typeset, and where a page shows a hostile to
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import time
-import urllib.request
 from urllib.parse import quote, urlparse
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-from conftest import ROOT
-from hostile_ui import HOSTILE, TEXT, TRAP, dictionary_set, hostile_model, hostile_tokenizer, zip_folder
-from test_browser import ARGS, CHROMIUM, free_port, settled, stop
+from hostile_ui import HOSTILE, TEXT, dictionary_set, hostile_model, hostile_tokenizer
+from test_browser import browser, settled, start_server, stop  # noqa: F401  (browser: a fixture)
 from viz_model import save_checkpoint
+from viz_model.features.job import zip_folder
 from viz_ui.app.navigation import PAGES
 
 # A file name that is Markdown and HTML too (no "/" in a file's name: its image points at the server itself, a request
@@ -55,37 +50,11 @@ def hostile_server(tmp_path_factory, tokenizer, corpus):
     model = hostile_model(tok)
     path = save_checkpoint(model, tok, root / FILE_NAME)
     archive = zip_folder(dictionary_set(model, tok, root / "set", corpus).parent)
-    proc, url = start(path, root)
+    proc, url = start_server({}, root / "streamlit.log", ("--model", str(path)))  # the default model: the first given
     try:
         yield url, archive, tok
     finally:
         stop(proc)
-
-
-def start(path, root):
-    """``streamlit run serve.py -- --model PATH``: the hostile model is the server's first, the default."""
-    port = free_port()
-    log = open(root / "streamlit.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "serve.py"),
-                             "--server.port", str(port), "--", "--model", str(path)],
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(120):
-        try:
-            if urllib.request.urlopen(url + "/_stcore/health", timeout=1).status == 200:
-                return proc, url
-        except OSError:
-            time.sleep(0.5)
-    stop(proc)
-    raise RuntimeError("streamlit did not start: " + (root / "streamlit.log").read_text(errors="replace")[-2000:])
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 def trapped(requests: list[str]) -> list[str]:

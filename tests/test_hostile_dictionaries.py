@@ -10,7 +10,6 @@ corpus or the model's vocabulary) is refused whole at upload, so that the Featur
 from __future__ import annotations
 
 import io
-import json
 import os
 import struct
 import time
@@ -20,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import save_file
 
 from conftest import small_model
+from test_dictionary_jobs import _zip as zipped
 from viz_model.features import DictionaryError, SparseDictionary, load_dictionary, save_dictionary
 from viz_model.features import gemma_scope
 from viz_model.features.gemma_scope import convert_gemma_scope
@@ -96,14 +95,6 @@ def dictionary_files(root: Path, hook: str = HOOK, index: dict | None = None, **
     if index is not None:
         save_index(index, folder)
     return {f"{hook}/{p.name}": p.read_bytes() for p in folder.iterdir()}
-
-
-def zipped(files: dict[str, bytes], method=zipfile.ZIP_STORED) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", method) as z:
-        for name, data in files.items():
-            z.writestr(name, data)
-    return buffer.getvalue()
 
 
 def corpus_bytes(root: Path, tokens: torch.Tensor) -> bytes:

@@ -22,6 +22,7 @@ from viz_ui.classroom.session import current_page
 from viz_ui.views.export import figure_csv, trace_npz
 from viz_ui.views.figure_spec import FigureSpec
 from viz_ui.views.figures import style_for_display
+from viz_ui.views.tables import markdown_table
 from viz_ui.app.live_chart import Frames, clicked_point, csv_link, live_chart
 from viz_ui.app.state import available_models, get_salient_head, get_trace, resolve
 from viz_ui.analysis.interventions import Head, head_name, parse_heads
@@ -452,43 +453,17 @@ def show_table(data, state: AppState, height: int | None = None, fmt: str | dict
     mode, and whenever the app's theme differs from the theme Streamlit itself draws with (the dataframe grid is drawn
     on a canvas in Streamlit's colours, which CSS cannot reach), a static HTML ``st.table`` instead: it scales with the
     lecture font, follows the theme's colours and has no download toolbar; it renders every cell and header as
-    Markdown, so they go through :func:`markdown_safe`. ``height`` (px) then bounds a scrolled box; ``hide_index``
-    holds for both, the other ``kwargs`` (``column_config``, …) for the interactive table only.
+    Markdown, so they go through :func:`viz_ui.views.tables.markdown_table`. ``height`` (px) then bounds a scrolled
+    box; ``hide_index`` holds for both, the other ``kwargs`` (``column_config``, …) for the interactive table only.
     """
     if state.display.lecture or state.display.css_theme:
         box = st.container(height=height) if height else st.container()
-        box.table(markdown_safe(data, fmt), hide_index=kwargs.get("hide_index"))
+        box.table(markdown_table(data, fmt), hide_index=kwargs.get("hide_index"))
     else:
         import pandas as pd
         if fmt is not None:
             data = (data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)).style.format(fmt)
         st.dataframe(data, height=height or "auto", **kwargs)
-
-
-def markdown_safe(data, fmt: str | dict | None = None):
-    """``data`` (a DataFrame, or what ``pd.DataFrame`` takes; a pandas Styler's data, without its styles) as a
-    DataFrame for ``st.table``, which renders every cell, index label and column header as Markdown: numbers written
-    with ``fmt`` (see :func:`show_table`), then every string among them escaped with
-    :func:`viz_ui.analysis.text.plain` (no length limit), so that a token or a name shows as it is."""
-    import pandas as pd
-    from pandas.io.formats.style import Styler
-
-    def escape(value):
-        return plain(value, None) if isinstance(value, str) else value
-
-    data = data.data if isinstance(data, Styler) else data
-    frame = data.copy() if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
-    for column in frame.columns:
-        form = fmt.get(column) if isinstance(fmt, dict) else fmt
-        if form is not None and pd.api.types.is_numeric_dtype(frame[column]):
-            frame[column] = frame[column].map(form.format)
-    frame.columns = frame.columns.map(escape)
-    frame.index = frame.index.map(escape)
-    frame.columns.name, frame.index.name = escape(frame.columns.name), escape(frame.index.name)
-    for column in frame.columns:
-        if not pd.api.types.is_numeric_dtype(frame[column]):
-            frame[column] = frame[column].map(escape)
-    return frame
 
 
 def show_code(state: AppState, view: str, source, what: str = "checkpoint and text") -> None:

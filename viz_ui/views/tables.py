@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from viz_ui.analysis.text import plain_html
+from viz_ui.analysis.text import plain, plain_html
 
 N_CHIP_COLOURS = 7  # the chips' colours: classes c0 … c6 of .tok in viz_ui/app/base.css
 
@@ -102,3 +102,29 @@ def kv_table(records, queries: list[int], labels: list[str]) -> pd.DataFrame:
         "keys and values reused from the cache": [r.n_reused for r in records],
         "attention row length": [r.attention.shape[-1] for r in records],
     })
+
+
+def markdown_table(data, fmt: str | dict | None = None):
+    """``data`` (a DataFrame, or what ``pd.DataFrame`` takes; a pandas Styler's data, without its styles) as a
+    DataFrame for ``st.table``, which renders every cell, index label and column header as Markdown: numbers written
+    with ``fmt`` (one format for every numeric column, or one per column name, as ``Styler.format``), then every
+    string among them escaped with :func:`viz_ui.analysis.text.plain` (no length limit), so that a token or a name
+    shows as it is (:func:`viz_ui.app.layout.show_table` draws it)."""
+    from pandas.io.formats.style import Styler
+
+    def escape(value):
+        return plain(value, None) if isinstance(value, str) else value
+
+    data = data.data if isinstance(data, Styler) else data
+    frame = data.copy() if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
+    for column in frame.columns:
+        form = fmt.get(column) if isinstance(fmt, dict) else fmt
+        if form is not None and pd.api.types.is_numeric_dtype(frame[column]):
+            frame[column] = frame[column].map(form.format)
+    frame.columns = frame.columns.map(escape)
+    frame.index = frame.index.map(escape)
+    frame.columns.name, frame.index.name = escape(frame.columns.name), escape(frame.index.name)
+    for column in frame.columns:
+        if not pd.api.types.is_numeric_dtype(frame[column]):
+            frame[column] = frame[column].map(escape)
+    return frame
