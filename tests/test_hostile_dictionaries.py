@@ -153,9 +153,9 @@ def npy_header(shape: tuple[int, ...], descr: str = "<f4") -> bytes:
     return buffer.getvalue()
 
 
-def convert_refused(path: Path, tmp_path: Path, *words: str) -> str:
+def convert_refused(path: Path, tmp_path: Path, *words: str, hook="blocks.0.hook_resid_post") -> str:
     out = tmp_path / "converted"
-    message = refused(lambda: convert_gemma_scope(path, out, "blocks.0.hook_resid_post"), *words)
+    message = refused(lambda: convert_gemma_scope(path, out, hook), *words)
     assert not out.exists()  # a failed conversion leaves no output folder
     return message
 
@@ -403,3 +403,9 @@ def test_the_pages_reader_skips_an_index_that_disagrees(tmp_path):
     save_corpus(corpus(), tmp_path)
     assert get_index(str(folder), D_VOCAB).d_sae == D_SAE
     get_index.clear()
+
+
+@pytest.mark.parametrize("hook", ["", "h" * 201, None, ["blocks.0.hook_resid_post"]])
+def test_a_hook_name_that_is_not_a_short_string_is_refused(tmp_path, hook):
+    np.savez(tmp_path / "p.npz", **gemma_arrays())
+    convert_refused(tmp_path / "p.npz", tmp_path, "hook name", hook=hook)

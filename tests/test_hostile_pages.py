@@ -201,3 +201,16 @@ def test_lecture_mode_tables_hold_the_escaped_text(hostile):
     table = open_page(hostile, "pages/tokens.py", {"lecture": "true"}).get("table")[0].value
     labels = [token_label(tok, tok.token_to_id(t)) for t in HOSTILE]
     assert all(plain(label, None) in set(table[plain("token")]) for label in labels)
+
+
+def test_figures_escape_labels_and_their_csv_gives_them_back():
+    """Plotly reads <b>, <s>, <a href> in a figure's strings: every figure function escapes the labels it is given
+    (viz_ui.analysis.text.plotly_text), and the figure's CSV holds them as they were."""
+    import numpy as np
+    from viz_ui.views.export import figure_frame
+    from viz_ui.views.figures import attention_heatmap, value_bar
+    bars = value_bar(HOSTILE, np.arange(len(HOSTILE), dtype=float), "t", "x")
+    assert "<b>" not in json.dumps(bars.to_plotly_json()["data"]) and "&lt;b&gt;" in bars.data[0].customdata
+    assert figure_frame(bars)["label"].tolist() == HOSTILE
+    heat = attention_heatmap(np.eye(len(HOSTILE)), HOSTILE, "t")
+    assert figure_frame(heat).index.tolist() == [f"{i} {t}" for i, t in enumerate(HOSTILE)]

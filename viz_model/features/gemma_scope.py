@@ -145,11 +145,13 @@ def convert_gemma_scope(npz_path: str | Path, folder: str | Path, hook_name: str
         DictionaryError: one line, for anything the module docstring lists: not a zip of .npy arrays, a forged
             directory, names equal but for the case, missing or extra arrays, non-float or object dtypes, shapes
             that disagree, declared sizes that disagree with the headers, a zip bomb, a conversion above the memory
-            cap, a corrupt compressed member, NaN/inf, negative thresholds, an output folder that is not empty or
-            cannot be written. Nothing is left in ``folder`` then.
+            cap, a corrupt compressed member, NaN/inf, negative thresholds, a hook name that is not a short string, an
+            output folder that is not empty or cannot be written. Nothing is left in ``folder`` then.
     """
     path, folder = Path(npz_path), Path(folder)
     label = path.name
+    if not isinstance(hook_name, str) or not 0 < len(hook_name) <= 200:
+        raise DictionaryError(f"{label}: the hook name must be a short string, got {str(hook_name)[:40]!r}")
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise DictionaryError(f"{label}: the output folder {folder.name[:60]} already exists and is not empty")
     try:

@@ -17,7 +17,7 @@ from viz_ui.app.layout import AppState, pick_index, selected_points, set_shared,
 from viz_ui.app.gate import NotComputed, costly, running_flag
 from viz_ui.views.qk import QKPanel, grid_frame, qk_code, qk_copies, qk_heatmap, qk_views, source_words
 from viz_ui.app.state import estimate_seconds, export_load_args
-from viz_ui.analysis.text import error_line, plain, plotly_text
+from viz_ui.analysis.text import plain, plotly_text
 from viz_ui.analysis.text_trace import Trace
 
 
@@ -77,7 +77,7 @@ def qk_section(state: AppState, trace: Trace, layer: int, head: int, query: int,
     try:
         attribution.check_qk_supported(model, layer, head)
     except ValueError as exc:
-        st.info(f"QK attribution is not shown for this model: {plain(error_line(exc))}.", icon=":material/info:")
+        st.info(f"QK attribution is not shown for this model: {exc}.", icon=":material/info:")  # our own words
         return
     st.markdown(
         "The score is q·k, and both q and k are sums: the residual stream at each token is the sum of what every "

@@ -106,7 +106,7 @@ def _teacher_tick() -> None:
         leave(f"Class {cls.code} has ended (a class lives at most a day).")
         st.rerun()
     except (ClassStoreUnavailable, OSError) as exc:
-        st.caption(f":material/cloud_off: {store_error(exc)}")
+        st.caption(f":material/cloud_off: {plain(store_error(exc))}")
         return
     st.markdown(f":material/cast_for_education: Class **{cls.code}** · {n} student{'s' * (n != 1)} following")
 
