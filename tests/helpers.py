@@ -1,5 +1,6 @@
 """The tests' helpers for driving the app and child interpreters (fixtures stay in ``conftest.py``; Hugging Face
-models in ``hf_models.py``; in-browser audits in ``ui_audit.py``).
+models in ``hf_models.py``; a model whose tokens and name are hostile Markdown and HTML in ``hostile_ui.py``; in-browser
+audits in ``ui_audit.py``).
 
 - :func:`open_page`: the app in Streamlit's AppTest on one page, the one way every test opens a page
   (:func:`open_with_model`: with an uploaded model chosen);

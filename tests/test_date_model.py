@@ -18,6 +18,7 @@ from viz_model import load_model
 from viz_model.loading.checkpoint import ASSETS
 from viz_model.training.dates import FIRST, FORMATS, N_DAYS, is_held_out, write_date
 from viz_model.seq2seq import exact_match
+from viz_ui.analysis.text import plain
 from viz_ui.analysis.text_trace import run_trace
 
 DATES = ASSETS / "dates-iso.safetensors"
@@ -88,7 +89,7 @@ def test_every_page_renders_on_the_date_model(page):
 def test_encoder_decoder_page_shows_the_models_own_cross_attention(dates_model):
     model, tok = dates_model
     at = open_dates("pages/encoder_decoder.py", "Wednesday, March 3, 2021")
-    assert any(m.value == "2021-03-03" for m in at.metric)
+    assert any(m.value == plain("2021-03-03", None) for m in at.metric)  # Markdown that shows 2021-03-03
     trace = run_trace(model, tok, "Wednesday, March 3, 2021")
     fig = figure_titled(at, "Cross-attention, decoder L0 H0")
     np.testing.assert_allclose(plotly_array(fig["data"][0]["z"]), trace.arrays["blocks.0.cross_attn.hook_pattern"][0],

@@ -18,7 +18,8 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, proto_data
+from conftest import proto_data
+from helpers import open_page
 from hostile_ui import HOSTILE, KINDS, MODEL_NAME, TEXT, dictionary_set, hostile_model, hostile_tokenizer
 from viz_ui.analysis.text import plain
 from viz_ui.analysis.text_trace import token_label
@@ -44,21 +45,14 @@ def hostile(tokenizer, corpus, tmp_path_factory):
     return {kind: (tok, model, folder) for kind, model in models.items()}
 
 
-def open_page(hostile, page: str, query: dict | None = None, kind: str = "decoder") -> AppTest:
+def open_hostile(hostile, page: str, query: dict | None = None, kind: str = "decoder") -> AppTest:
+    """:func:`helpers.open_page` on ``page`` for a visitor who uploaded the hostile model of ``kind`` (named
+    :data:`MODEL_NAME`), typed :data:`TEXT` and has the hostile dictionary set."""
     tok, model, folder = hostile[kind]
     key = f"upload:hostile-{kind}"  # a key per model: the server's caches are keyed by it
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-    for name, value in (query or {}).items():
-        at.query_params[name] = value
-    at.session_state["_session_models"] = {key: SessionModel(MODEL_NAME, model, tok, "hostile.safetensors")}
-    at.session_state["_model"] = MODEL_NAME
-    at.session_state["_text"] = TEXT
-    at.session_state["_feature_sets"] = {key: {SET_LABEL: (str(folder),)}}
-    at.run()
-    if page != "app.py":
-        at.switch_page(page).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    session = {"_session_models": {key: SessionModel(MODEL_NAME, model, tok, "hostile.safetensors")},
+               "_model": MODEL_NAME, "_text": TEXT, "_feature_sets": {key: {SET_LABEL: (str(folder),)}}}
+    return open_page(None if page == "app.py" else page, query=query, session=session, timeout=180)
 
 
 def _strings(message, prefix: str = ""):
@@ -152,22 +146,22 @@ def test_every_page_shows_hostile_strings_as_text(hostile, page, kind):
     """Every page on a decoder, a mixture of experts and an encoder-decoder whose tokens, name and predictions are
     hostile; in lecture mode too, where tables are static ``st.table`` whose cells are Markdown."""
     for lecture in ("false", "true"):
-        at = open_page(hostile, page, {"lecture": lecture}, kind)
+        at = open_hostile(hostile, page, {"lecture": lecture}, kind)
         assert leaks(at) == [], (page, kind, lecture)
 
 
 @pytest.mark.parametrize("page, query", STATES, ids=[f"{p}-{'-'.join(q.values())}" for p, q in STATES])
 def test_views_behind_a_choice_show_hostile_strings_as_text(hostile, page, query):
-    assert leaks(open_page(hostile, page, query)) == []
+    assert leaks(open_hostile(hostile, page, query)) == []
 
 
 def test_every_walkthrough_step_and_a_generation(hostile):
-    at = open_page(hostile, "pages/walkthrough.py")
+    at = open_hostile(hostile, "pages/walkthrough.py")
     steps = at.selectbox(key="step").options
     assert len(steps) >= 8
     for step in steps[1:]:
-        assert leaks(open_page(hostile, "pages/walkthrough.py", {"step": str(step)})) == [], step
-    at = open_page(hostile, "pages/output.py", {"lecture": "true"})
+        assert leaks(open_hostile(hostile, "pages/walkthrough.py", {"step": str(step)})) == [], step
+    at = open_hostile(hostile, "pages/output.py", {"lecture": "true"})
     at.number_input(key="n_new").set_value(6).run()
     at.button[0].click().run()
     assert not at.exception and at.get("table")
@@ -177,7 +171,7 @@ def test_every_walkthrough_step_and_a_generation(hostile):
 def test_the_steering_page_names_a_hostile_token_literally(hostile):
     """The issue's case: the text's last token in the Steering page's Markdown, escaped so that it reads as typed."""
     tok, _, _ = hostile["decoder"]
-    at = open_page(hostile, "pages/steering.py")
+    at = open_hostile(hostile, "pages/steering.py")
     assert leaks(at) == []
     last = token_label(tok, tok.token_to_id(HOSTILE[0]))
     markdown = shown(at, "markdown")
@@ -188,9 +182,9 @@ def test_the_steering_page_names_a_hostile_token_literally(hostile):
 def test_token_chips_and_feature_contexts_hold_the_escaped_text(hostile):
     tok, _, _ = hostile["decoder"]
     labels = [token_label(tok, tok.token_to_id(t)) for t in HOSTILE]
-    chips = shown(open_page(hostile, "pages/tokens.py"), "html")
+    chips = shown(open_hostile(hostile, "pages/tokens.py"), "html")
     assert all(html.escape(label, quote=False) in chips for label in labels)
-    at = open_page(hostile, "pages/features.py")
+    at = open_hostile(hostile, "pages/features.py")
     contexts = shown(at, "html")
     assert "fctx" in contexts and sum(html.escape(label, quote=False) in contexts for label in labels) >= 3
 
@@ -198,7 +192,7 @@ def test_token_chips_and_feature_contexts_hold_the_escaped_text(hostile):
 def test_lecture_mode_tables_hold_the_escaped_text(hostile):
     """The token table of the Tokens page in lecture mode: each hostile token's cell is its Markdown-escaped label."""
     tok, _, _ = hostile["decoder"]
-    table = open_page(hostile, "pages/tokens.py", {"lecture": "true"}).get("table")[0].value
+    table = open_hostile(hostile, "pages/tokens.py", {"lecture": "true"}).get("table")[0].value
     labels = [token_label(tok, tok.token_to_id(t)) for t in HOSTILE]
     assert all(plain(label, None) in set(table[plain("token")]) for label in labels)
 
