@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from hostile_ui import HOSTILE, TEXT, dictionary_set, hostile_model, hostile_tokenizer
-from test_browser import browser, settled, start_server, stop  # noqa: F401  (browser: a fixture)
+from test_browser import browser, settled, start_server, stop, visit  # noqa: F401  (browser: a fixture)
 from viz_model import save_checkpoint
 from viz_model.features.job import zip_folder
 from viz_ui.app.navigation import PAGES
@@ -108,7 +108,7 @@ def test_an_uploaded_hostile_dictionary_set_on_the_features_and_steering_pages(h
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url))
-    page.goto(f"{url}/features?text={quote(TEXT)}")
+    visit(page, f"{url}/features?text={quote(TEXT)}")  # then the pages of this one session, as its links open them
     expect(page.locator("[data-testid=stMain] h1").first).to_be_visible(timeout=60_000)
     settled(page)
     page.get_by_text("Dictionaries for this model: train or upload").click()
@@ -120,12 +120,12 @@ def test_an_uploaded_hostile_dictionary_set_on_the_features_and_steering_pages(h
     settled(page)
     assert SET_NAME in done.inner_text().replace("\u2060", "")  # the set's name, from the file's, as written
     check_dom(page, "features, after the upload")
-    page.get_by_role("link", name=re.compile("Features")).click()  # the page again, in this session, with the set
+    visit(page, f"{url}/features?text={quote(TEXT)}")  # the page again, in this session, with the set
     expect(page.locator(".fctx").first).to_be_visible(timeout=60_000)  # the card's top contexts
     dom = check_dom(page, "features")
     contexts = " ".join(page.locator(".fline").all_inner_texts())
     assert sum(t.replace(" ", "·") in contexts for t in HOSTILE) >= 3, contexts[:2000]
-    page.get_by_role("link", name=re.compile("Steering")).click()
+    visit(page, f"{url}/steering?text={quote(TEXT)}")
     expect(page.get_by_role("heading", name=re.compile("Steering"))).to_be_visible(timeout=60_000)
     settled(page)
     expect(page.get_by_text(re.compile("Top next token after"))).to_be_visible(timeout=60_000)

@@ -110,7 +110,6 @@ def grid_ticks(positions: list[float], names: list[str], em_per_unit: float, ste
                 tickangle=0)
 
 
-
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
     fig.update_layout(title=dict(text=title, x=0), font=FONT, height=height,
                       margin=dict(l=10, r=10, t=60, b=10))
