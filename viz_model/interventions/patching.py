@@ -109,8 +109,8 @@ def get_act_patch_resid_pre(model: VizTransformer, corrupted_tokens: torch.Tenso
         ``[n_layers, pos]`` float32: the metric of the corrupted run with that one activation from the clean run.
 
     Raises:
-        KeyError: when the clean cache lacks a needed hook. ValueError: prompts of different lengths, or
-        ``corrupted_tokens`` not ``[1, pos]``.
+        KeyError: when the clean cache lacks a needed hook.
+        ValueError: prompts of different lengths, or ``corrupted_tokens`` not ``[1, pos]``.
     """
     return _sweep_positions(model, corrupted_tokens, clean_cache, patching_metric, "hook_resid_pre", progress,
                             reuse_prefix, **kwargs)
@@ -217,8 +217,8 @@ def get_attr_patch_resid_pre(model: VizTransformer, corrupted_tokens: torch.Tens
     metric is linear in the activation and can be far off where it is not (large patches, early layers, a
     probability metric near saturation).
 
-    Args: as :func:`get_act_patch_resid_pre` (``patching_metric`` must be differentiable: a tensor op of the logits);
-        ``progress`` is called once, ``(n_cells, n_cells)``, when done.
+    The arguments are those of :func:`get_act_patch_resid_pre` (``patching_metric`` must be differentiable: a tensor
+    op of the logits); ``progress`` is called once, ``(n_cells, n_cells)``, when done.
 
     Returns:
         ``[n_layers, pos]`` float32, in the metric's units.
