@@ -34,7 +34,8 @@ def hook_values(model: VizTransformer, tokens: torch.Tensor, dictionary: SparseD
     ``tokens`` ``[pos]`` or ``[1, pos]``.
 
     Raises:
-        KeyError: a hook the model does not have. ValueError: bad tokens, or widths that do not match the dictionary.
+        KeyError: a hook the model does not have.
+        ValueError: bad tokens, or widths that do not match the dictionary.
     """
     tokens = _tokens(tokens)
     names = list(dict.fromkeys([dictionary.hook_name, dictionary.out_hook]))

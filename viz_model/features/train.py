@@ -57,7 +57,8 @@ def collect_activations(model, windows: Sequence[torch.Tensor] | torch.Tensor, h
         ``{hook name: [n * pos, d]}``, windows in order, positions in order within a window.
 
     Raises:
-        KeyError: a hook the model does not have. ValueError: from the model (ids outside the vocabulary, too long).
+        KeyError: a hook the model does not have.
+        ValueError: from the model (ids outside the vocabulary, too long).
     """
     windows = torch.stack(list(windows)) if not isinstance(windows, torch.Tensor) else windows
     out: dict[str, list[torch.Tensor]] = {name: [] for name in hook_names}
@@ -229,7 +230,8 @@ def train_dictionary(model, hook_name: str, texts: Iterable[str] | Sequence[Sequ
 
     Raises:
         ValueError: no tokens, a window longer than the context, a transcoder on another hook, strings without a
-            tokenizer. KeyError: a hook the model does not have.
+            tokenizer.
+        KeyError: a hook the model does not have.
     """
     ids: list[int] = []
     for text in texts:

@@ -63,7 +63,8 @@ def direct_logit_attribution(model: VizTransformer, cache: Mapping[str, torch.Te
 
     Raises:
         ValueError: a model for which the split does not exist (see :func:`check_supported`), a token id or
-            position out of range. KeyError: a hook missing from the cache.
+            position out of range.
+        KeyError: a hook missing from the cache.
     """
     check_supported(model)
     cfg = model.cfg

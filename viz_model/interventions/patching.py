@@ -292,7 +292,8 @@ def patch_downstream(model: VizTransformer, corrupted_tokens: torch.Tensor, clea
         (components before the patch are unchanged and give 0).
 
     Raises:
-        ValueError: an unknown site, or prompts of different lengths. KeyError: a hook missing from the clean cache.
+        ValueError: an unknown site, or prompts of different lengths.
+        KeyError: a hook missing from the clean cache.
     """
     n_pos = corrupted_tokens.shape[-1]
     if site == "head":

@@ -180,7 +180,8 @@ def qk_attribution(model: VizTransformer, cache: Mapping[str, torch.Tensor], lay
 
     Raises:
         ValueError: a post-LN model, an embedding LayerNorm, clamped q/k (:func:`check_qk_supported`), a layer,
-            head or position out of range. KeyError: a hook missing from the cache.
+            head or position out of range.
+        KeyError: a hook missing from the cache.
     """
     t = qk_terms(model, cache, layer, head, query_pos, [key_pos])
     return _as_dict(t.terms[:, :, 0], t.query_sources, t.key_sources,
@@ -206,7 +207,8 @@ def qk_pattern_attribution(model: VizTransformer, cache: Mapping[str, torch.Tens
         ``{(query source, key source): value}`` with the keys of :func:`qk_attribution`.
 
     Raises:
-        as :func:`qk_attribution`.
+        ValueError: as :func:`qk_attribution`.
+        KeyError: as :func:`qk_attribution`.
     """
     n = cache["hook_embed"].shape[1]
     p = cache[f"blocks.{layer}.attn.hook_pattern"][0, head, query_pos % n].float().cpu()  # [key_pos]

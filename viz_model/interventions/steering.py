@@ -76,7 +76,8 @@ def steer(model: VizTransformer, tokens: torch.Tensor, hook_name: str, direction
     ``value + alpha * direction`` as computed in the activation's dtype.
 
     Raises:
-        KeyError: an unknown hook. ValueError: a direction with NaN/inf, positions out of range, or a direction
+        KeyError: an unknown hook.
+        ValueError: a direction with NaN/inf, positions out of range, or a direction
             whose shape is not one position's activation shape (from broadcasting).
     """
     tokens = _tokens(tokens)
@@ -94,7 +95,8 @@ def contrastive_direction(model: VizTransformer, text_a_tokens: torch.Tensor, te
     position's activation (``[d_model]`` for a residual hook). The texts may differ in length.
 
     Raises:
-        KeyError: an unknown hook. ValueError: an empty text (or the model's errors for bad ids).
+        KeyError: an unknown hook.
+        ValueError: an empty text (or the model's errors for bad ids).
     """
     means = []
     for tokens in (_tokens(text_a_tokens), _tokens(text_b_tokens)):
@@ -148,7 +150,8 @@ def ablate_features(model: VizTransformer, tokens: torch.Tensor, dictionary, fea
     gives the intact logits exactly.
 
     Raises:
-        ValueError: a feature out of range; the model's errors for bad tokens. KeyError: a hook the model lacks.
+        ValueError: a feature out of range; the model's errors for bad tokens.
+        KeyError: a hook the model lacks.
     """
     with torch.no_grad():
         return model.run_with_hooks(_tokens(tokens), feature_ablation_hooks(dictionary, features), **kw)
@@ -160,7 +163,8 @@ def greedy_continuation(model: VizTransformer, ids: Sequence[int], n_new: int = 
     to ``ids`` while ``fwd_hooks`` are active (fewer when the context fills).
 
     Raises:
-        KeyError: an unknown hook. ValueError: empty ``ids``.
+        KeyError: an unknown hook.
+        ValueError: empty ``ids``.
     """
     with model.hooks(list(fwd_hooks)):
         return [s.token_id for s in generate(model, list(ids), n_new, temperature=0)]
@@ -174,7 +178,8 @@ def steered_continuations(model: VizTransformer, ids: Sequence[int], hook_name: 
     positions only).
 
     Raises:
-        as :func:`steer` and :func:`greedy_continuation`.
+        KeyError: as :func:`steer` and :func:`greedy_continuation`.
+        ValueError: as :func:`steer` and :func:`greedy_continuation`.
     """
     direction = torch.as_tensor(direction).detach()
     _check_direction(model, hook_name, direction)
