@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from common import gpt2_small, interleaved, show
+from common import gpt2_small, interleaved, save_results, show
 
 
 def main() -> None:
@@ -47,6 +47,7 @@ def main() -> None:
     show("Capture overhead (median ms, round-robin)", rows,
          f"torch {torch.__version__}, {torch.get_num_threads()} threads. Targets: capture / plain ≤ 1.15, "
          "capture / transformers ≤ 1.0.")
+    save_results()
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ import time
 from collections import Counter
 from urllib.parse import parse_qsl, urlencode
 
-from common import ROOT, show
+from common import ROOT, save_results, show
 from deployment import Deployment, cpu_seconds, proc_status
 from st_client import Run, StClient
 
@@ -442,6 +442,7 @@ def main() -> None:
     if not (args.root / "deploy" / "local.sh").exists():
         raise SystemExit(f"no deploy/local.sh in {args.root} (give the checkout that has it with --root)")
     asyncio.run(run(args))
+    save_results()
 
 
 if __name__ == "__main__":

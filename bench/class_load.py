@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, show
+from common import ROOT, save_results, show
 from server import CHROMIUM_ARGS, app_server, peak_rss_mb
 
 from viz_model import Config, VizTransformer, load_model, save_checkpoint  # noqa: E402  (common sets the path)
@@ -177,6 +177,7 @@ def main() -> None:
                    "(concurrent first imports of different pages have failed with ImportError)")
     args = p.parse_args()
     asyncio.run(run(args.sessions, args.cold))
+    save_results()
 
 
 if __name__ == "__main__":

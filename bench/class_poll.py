@@ -16,7 +16,7 @@ import subprocess
 import time
 
 import psutil
-from common import show
+from common import save_results, show
 from server import CHROMIUM_ARGS, app_server
 
 
@@ -93,6 +93,7 @@ def main() -> None:
     finally:
         redis.terminate()
         redis.wait(timeout=10)
+    save_results()
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from common import ROOT, show
+from common import ROOT, save_results, show
 
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
 
@@ -64,6 +64,7 @@ def main() -> None:
          "runs": ", ".join(f"{r[0]:.2f}" for r in results)},
         {"measure": "first figure drawn (/attention)", "median s": statistics.median(r[1] for r in results),
          "runs": ", ".join(f"{r[1]:.2f}" for r in results)}], "Target: first figure ≤ 4 s.")
+    save_results()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import argparse
 
 import torch
 
-from common import interleaved, show
+from common import interleaved, save_results, show
 
 from viz_model import load_model  # noqa: E402  (common puts the repository on the path)
 from viz_model.features import head_contributions, load_dictionary, promoted_tokens, shipped_dictionaries
@@ -55,6 +55,7 @@ def main() -> None:
     rows = [{"work": name, "median ms": ms} for name, ms in times.items()]
     show(f"tinystories-6l, {len(ids)} tokens, {args.threads} threads", rows,
          "The page's side-by-side view costs the intact and the steered rows together.")
+    save_results()
 
 
 if __name__ == "__main__":

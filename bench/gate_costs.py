@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT, show
+from common import ROOT, save_results, show
 
 VIEWS = ("trace", "lens", "scores", "pca", "stats", "ablation", "effects", "corruption", "patch_exact", "patch_attr")
 TEXT = ("Once upon a time there was a little girl named Lily. She loved to play in the park with her dog Max. "
@@ -99,6 +99,7 @@ def main() -> None:
     rows = [r for path in paths for r in rows_for(path, args.tokens, measure)]
     show("Costly views: the app's estimate and the time measured", rows,
          "gated: 'button' where the estimate exceeds the threshold (VIZ_GATE_SECONDS, default 1 s).")
+    save_results("-".join(Path(p).stem for p in args.model))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from common import show
+from common import save_results, show
 from latency import texts
 from server import CHROMIUM_ARGS
 
@@ -89,6 +89,7 @@ def main() -> None:
         browser.close()
     show(f"Plotly.react of page 3's head heatmap, {args.tokens} tokens, a new text each try", rows,
          "From the call to the frame after it; Chromium 1280×800, an empty page.")
+    save_results()
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import argparse
 
 import torch
 
-from common import interleaved, show
+from common import interleaved, save_results, show
 
 
 def story_ids(tokenizer, n: int, d_vocab: int) -> torch.Tensor:
@@ -117,6 +117,7 @@ def main() -> None:
          "predicted: batching.sweep_cost, matrix-multiply FLOPs; batched copies run faster per copy than one alone, "
          "so measured is lower than predicted for the batched sweeps).\n"
          "Targets: ablation → output ≤ 300 ms at 64 tokens; residual sweep ≤ 2,000 ms at 32 tokens.")
+    save_results("" if args.model == "shipped" else args.model)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from urllib.parse import parse_qs, quote, urlparse
 
 import numpy as np
 
-from common import ROOT, show
+from common import ROOT, save_results, show
 from server import CHROMIUM_ARGS, app_server
 
 logging.getLogger("streamlit.runtime.caching").setLevel(logging.ERROR)  # no runtime here: tick_for's imports warn
@@ -372,6 +372,7 @@ def main() -> None:
     show(f"Interaction latency, ms: before = {sides['before']}, now = {sides['now']}; Chromium {VIEWPORT['width']}×"
          f"{VIEWPORT['height']}, {args.rounds} rounds in turns, load average {min(loads):.1f}–{max(loads):.1f}", table,
          "Timed in the page: keydown (pointerdown for the page switch) → the frame showing the awaited text.")
+    save_results()
 
 
 if __name__ == "__main__":

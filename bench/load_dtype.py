@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import child_env, show
+from common import child_env, save_results, show
 
 CHILD = r"""
 import json, resource, sys, time
@@ -123,6 +123,7 @@ def main() -> None:
                              check=True, env=child_env())
         show("Forward pass at 64 tokens, ms (one process, 1 torch thread, contenders interleaved, median of 7)",
              [json.loads(out.stdout.strip().splitlines()[-1])])
+    save_results()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import resource
 import subprocess
 import sys
 
-from common import ROOT, show
+from common import ROOT, save_results, show
 
 SCENARIOS = {
     "model loaded, no forward": "",
@@ -75,6 +75,7 @@ def main() -> None:
     show("Bytes sent for the attention overview (12 layers × 12 heads × 256 tokens)",
          [{"figure JSON bytes": pay["bytes"], "MB": pay["bytes"] / 2**20, "max-pooled": pay["pooled"]}],
          "Target: ≤ 2 MB.")
+    save_results()
 
 
 if __name__ == "__main__":

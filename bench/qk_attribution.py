@@ -14,7 +14,7 @@ import argparse
 
 import torch
 
-from common import interleaved, show
+from common import interleaved, save_results, show
 from interventions import llama_mid, story_ids
 
 
@@ -49,6 +49,7 @@ def main() -> None:
             rows.append({"tokens": n, "what": what, "terms": len(terms), "median ms": ms})
     show(f"QK attribution, {args.model} (layer {layer}, head {head}; {args.threads} threads)", rows,
          "Target: one cell ≤ 100 ms on the shipped model.")
+    save_results("" if args.model == "shipped" else args.model)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import save_results, show
+
 ROOT = Path(__file__).resolve().parent.parent
 
 DEFAULT_OUT = Path("/work/models/llama-1b")
@@ -357,16 +359,11 @@ def table(results: dict) -> None:
             other = by_impl.get(b, {}).get(key, "") if b else ""
             ratio = (f"{value / other:.2f}×" if isinstance(value, float) and isinstance(other, float) and other
                      else "")
-            rows.append({"part": part, "measure": key, a if part in pairs else "ours": value,
+            rows.append({"part": part, "measure": key, "value": value, "of": a if part in pairs else "ours",
                          "vs": f"{b}: {other:,.2f}" if isinstance(other, float) else (f"{b}: {other}" if other else ""),
                          "ratio": ratio, "goal": goals.get(key, "")})
-    width = max(len(r["measure"]) for r in rows) if rows else 10
-    print(f"\n## Real size: {DEFAULT_OUT.name}-shaped model, float32, {DEVICE} (load average "
-          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())})\n")
-    for r in rows:
-        value = next(v for k, v in r.items() if k not in ("part", "measure", "vs", "ratio", "goal"))
-        shown = f"{value:,.2f}" if isinstance(value, float) else str(value)
-        print(f"{r['part']:8} {r['measure']:<{width}} {shown:>10}  {r['vs']:<26} {r['ratio']:>7}  {r['goal']}")
+    show(f"Real size: {DEFAULT_OUT.name}-shaped model, float32, {DEVICE} (load average "
+         f"{', '.join(f'{x:.2f}' for x in os.getloadavg())})", rows)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -401,6 +398,7 @@ def main(argv: list[str] | None = None) -> None:
             results.setdefault(part, {})[impl] = run_child(part, impl, args.out, args.repeats)
             print(f"  {results[part][impl]}", file=sys.stderr, flush=True)
     table(results)
+    save_results("" if DEVICE == "cpu" else DEVICE.split(":")[0])
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import asyncio
 import statistics
 import time
 
-from common import show
+from common import save_results, show
 from latency import texts
 from server import app_server
 from st_client import StClient
@@ -85,6 +85,7 @@ def main() -> None:
     medians = {k: statistics.median(r[k] for r in rows if k in r) for k in rows[0] if k != "rerun"}
     show(f"Each rerun on a new text (page {args.page}, {args.tokens} tokens)", [*rows, {"rerun": "median", **medians}],
          "ms after the rerun request; a figure: a live chart's message over 5 kB, in the order sent.")
+    save_results()
 
 
 if __name__ == "__main__":

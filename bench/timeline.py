@@ -35,7 +35,7 @@ from collections import defaultdict
 from pathlib import Path
 from urllib.parse import quote
 
-from common import ROOT, show
+from common import ROOT, save_results, show
 from server import CHROMIUM_ARGS, app_server
 
 TIMELINE = ROOT / "assets" / "timelines" / "induction-2l"
@@ -236,6 +236,7 @@ def main() -> None:
     show(f"Each round: step change → next snapshot in Chromium, 1280×800 ({n} tokens, median of {args.repeats} "
          f"step changes; first dropped; {args.busy} busy processes)", rows)
     summary(args, results)
+    save_results()
 
 
 def browser_rounds(args, text: str, rows: list, results: dict) -> None:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from common import child_env
+from common import child_env, save_results, show
 
 # as the app (viz_ui/__init__.py), before torch loads: with spinning OpenMP threads a page's forward pass took
 # 677 ms instead of 71 ms while two trainings ran on the 2 cores
@@ -53,24 +53,22 @@ print(json.dumps({{"estimate": train_bytes(settings), "grew": peak - before, "st
 
 
 def memory(steps: int) -> None:
-    print(f"\n1. Memory of one job ({steps} steps, fresh process each), MB")
-    print("| size | estimate (train_bytes) | peak RSS growth | estimate / measured |")
-    print("|---|---|---|---|")
+    rows = []
     for name, fields in SIZES.items():
         code = CHILD.format(fields=json.dumps(fields), steps=steps)
         env = child_env(VIZ_MAX_TRAIN_MB="100000")  # measure sizes above the cap too
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
         r = json.loads(out.strip().splitlines()[-1])
-        print(f"| {name} | {r['estimate'] / 2**20:,.0f} | {r['grew'] / 2**20:,.0f} | {r['estimate'] / r['grew']:.2f} |")
+        rows.append({"size": name, "estimate MB (train_bytes)": r["estimate"] / 2**20, "peak RSS growth MB": r["grew"] / 2**20,
+                     "estimate / measured": r["estimate"] / r["grew"]})
+    show(f"1. Memory of one job ({steps} steps, fresh process each)", rows)
 
 
 def speed(steps: int) -> None:
     from viz_model.training.live import SHIPPED_TEXT, TrainJob, TrainSettings
 
     text = SHIPPED_TEXT.read_text(encoding="utf-8")
-    print(f"\n2. Speed, default size on the shipped text ({steps} steps)")
-    print("| threads | s to the first step | ms per step (median) | 500 steps, extrapolated |")
-    print("|---|---|---|---|")
+    rows = []
     for threads in (1, 2):
         job = TrainJob(text, TrainSettings(steps=steps), threads=threads).start()
         t0, first, times = time.monotonic(), None, []
@@ -84,7 +82,9 @@ def speed(steps: int) -> None:
                 last = step
         per = [(b[0] - a[0]) / (b[1] - a[1]) for a, b in zip(times, times[1:]) if b[1] > a[1]]
         ms = statistics.median(per) * 1000
-        print(f"| {threads} | {first:.1f} | {ms:.0f} | {first + 500 * ms / 1000:.0f} s |")
+        rows.append({"threads": threads, "s to the first step": first, "ms per step (median)": ms,
+                     "500 steps, extrapolated s": first + 500 * ms / 1000})
+    show(f"2. Speed, default size on the shipped text ({steps} steps)", rows)
 
 
 def responsiveness() -> None:
@@ -105,18 +105,16 @@ def responsiveness() -> None:
             times.append(time.perf_counter() - t)
         return statistics.median(times) * 1000
 
-    print("\n3. A page's forward pass (shipped model, 64 tokens, every hook) in the main thread while jobs run")
-    print("| trainings running | threads each | forward ms (median of 15) |")
-    print("|---|---|---|")
-    print(f"| 0 | – | {forward_ms():.0f} |")
+    rows = [{"trainings running": 0, "threads each": "–", "forward ms (median of 15)": forward_ms()}]
     for n, threads in ((1, 1), (2, 1), (1, 2)):
         jobs = [TrainJob(text, TrainSettings(steps=3000, seed=i), threads=threads).start() for i in range(n)]
         while any(j.progress().step < 3 for j in jobs):
             time.sleep(0.1)
-        print(f"| {n} | {threads} | {forward_ms():.0f} |")
+        rows.append({"trainings running": n, "threads each": threads, "forward ms (median of 15)": forward_ms()})
         for j in jobs:
             j.cancel()
             j.wait()
+    show("3. A page's forward pass (shipped model, 64 tokens, every hook) in the main thread while jobs run", rows)
 
 
 def main() -> None:
@@ -126,6 +124,7 @@ def main() -> None:
     memory(args.steps)
     speed(args.steps)
     responsiveness()
+    save_results()
 
 
 if __name__ == "__main__":
