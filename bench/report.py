@@ -57,11 +57,12 @@ def render_run(result: dict) -> str:
     """One result file: where and how it was measured, then its tables in the order the script printed them."""
     m = result.get("machine", {})
     load = m.get("load_average") or [math.nan, math.nan]
+    memory = f"{m['memory_gb']:g}" if isinstance(m.get("memory_gb"), (int, float)) else "?"
     parts = []
     if result.get("variant"):
         parts.append(f"**Variant `{result['variant']}`**")
     parts.append(f"`{result.get('command', '?')}` at commit `{result.get('commit', '?')}`, {result.get('date', '?')}; "
-                 f"{m.get('cpus', '?')} × {m.get('cpu', '?')}, {cell(m.get('memory_gb'))} GB, Python "
+                 f"{m.get('cpus', '?')} × {m.get('cpu', '?')}, {memory} GB, Python "
                  f"{m.get('python', '?')}, torch {m.get('torch') or '–'}; 1-minute load average {cell(load[0])} at the "
                  f"start, {cell(load[1])} at the end.")
     for table in result.get("tables", []):
