@@ -1,4 +1,4 @@
-"""The app served with its own HTTP routes: ``streamlit run serve.py`` (README: *Start*).
+"""The app served with its own HTTP routes: ``streamlit run serve.py`` (README: *Set-up*).
 
 ``app.py`` is the app itself (its pages in ``pages/``); this file serves it as a Streamlit ``st.App`` with three more
 HTTP routes:

@@ -7,7 +7,7 @@ Prints the last rerun's timeline, then per-rerun rows (the script's end, the arr
 medians. The first two reruns are dropped (warm-up).
 
 This times the server alone: in a browser the same rerun takes about twice as long on 2 cores, because Chromium's main
-thread renders the messages meanwhile (see the README's *Speed*).
+thread renders the messages meanwhile (docs/performance.md).
 
     .venv/bin/python bench/rerun_timeline.py [--page attention] [--tokens 64] [--tries 8]
 """

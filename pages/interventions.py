@@ -378,7 +378,7 @@ def pick_method(ctx: PageContext) -> tuple[str, dict[str, float]]:
                                 "clean run. Attribution patching (Nanda, 2023) estimates every cell at once from one "
                                 "backward pass: the metric's gradient times the activation's change (clean − "
                                 "corrupted), a first-order guess that can miss where the change is large. The default "
-                                "is attribution for large models (see the README).")
+                                "is attribution for large models (docs/interventions.md).")
     return method, estimates
 
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/train_dictionaries.py [--data ../shared/data] [--stage all|train|evaluate]
 
-Recipe (what ``--stage train`` does; see the README for the time it took):
+Recipe (what ``--stage train`` does; the dictionaries' quality: docs/features.md):
 
 - Training text: ``tinystories-train-head.txt`` (the stories the model itself was trained on; TinyStories,
   CDLA-Sharing-1.0, see the team's ``shared/data/README.md``), its first ``TRAIN_TOKENS`` tokens cut into

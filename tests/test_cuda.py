@@ -1,5 +1,5 @@
-"""The GPU path (issue 23): run only where torch sees a CUDA GPU (this project's CI has none; the README says when
-and where these last ran). On the GPU:
+"""The GPU path (issue 23): run only where torch sees a CUDA GPU (this project's CI has none; docs/memory.md says where
+these last ran). On the GPU:
 
 - every family's conversion, run on CUDA, computes what ``transformers`` (eager attention, float32) computes on the
   same GPU: logits <= 1e-4, every attention pattern <= 1e-5, the tolerances of the CPU parity tests;
@@ -24,7 +24,7 @@ from test_moe import SPECS as MOE_SPECS
 from test_steering import dictionary
 from viz_model import ablation, attribution, generate, load_model, patching
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (README: tested on a GPU)")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (docs/memory.md: On a GPU)")
 
 LOGITS_ATOL, PATTERN_ATOL, ATOL = 1e-4, 1e-5, 1e-4
 GPU = torch.device("cuda:0")

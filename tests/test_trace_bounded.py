@@ -1,6 +1,6 @@
 """Bounded traces (viz_ui.analysis.trace_bounded): a long text on a large model keeps its residual stream and recomputes a
 block's hooks when read. Every value read from a bounded trace must be the plain capture's, across the families
-of the model, and the bytes it keeps must follow the README's formula. Memory at 1,024 tokens on a 1.24 B model:
+of the model, and the bytes it keeps must follow docs/memory.md's formula. Memory at 1,024 tokens on a 1.24 B model:
 bench/real_size.py --only trace."""
 
 from __future__ import annotations

@@ -263,7 +263,7 @@ class Attention(nn.Module):
         """The rotary angles ``pos * theta_i`` ``[n, d_rotary / 2]`` of positions ``first .. first + n - 1``, computed
         on ``device`` from this layer's frequencies (:func:`viz_model.rotary.scaled_freqs`), which are kept per device
         and per LongRoPE factor set. A table built on the CPU and copied to a GPU in every layer made each forward
-        pass wait for the GPU 32 times (1.24 B model: twice transformers' time at 64 tokens, README: On a GPU)."""
+        pass wait for the GPU 32 times (1.24 B model: twice transformers' time at 64 tokens, docs/memory.md: On a GPU)."""
         cfg = self.cfg
         n_pos = first + n
         key = (str(device), cfg.rotary_scaling == "longrope" and long_factors(cfg, n_pos))

@@ -225,7 +225,7 @@ class Config:
         Integers must be JSON integers (``true`` is not 1), booleans JSON booleans (``"no"`` is not false),
         floats finite numbers, strings one of their allowed values. The ranges (``n_layers`` <= 512,
         ``d_model`` <= 65,536, ``n_ctx`` <= 1,048,576, ``layer_norm_eps`` in (0, 1), ...) are listed in
-        ``limits.INT_RANGES`` / ``limits.FLOAT_RANGES`` and in the README. The memory estimate is a separate
+        ``limits.INT_RANGES`` / ``limits.FLOAT_RANGES`` and in docs/uploads.md. The memory estimate is a separate
         check (:func:`viz_model.limits.check_budget`).
 
         Raises:

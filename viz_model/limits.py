@@ -103,7 +103,7 @@ def max_model_bytes() -> int:
 
     Why 4,096: a class server (24 GiB) gives each load about 6 GiB; Python, torch and tokenizers take about
     0.5 GiB before a model exists, so an estimate of 4 GiB leaves 1.5 GiB of headroom, and the largest model
-    the README promises (Qwen2-0.5B: 3,867 MB estimated) still loads.
+    docs/memory.md promises (Qwen2-0.5B: 3,867 MB estimated) still loads.
     """
     return _env_mb("VIZ_MAX_MODEL_MB", DEFAULT_MAX_MODEL_MB)
 

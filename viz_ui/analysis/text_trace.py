@@ -390,7 +390,7 @@ def plain_bytes(model: VizTransformer, names: list[list[str]], n_tokens: int, ha
 
 
 def bounded_bytes(model: VizTransformer, n_tokens: int, n_kept_rows: int = 1, outer: int = 0) -> dict[str, int]:
-    """The bytes a bounded trace of ``n_tokens`` tokens keeps, by part (the formula the README gives; ``outer``:
+    """The bytes a bounded trace of ``n_tokens`` tokens keeps, by part (the formula docs/memory.md gives; ``outer``:
     the bytes of the hooks outside the blocks, see the last item):
 
     - ``resid``: ``(n_layers + 1) · n_tokens · d_model · itemsize`` (the model's dtype);

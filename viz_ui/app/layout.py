@@ -316,7 +316,7 @@ def setup_page(title: str, intro: str) -> AppState:
     check_applied()  # a student's screen: did the teacher's last view arrive? (before any widget writes the link)
     models = available_models()
     if not models:
-        st.error("No model found in assets/models. Train one with `python -m viz_model.training` (see the README).")
+        st.error("No model found in assets/models. Train one with `python -m viz_model.training` (docs/training.md).")
         st.stop()
     name, text = _sidebar(models)
     display = _display_controls()

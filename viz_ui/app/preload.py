@@ -4,7 +4,7 @@ Charts are live charts (:mod:`viz_ui.app.live_chart`): they draw with the plotly
 (about 4.6 MB), which this module copies into the app's ``static/`` folder (:func:`live_chart_source`). Pages call
 :func:`preload_plotly` first, before their heavy imports: the browser then fetches that file during the page's run
 (the same promise a live chart awaits: ``plotly_loader.js``) instead of when the first chart arrives. A page opened
-afresh still draws its first chart 0.2–1.0 s after its run ends (Chromium on 2 cores, README: *Cold start*): the
+afresh still draws its first chart 0.2–1.0 s after its run ends (Chromium on 2 cores, bench/cold_start.py): the
 browser's main thread evaluates Plotly's code, then mounts and draws the charts, one after another. Where live charts
 cannot be served, figures fall back to ``st.plotly_chart``, and the preload loads Streamlit's own Plotly chunk
 instead (:mod:`viz_ui.app.streamlit_patches.plotly_chunk`). This module imports nothing but Streamlit, plotly's package

@@ -258,7 +258,7 @@ def trace_early(path: str, text: str, name: str, on_ready: Callable[[np.ndarray]
     float32) as soon as the forward pass has that layer's q and k, before the later layers run: the numbers the trace
     then returns for ``name`` (:func:`viz_ui.analysis.text_trace.derived_scores`). A chart drawn ahead of the rerun
     (:mod:`viz_ui.app.ahead`) is answered from them while the pass goes on: at 256 tokens of the shipped model a
-    middle layer's q and k are ready after about 40 % of the trace's time (bench: notes in README *Speed*).
+    middle layer's q and k are ready after about 40 % of the trace's time (docs/performance.md).
 
     ``on_ready`` is called at most once, and not at all when the trace was cached, is being computed by another thread
     (then this one waits for it), or belongs to an encoder-decoder model (its trace first generates the output, a

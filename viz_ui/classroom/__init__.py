@@ -1,4 +1,4 @@
-"""Class mode: a teacher leads, students follow on their own screens and answer (README: *In the classroom*).
+"""Class mode: a teacher leads, students follow on their own screens and answer (docs/classroom.md).
 
 ``class_store()`` is this process's ``ClassStore``: Redis at ``VIZ_CLASS_STORE`` (``redis://host:port/db``) when
 set, so that every app replica behind a load balancer sees the same classes, else one in-process store shared by
