@@ -12,16 +12,12 @@ import numpy as np
 import pandas as pd
 
 from viz_model import CheckpointError
-from viz_model.features import head_contributions, promoted_tokens
 from viz_ui.app.dictionary_jobs import adopt_finished, manage_dictionaries
-from viz_ui.views.code_features import features_code
-from viz_ui.app.features import TextFeatures, dictionary, dictionary_sets, get_index, get_text_features
-from viz_ui.app.state import export_load_args
-from viz_ui.views.features import (contexts_html, feature_name, head_writes_figure, histogram_figure, strongest_map,
-                                  text_features_heatmap, top_text_features)
-from viz_ui.views.figures import value_bar
-from viz_ui.app.layout import (pick_index, selected_points, set_position, set_shared, shared_number, show_code, show_figure, show_table,
-                           side_by_side)
+from viz_ui.app.feature_card import show_feature_card
+from viz_ui.app.features import TextFeatures, dictionary, dictionary_sets, get_text_features
+from viz_ui.views.features import feature_name, strongest_map, text_features_heatmap, top_text_features
+from viz_ui.app.layout import (pick_index, selected_points, set_position, set_shared, shared_number, show_figure,
+                               show_table)
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.analysis.text import plain
 
@@ -118,58 +114,13 @@ def text_features(ctx: PageContext, loaded: Loaded) -> tuple[int, np.ndarray]:
 
 def feature_card(ctx: PageContext, loaded: Loaded, row: int, top: np.ndarray) -> None:
     """The chosen feature: where it fires, its corpus contexts, the tokens it promotes, the heads writing to it."""
-    trace, cfg, model, vocab, n = ctx.trace, ctx.cfg, ctx.model, ctx.vocab, ctx.trace.n_tokens
     hooks, acts = loaded.feats.hooks, loaded.feats.acts[row]
     d, folder = loaded.dicts[row], loaded.folders[row]
     default = int(top[0]) if len(top) else 0
     feature = shared_number(st.number_input, f"Feature (0–{d.d_sae - 1})", "feature", 0, d.d_sae - 1, default, int,
                             help="Its id in this dictionary; clicking a cell or a column above chooses it too.")
-    name = feature_name(hooks[row], feature)
-    st.subheader(f"Feature {name}")
-    index = get_index(folder, cfg.d_vocab)
-    mine = acts[:, feature]
-    fires = int((mine > 0).sum())
-    st.markdown(f"On your text it is active at **{fires}** of {n} tokens"
-                + (f", most at position {int(mine.argmax())} ({plain(trace.labels[int(mine.argmax())])}, "
-                   f"{float(mine.max()):.3f})." if fires else ".")
-                + (f" On the shipped corpus it is active at {index.frequency(feature):.2%} of tokens." if index else ""))
-    left, right = side_by_side(ctx.app, 2)
-    with left:
-        if index is not None:
-            contexts = index.contexts(feature)
-            st.markdown("**Top-activating contexts** on the corpus (the peak token outlined, its activation at the end):")
-            if contexts:
-                st.html(contexts_html([([vocab[t] for t in c.tokens], c.acts, c.peak, c.value) for c in contexts]))
-            else:
-                st.caption("This feature never fires on the corpus (a dead feature).")
-            counts, edges = index.histogram(feature)
-            show_figure(histogram_figure(counts.numpy(), edges.numpy(), mine, f"{name}: activations when active"), ctx.app,
-                        f"feature_hist_{name}")
-        else:
-            st.caption("This dictionary has no index of top contexts (top_contexts.safetensors).")
-    with right:
-        if model.has_lm_head and d.d_out == cfg.d_model:
-            (up_ids, up), (down_ids, down) = promoted_tokens(model, d, feature, n=8)
-            what = "next token" if cfg.causal else "token"
-            for ids_, vals, verb in ((up_ids, up, "raises"), (down_ids, down, "lowers")):
-                bars = value_bar([vocab[int(i)] for i in ids_], vals.numpy(), f"{name} {verb} the logit of",
-                                 f"logit change per unit of activation ({what})")
-                show_figure(bars, ctx.app, f"feature_{verb}_{name}")
-            st.caption("The decoder direction W_dec[f] read through the final norm's weight and the unembedding W_U: its "
-                       "direct effect on the logits, through no later layer.")
-    pos = int(mine.argmax()) if fires else n - 1
-    try:
-        writes = head_contributions(model, np.array(trace.ids), d, feature, pos).numpy()
-        show_figure(head_writes_figure(writes, f"Heads whose output at position {pos} adds to {name}"), ctx.app,
-                    f"feature_heads_{name}")
-        st.caption(f"Each head's output at position {pos} ({plain(trace.labels[pos])}), z W_O, projected on the feature's "
-                   "encoder column W_enc[:, f]: what it adds to the feature's pre-activation (heads after the "
-                   "dictionary's hook add nothing).")
-    except ValueError as exc:
-        st.caption(f"Heads writing to this feature: not shown ({plain(str(exc))}).")
-    show_code(ctx.app, "features", lambda: features_code(ctx.path, ctx.text, folder, feature, n, pos,
-                                                         export_load_args(model)),
-              "checkpoint, text and dictionary")
+    st.subheader(f"Feature {feature_name(hooks[row], feature)}")
+    show_feature_card(ctx, d, folder, feature, acts[:, feature])
 
 
 ctx = open_page("Features (sparse dictionaries)",

@@ -167,7 +167,7 @@ def attribute(model, tokens, transcoders: Mapping[int, SparseDictionary] | str, 
     if batch_size < 1 or max_n_logits < 1 or not 0 < desired_logit_prob <= 1:
         raise CircuitError("batch_size and max_n_logits must be at least 1 and desired_logit_prob in (0, 1]")
     report = progress or (lambda fraction, message: None)
-    n_layers, n_pos, d_model = model.cfg.n_layers, len(ids), model.cfg.d_model
+    n_layers, n_pos = model.cfg.n_layers, len(ids)
     report(0.0, "clean forward pass")
     prep = prepare(model, ids, tcs, (0,) if zero_first_position and n_pos > 0 else ())
     logit_ids, logit_p, logit_vecs = salient_logits(prep.logits, model.W_unembed, max_n_logits, desired_logit_prob)
