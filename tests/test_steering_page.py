@@ -121,7 +121,7 @@ def test_dictionaries_trained_in_the_page_join_the_sets_and_steer():
     assert not at.exception, [e.value for e in at.exception]
     sets = at.session_state["_feature_sets"][str(MODEL)]
     (label, folders), = sets.items()
-    assert label.startswith("trained: 1 layer, 256 features") and len(folders) == 1
+    assert label.startswith("trained SAEs: 1 layer, 256 features") and len(folders) == 1
     assert any("is in the dictionary list" in s.value for s in at.success)
     at.radio(key="steer").set_value("feature").run()  # the trained dictionary steers
     assert not at.exception, [e.value for e in at.exception]

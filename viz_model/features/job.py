@@ -52,11 +52,13 @@ WINDOW = 128  # tokens per window run from position 0 (fewer when the model's co
 
 @dataclass(frozen=True)
 class DictSettings:
-    """What the user chooses: the layers (one SAE on ``blocks.{l}.hook_resid_post`` each), the number of features
-    ``d_sae``, the features kept per token ``k``, Adam steps and rows per step (see
-    :func:`viz_model.features.train.train_on_activations`)."""
+    """What the user chooses: the layers, the kind (``"sae"``: one SAE on ``blocks.{l}.hook_resid_post`` each;
+    ``"transcoder"``: one transcoder each, reading ``blocks.{l}.ln2.hook_normalized`` and predicting
+    ``blocks.{l}.hook_mlp_out``, as attribution graphs need), the number of features ``d_sae``, the features kept per
+    token ``k``, Adam steps and rows per step (see :func:`viz_model.features.train.train_on_activations`)."""
 
     layers: tuple[int, ...] = (0,)
+    kind: str = "sae"
     d_sae: int = 1024
     k: int = 32
     steps: int = 300
@@ -72,6 +74,8 @@ class DictSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise TrainingRefused(f"{name} must be an integer between {lo:,} and {hi:,} (got {value!r})")
+        if self.kind not in ("sae", "transcoder"):
+            raise TrainingRefused(f"kind must be 'sae' or 'transcoder', not {self.kind!r}")
         if self.k > self.d_sae:
             raise TrainingRefused(f"k ({self.k}) must be at most the number of features d_sae ({self.d_sae})")
         if not self.layers:
@@ -81,14 +85,24 @@ class DictSettings:
             raise TrainingRefused(f"the model has layers 0 to {n_layers - 1}, not {bad[0]!r}")
 
     def hooks(self) -> list[str]:
+        """The hook each dictionary reads, by layer."""
+        if self.kind == "transcoder":
+            return [f"blocks.{l}.ln2.hook_normalized" for l in sorted(set(self.layers))]
         return [f"blocks.{l}.hook_resid_post" for l in sorted(set(self.layers))]
+
+    def out_hooks(self) -> list[str | None]:
+        """The hook each dictionary predicts: a transcoder's MLP output, None for an SAE (it rebuilds its input)."""
+        if self.kind == "transcoder":
+            return [f"blocks.{l}.hook_mlp_out" for l in sorted(set(self.layers))]
+        return [None] * len(set(self.layers))
 
 
 def dictionary_bytes(settings: DictSettings, d_model: int, n_tokens: int = MAX_TOKENS, model_bytes: int = 0) -> int:
     """An estimate of a job's peak memory in bytes (float32 everywhere)::
 
         model_bytes                  the job's own copy of the model (see DictionaryJob)
-        + 4 n L d                      the activations of every chosen layer (n tokens, L layers, d = d_model)
+        + 4 n L d h                  the activations of every chosen layer (n tokens, L layers, d = d_model; h = 2 for
+                                     transcoders, which keep their input and their target, else 1)
         + 4 · 5 P                    one dictionary's weights, gradients and Adam's two moments, and the copy
                                      written (P = d_sae (2 d + 1) + d)
         + 4 · 6 B s                  a step's pre-activations, their gradient and top-k temporaries (B rows, s = d_sae)
@@ -97,7 +111,8 @@ def dictionary_bytes(settings: DictSettings, d_model: int, n_tokens: int = MAX_T
     """
     s, d, layers = settings.d_sae, d_model, len(set(settings.layers))
     params = s * (2 * d + 1) + d
-    return (model_bytes + 4 * n_tokens * layers * d + 20 * params + 24 * settings.batch_size * s
+    per_layer = 2 if settings.kind == "transcoder" else 1
+    return (model_bytes + 4 * n_tokens * layers * d * per_layer + 20 * params + 24 * settings.batch_size * s
             + 8 * min(INDEX_TOKENS, n_tokens) * s + 64 * 2**20)
 
 
@@ -240,13 +255,13 @@ class DictionaryJob(BackgroundJob):
             self._ended.set()
 
     def _train(self) -> None:
-        s, hooks = self.settings, self.settings.hooks()
+        s, hooks, outs = self.settings, self.settings.hooks(), self.settings.out_hooks()
         share = 0.1  # of the whole job for collecting the activations
         # a copy of its own: the page's threads add and remove hooks on the shared model while this one runs
         model = copy.deepcopy(self.model).eval()
         for hook in model.hook_dict.values():
             hook.remove_hooks()
-        acts = collect_activations(model, self.windows, hooks, cancel=self._stop,
+        acts = collect_activations(model, self.windows, hooks + [o for o in outs if o], cancel=self._stop,
                                    progress=lambda f, m: self._set(fraction=share * f, message=m))
         del model
         if any(len(a) < len(self.windows) * self.window for a in acts.values()):
@@ -258,7 +273,7 @@ class DictionaryJob(BackgroundJob):
         self._set(status="training")
         per = (1 - share) / len(hooks)
         stopped = False
-        for i, hook in enumerate(hooks):
+        for i, (hook, out_hook) in enumerate(zip(hooks, outs)):
             if self._stop.is_set():
                 stopped = True
                 break
@@ -267,9 +282,9 @@ class DictionaryJob(BackgroundJob):
             def progress(f: float, m: str, base=base, hook=hook) -> None:
                 self._set(fraction=base + per * f, message=f"{hook}: {m}")
 
-            d, result = train_on_activations(acts[hook], None, s.d_sae, hook, "topk", s.k, steps=s.steps,
-                                             batch_size=s.batch_size, lr=s.lr, seed=s.seed, progress=progress,
-                                             cancel=self._stop)
+            d, result = train_on_activations(acts[hook], acts[out_hook] if out_hook else None, s.d_sae, hook, "topk",
+                                             s.k, hook_name_out=out_hook, steps=s.steps, batch_size=s.batch_size,
+                                             lr=s.lr, seed=s.seed, progress=progress, cancel=self._stop)
             if result.steps < 1:
                 stopped = True
                 break
@@ -286,6 +301,8 @@ class DictionaryJob(BackgroundJob):
                 self._fvu.append(result.fvu)
                 self._dead.append(result.dead_fraction)
             acts[hook] = None  # free this layer's activations
+            if out_hook:
+                acts[out_hook] = None
             if result.cancelled:
                 stopped = True
                 break

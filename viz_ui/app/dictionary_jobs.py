@@ -41,7 +41,8 @@ def set_label(job: DictionaryJob, n_written: int) -> str:
     """The name a trained set gets in the set list, e.g. ``trained: 2 layers, 1,024 features, k 32, 300 steps on
     shipped stories``."""
     s = job.settings
-    return (f"trained: {n_written} layer{'s' if n_written != 1 else ''}, {s.d_sae:,} features, k {s.k}, "
+    what = "transcoders" if s.kind == "transcoder" else "SAEs"
+    return (f"trained {what}: {n_written} layer{'s' if n_written != 1 else ''}, {s.d_sae:,} features, k {s.k}, "
             f"{s.steps:,} steps on {job.source[:40]} ({job.id[:6]})")
 
 
@@ -94,20 +95,32 @@ def _train_part(state, job: DictionaryJob | None) -> None:
                 "Model inspector page, or upload dictionaries trained elsewhere.", icon=":material/block:")
         return
     text, label = _text_input(running)
+    kind = st.radio("Kind", ["sae", "transcoder"], key="dict_kind", horizontal=True, disabled=running,
+                    format_func={"sae": "Sparse autoencoders (the residual stream after a block)",
+                                 "transcoder": "Transcoders (a block's MLP: for attribution graphs)"}.get,
+                    help="A transcoder reads the MLP's input (blocks.{l}.ln2.hook_normalized) and predicts its output "
+                         "(blocks.{l}.hook_mlp_out). The Circuits page builds attribution graphs from one transcoder "
+                         "per layer.")
     c1, c2, c3, c4 = st.columns(4) if not state.display.lecture else (st.columns(2) + st.columns(2))
-    layers = c1.multiselect("Layers (one SAE on blocks.{l}.hook_resid_post each)", list(range(cfg.n_layers)),
-                            default=[cfg.n_layers // 2], key="dict_layers", disabled=running)
+    what = ("one transcoder on blocks.{l}.ln2.hook_normalized → hook_mlp_out each" if kind == "transcoder"
+            else "one SAE on blocks.{l}.hook_resid_post each")
+    layers = c1.multiselect(f"Layers ({what})", list(range(cfg.n_layers)),
+                            default=list(range(cfg.n_layers)) if kind == "transcoder" else [cfg.n_layers // 2],
+                            key="dict_layers" if kind == "sae" else "dict_layers_transcoder", disabled=running)
     d_sae = c2.selectbox("Features per dictionary (d_sae)", WIDTHS, index=1, key="dict_width", disabled=running)
     k = c3.selectbox("Active features per token (k)", KS, index=2, key="dict_k", disabled=running)
     steps = c4.select_slider("Steps", STEPS, value=200, key="dict_steps", disabled=running)
-    settings = DictSettings(layers=tuple(sorted(layers)), d_sae=d_sae, k=k, steps=steps)
+    settings = DictSettings(layers=tuple(sorted(layers)), kind=kind, d_sae=d_sae, k=k, steps=steps)
     size_error = None
     try:
         need = check_size(settings, cfg.d_model, cfg.n_layers,
                           model_bytes=sum(p.numel() * p.element_size() for p in model.parameters()))
     except TrainingRefused as exc:
         size_error, need = str(exc), 0
-    st.caption(f"TopK sparse autoencoders (Gao et al. 2024): Adam on batches of {settings.batch_size:,} token "
+    if kind == "transcoder" and len(layers) < cfg.n_layers:
+        st.caption("Attribution graphs need a transcoder for every layer: choose them all to use this set on the "
+                   "Circuits page.")
+    st.caption(f"TopK {'transcoders' if kind == 'transcoder' else 'sparse autoencoders'} (Gao et al. 2024): Adam on batches of {settings.batch_size:,} token "
                "activations, decoder rows kept at unit norm, an auxiliary loss that revives dead features; the "
                "activations of the first 131,072 tokens of the text, in windows of up to 128 tokens. "
                + (f"About {need / 2**20:,.0f} MB of the {setting('VIZ_MAX_TRAIN_MB'):,.0f} MB this server allows; "
@@ -118,7 +131,7 @@ def _train_part(state, job: DictionaryJob | None) -> None:
     if size_error:
         st.error(f"Cannot train: {plain(size_error)}.", icon=":material/error:")
     buttons = st.container(horizontal=True)
-    start = buttons.button("Train dictionaries", type="primary", icon=":material/play_arrow:", key="dict_start",
+    start = buttons.button("Train transcoders" if kind == "transcoder" else "Train dictionaries", type="primary", icon=":material/play_arrow:", key="dict_start",
                            disabled=running or bool(size_error))
     cancel = buttons.button("Cancel", icon=":material/stop:", disabled=not running, key="dict_cancel")
     if start:

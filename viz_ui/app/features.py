@@ -33,13 +33,18 @@ def _model_stem(model_path: str) -> str | None:
 
 def dictionary_sets(model_path: str) -> dict[str, tuple[str, ...]]:
     """Every dictionary set this session may use with the model at ``model_path``: ``{label: (folder, ...)}``, the
-    shipped set first (folders ordered by layer), then this session's trained or uploaded sets, newest last."""
+    shipped sets first (its sparse autoencoders, then its transcoders, each ordered by layer), then this session's
+    trained or uploaded sets, newest last."""
     sets: dict[str, tuple[str, ...]] = {}
     stem = _model_stem(model_path)
     if stem:
         shipped = shipped_dictionaries(stem)
-        if shipped:
-            sets[f"shipped: {len(shipped)} dictionaries for {stem}"] = tuple(str(p) for p in shipped.values())
+        saes = [str(p) for name, p in shipped.items() if not name.endswith(".ln2.hook_normalized")]
+        transcoders = [str(p) for name, p in shipped.items() if name.endswith(".ln2.hook_normalized")]
+        if saes:
+            sets[f"shipped: {len(saes)} sparse autoencoders for {stem}"] = tuple(saes)
+        if transcoders:
+            sets[f"shipped: {len(transcoders)} transcoders for {stem}"] = tuple(transcoders)
     sets.update(st.session_state.get(SESSION_SETS, {}).get(model_path, {}))
     return sets
 

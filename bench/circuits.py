@@ -1,0 +1,162 @@
+"""Attribution and contribution graphs: how long they take and what they hold (issue 50). Not a test: prints tables
+and writes ``bench/results/circuits.json``.
+
+    python bench/circuits.py [--only graph,page,contribution] [--repeats 3]
+
+- ``graph``: the attribution graph of a 32-token prompt on the shipped model with its shipped transcoders, every
+  active feature a node (no cap): wall time (median of ``--repeats``), its parts (clean run, frozen forward pass,
+  rows), nodes, features, rows per second, and the graph's scores. Goal: <= 3 s on a 2-core CPU.
+- ``page``: the Circuits page in Chromium (``streamlit run`` on 127.0.0.1): the graph computed once, then a switch to
+  the page from another page, timed from the click to the graph's first drawing (the nodes in the DOM). Goal: <= 1 s.
+- ``contribution``: the contribution graph of a Llama-3.2-1B-shaped model (1.24 B parameters, random weights built in
+  memory, float32) at 64 tokens, against one forward pass of the same model; and the peak memory it adds. Goal:
+  <= 5 forward passes, never a ``[pos, pos, n_heads, d_model]`` tensor (64 x 64 x 32 x 2048 x 4 bytes = 1 GiB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from viz_model import load_model
+from viz_model.circuits import attribute, graph_scores, load_transcoders, prune_graph
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "circuits.json"
+PROMPT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her "
+          "friends. One day, she saw a big")
+
+
+def bench_graph(repeats: int) -> dict:
+    model, tok = load_model()
+    tcs = load_transcoders(ROOT / "assets" / "dictionaries" / "tinystories-6l")
+    ids = torch.tensor(tok.encode(PROMPT).ids[:32])
+    times, parts = [], []
+    graph = None
+    for _ in range(repeats + 1):  # the first run warms up
+        marks = []
+        t0 = time.perf_counter()
+        graph = attribute(model, ids, tcs, progress=lambda f, m: marks.append((time.perf_counter() - t0, m)))
+        times.append(time.perf_counter() - t0)
+        parts.append(marks)
+    times = times[1:]
+    rows = graph.n_features + graph.n_logits
+    first_row = next(t for t, m in parts[-1] if "rows" in m and not m.startswith("0 "))
+    replacement, completeness = graph_scores(graph)
+    pruned, edges, _ = prune_graph(graph)
+    return {"tokens": len(ids), "features": graph.n_features, "nodes": graph.n_nodes, "rows": rows,
+            "seconds_median": round(statistics.median(times), 3), "seconds_all": [round(t, 3) for t in times],
+            "seconds_to_first_rows": round(first_row, 3), "rows_per_second": round(rows / statistics.median(times)),
+            "replacement_score": round(replacement, 4), "completeness_score": round(completeness, 4),
+            "pruned_nodes": int(pruned.sum()), "pruned_edges": int(edges.sum()), "goal_seconds": 3.0}
+
+
+def bench_page() -> dict:
+    import socket
+    import urllib.request
+    from playwright.sync_api import sync_playwright
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    env = dict(os.environ, VIZ_GATE_SECONDS="inf")
+    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "serve.py", "--server.port", str(port),
+                               "--server.address", "127.0.0.1", "--server.headless", "true"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        for _ in range(240):
+            try:
+                if urllib.request.urlopen(url + "_stcore/health", timeout=1).read() == b"ok":
+                    break
+            except OSError:
+                time.sleep(0.5)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(url + "circuits")
+            page.wait_for_selector(".viz-cg .js-plotly-plot .scatterlayer .trace", timeout=300_000)  # computed
+            times = []
+            for _ in range(5):
+                page.goto(url + "tokens")
+                page.wait_for_selector("[data-testid=stSidebar] a[href$='circuits']", timeout=120_000)
+                time.sleep(1.0)
+                t0 = time.perf_counter()
+                page.click("[data-testid=stSidebar] a[href$='circuits']")
+                page.wait_for_selector(".viz-cg .js-plotly-plot .scatterlayer .trace", timeout=120_000)
+                times.append(time.perf_counter() - t0)
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(30)
+    return {"switch_to_first_drawing_seconds_median": round(statistics.median(times), 3),
+            "switch_to_first_drawing_seconds_all": [round(t, 3) for t in times], "goal_seconds": 1.0}
+
+
+def bench_contribution(repeats: int) -> dict:
+    from viz_model.circuits.contribution import contribution_graph
+    from viz_model.config import Config
+    from viz_model.model import VizTransformer
+
+    cfg = Config(n_layers=16, d_model=2048, n_heads=32, n_kv_heads=8, d_head=64, d_mlp=8192, d_vocab=128_256,
+                 n_ctx=2048, positional="rotary", norm="rmsnorm", mlp="swiglu", rotary_base=500_000.0,
+                 tied_embeddings=True, attn_bias=False, final_norm=True)
+    with torch.device("meta"):
+        model = VizTransformer(cfg)
+    model = model.to_empty(device="cpu")
+    model.init_weights(seed=0)
+    model.eval()
+    ids = torch.randint(0, 8000, (64,), generator=torch.Generator().manual_seed(0))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with torch.no_grad():
+        model(ids[None], logit_positions=[63])  # warm-up
+        fwd, cg = [], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            model(ids[None], logit_positions=[63])
+            fwd.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            graph = contribution_graph(model, ids)
+            cg.append(time.perf_counter() - t0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    f, c = statistics.median(fwd), statistics.median(cg)
+    return {"parameters": sum(p.numel() for p in model.parameters()), "tokens": 64,
+            "forward_seconds": round(f, 3), "contribution_seconds": round(c, 3), "ratio": round(c / f, 2),
+            "goal_ratio": 5.0, "peak_rss_added_mb": round((peak - before) / 1024),
+            "whole_tensor_mb": round(64 * 64 * 32 * 2048 * 4 / 2 ** 20), "edges_at_0.04": len(graph.edges())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="graph,page,contribution")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    machine = {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+               "torch": torch.__version__}
+    for part in args.only.split(","):
+        t0 = time.time()
+        value = {"graph": lambda: bench_graph(args.repeats), "page": bench_page,
+                 "contribution": lambda: bench_contribution(args.repeats)}[part]()
+        results[part] = {**value, "machine": machine, "measured": time.strftime("%Y-%m-%d")}
+        print(f"\n## {part} ({time.time() - t0:.0f} s)")
+        for key, v in value.items():
+            print(f"  {key}: {v}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
