@@ -24,6 +24,7 @@ from conftest import ROOT, shown_figures
 # they need a model or files the shipped default lacks (experts, an encoder-decoder's partner, dictionaries), wait for
 # a button, or start background work.
 OWN_TESTS = {
+    "pages/circuits.py": "tests/test_circuits_page.py, tests/test_circuits_browser.py",
     "pages/features.py": "tests/test_features_page.py",
     "pages/interventions.py": "tests/test_gated.py, tests/test_intervention_views.py",
     "pages/moe.py": "tests/test_moe.py",

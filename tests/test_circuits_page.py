@@ -16,7 +16,7 @@ from viz_model import load_model
 from viz_model.circuits import attribute, graph_scores, load_transcoders
 from viz_model.circuits.graph_json import node_id
 from viz_ui.app.circuit_graph import PALETTES, clean_view
-from test_app import open_page
+from helpers import open_page
 
 TEXT = "Once upon a time, there was a little girl named Lily. She liked to"
 SHIPPED = ROOT / "assets" / "dictionaries" / "tinystories-6l"
