@@ -60,7 +60,8 @@ def draw(ctx: PageContext, key: tuple, graph, labels: list[str], folders: tuple[
     st.session_state["_cg_contribution"] = contribution_mode
     view = view_state(GRAPH_KEY, contribution_mode)
     text = payload_json(key, graph, labels, ctx.vocab, folders)
-    height = int(560 * ctx.display.scale)
+    rows = 2 * ctx.cfg.n_layers + 1 if contribution_mode else ctx.cfg.n_layers + 2
+    height = int(min(1400, (36 if contribution_mode else 60) * rows + 120) * ctx.display.scale)
     drawn = circuit_graph(GRAPH_KEY, text, str(hash(key)), view, ctx.display.theme, ctx.display.scale, height,
                           ctx.display.export, f"circuit_{len(labels)}tokens", on_change=save_view)
     if not drawn:

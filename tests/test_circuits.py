@@ -257,6 +257,19 @@ def test_batch_sizes_give_the_same_graph_and_a_capped_graph_keeps_the_full_rows(
     assert influence[sel].min() >= influence.sort(descending=True).values[20] - 1e-9
 
 
+def test_a_graph_above_the_memory_limit_keeps_fewer_features_and_says_so(monkeypatch):
+    model = small_model(seed=4, n_layers=2)
+    tcs = random_transcoders(model, seed=11)
+    ids = torch.randint(0, model.cfg.d_vocab, (8,), generator=torch.Generator().manual_seed(6))
+    full = attribute(model, ids, tcs)
+    others = full.n_nodes - full.n_features
+    limit_mb = 4 * (others + 20) ** 2 / 2 ** 20  # room for the non-feature nodes and about 20 features
+    monkeypatch.setenv("VIZ_GRAPH_MB", str(limit_mb))
+    capped = attribute(model, ids, tcs)
+    assert 0 < capped.n_features < full.n_features and capped.n_nodes ** 2 * 4 <= limit_mb * 2 ** 20
+    assert "memory limit" in capped.message and "VIZ_GRAPH_MB" in capped.message and full.message == ""
+
+
 def test_edge_heads_drops_add_up_to_the_edge_in_a_one_layer_model_and_are_zero_outside_the_path():
     model = small_model(seed=5, n_layers=1)
     tcs = random_transcoders(model, seed=2)

@@ -20,31 +20,16 @@ Algorithm (circuit-tracer, ``circuit_tracer/attribution/attribute_transformerlen
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Mapping
 
 import torch
 
 from viz_model.circuits.graph import Graph
-from viz_model.circuits.replacement import (CircuitError, FrozenRun, Prepared, as_ids, check_model, check_transcoders,
-                                            prepare)
+from viz_model.circuits.replacement import (GRAPH_BUDGET_ENV, CircuitError, FrozenRun, Prepared, as_ids, check_model,
+                                            check_transcoders, frozen_copies, graph_budget_bytes, prepare)
 from viz_model.features.dictionary import SparseDictionary
 
 Progress = Callable[[float, str], None]
-GRAPH_BUDGET_ENV = "VIZ_GRAPH_MB"
-DEFAULT_GRAPH_MB = 1024
-
-
-def graph_budget_bytes() -> int:
-    """Bytes the adjacency matrix (and the rows being computed) may take: ``VIZ_GRAPH_MB`` megabytes (default 1,024).
-    A graph that would need more keeps fewer feature nodes (``max_feature_nodes``) and says so."""
-    try:
-        mb = float(os.environ.get(GRAPH_BUDGET_ENV, DEFAULT_GRAPH_MB))
-    except ValueError:
-        mb = DEFAULT_GRAPH_MB
-    return int(max(mb, 1.0) * (1 << 20))
-
-
 def salient_logits(logits: torch.Tensor, W_U: torch.Tensor, max_n_logits: int = 10, desired_logit_prob: float = 0.95
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The logit nodes: ``(token ids [k], probabilities [k], demeaned unembedding columns [k, d_model])`` for the
@@ -146,8 +131,8 @@ def attribute(model, tokens, transcoders: Mapping[int, SparseDictionary] | str, 
         max_n_logits, desired_logit_prob: the logit nodes (see :func:`salient_logits`).
         max_feature_nodes: at most this many feature nodes, the most influential (None: every active feature). The
             matrix is also capped to ``VIZ_GRAPH_MB`` (default 1,024 MB); the graph's ``message`` then says so.
-        batch_size: rows per backward pass (also the copies in the frozen forward pass). The graph does not depend
-            on it.
+        batch_size: rows per backward pass (also the copies in the frozen forward pass), at most what fits in
+            ``VIZ_GRAPH_MB`` (:func:`viz_model.circuits.replacement.frozen_copies`). The graph does not depend on it.
         progress: ``progress(fraction, message)`` as rows are computed.
         zero_first_position: the first token is a beginning-of-sequence token whose features and error are left out
             of the graph (circuit-tracer's ``zero_positions``).
@@ -187,7 +172,7 @@ def attribute(model, tokens, transcoders: Mapping[int, SparseDictionary] | str, 
 
     rows_of = _Rows(prep, n_layers)
     n_sources = rows_of.n_sources
-    batch = max(1, min(batch_size, n_logits + n_features))
+    batch = max(1, min(batch_size, n_logits + n_features, frozen_copies(model, n_pos, graph_budget_bytes())))
     run = FrozenRun(model, prep, batch)
     logit_offset = n_sources
     edge = torch.zeros(n_features + n_logits, n_sources + n_logits)

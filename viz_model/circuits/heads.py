@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from viz_model.circuits.context import context_of, source_write, target_read
-from viz_model.circuits.replacement import FrozenRun
+from viz_model.circuits.replacement import FrozenRun, frozen_copies, graph_budget_bytes
 
 
 def edge_heads(graph, target: int, source: int, batch_size: int = 64) -> torch.Tensor:
@@ -41,7 +41,7 @@ def edge_heads(graph, target: int, source: int, batch_size: int = 64) -> torch.T
     if not heads or s_pos > t_pos:
         return drops
     full = None
-    per = max(1, batch_size - 1)
+    per = max(1, min(batch_size, frozen_copies(ctx.model, graph.n_pos, graph_budget_bytes())) - 1)
     for start in range(0, len(heads), per):
         chunk = heads[start:start + per]
         run = FrozenRun(ctx.model, ctx.prep, len(chunk) + 1, cut={i + 1: lh for i, lh in enumerate(chunk)})

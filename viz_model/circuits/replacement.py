@@ -18,6 +18,7 @@ rows of the adjacency as there are copies (circuit-tracer's ``AttributionContext
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,6 +30,18 @@ from viz_model.features.dictionary import SparseDictionary
 from viz_model.features.saelens import load_dictionary
 
 TRANSCODER_FOLDER = re.compile(r"^blocks\.(\d+)\.ln2\.hook_normalized$")
+GRAPH_BUDGET_ENV = "VIZ_GRAPH_MB"
+DEFAULT_GRAPH_MB = 1024
+
+
+def graph_budget_bytes() -> int:
+    """Bytes the adjacency matrix (and the rows being computed) may take: ``VIZ_GRAPH_MB`` megabytes (default 1,024).
+    A graph that would need more keeps fewer feature nodes (``max_feature_nodes``) and says so."""
+    try:
+        mb = float(os.environ.get(GRAPH_BUDGET_ENV, DEFAULT_GRAPH_MB))
+    except ValueError:
+        mb = DEFAULT_GRAPH_MB
+    return int(max(mb, 0.01) * (1 << 20))
 
 
 class CircuitError(ValueError):
@@ -202,6 +215,16 @@ def prepare(model, tokens: torch.Tensor, transcoders: Mapping[int, SparseDiction
                     activation_values=torch.cat(acts), decoder_vecs=torch.cat(dec).reshape(-1, d_model),
                     encoder_vecs=torch.cat(enc).reshape(-1, d_model), errors=torch.stack(errors),
                     token_vecs=cache["hook_embed"][0].float().cpu(), zeroed=tuple(zeroed))
+
+
+def frozen_copies(model, n_pos: int, budget_bytes: int) -> int:
+    """How many copies of an ``n_pos``-token prompt one :class:`FrozenRun` may hold within ``budget_bytes``: what one
+    copy keeps for its backward passes, per layer and position about ``12 d_model + 3 d_mlp`` numbers (the stream,
+    norms, q/k/v, z, the MLP's activations) and a row of every head's pattern, in the model's dtype. At least 1."""
+    cfg = model.cfg
+    mlp = cfg.d_mlp * (max(1, cfg.experts_per_token) if cfg.n_experts else 1) + (cfg.d_shared_mlp or 0)
+    per_copy = n_pos * cfg.n_layers * (12 * cfg.d_model + 3 * mlp + cfg.n_heads * n_pos) * model.embed.W_E.element_size()
+    return max(1, int(budget_bytes // max(1, per_copy)))
 
 
 class FrozenRun:

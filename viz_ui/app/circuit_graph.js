@@ -7,6 +7,7 @@
 // head) after the user stops (DEBOUNCE_MS). Every text from the model or a file is shown as plain text.
 
 const DEBOUNCE_MS = 350;
+const MAX_MARKS = 60; // edges between positions that get a mark to hover and click
 
 function unpack(raw) {
   // live_chart.py's pack: one line of JSON, then the texts it names, as bytes
@@ -218,6 +219,12 @@ function figure(cg) {
   const scale = data.scale || 1;
   const buckets = new Map();
   const mids = {x: [], y: [], text: [], customdata: [], color: []};
+  // marks only on the strongest edges between positions (and on the clicked node's): a mark on every edge hides the
+  // graph
+  const cross = links.filter(i => nodes[payload.links[i][0]].pos !== nodes[payload.links[i][1]].pos);
+  cross.sort((p, q) => Math.abs(payload.links[q][2]) - Math.abs(payload.links[p][2]));
+  const marked = new Set(cross.slice(0, MAX_MARKS));
+  if (clicked >= 0) cross.forEach(i => { if (payload.links[i][0] === clicked || payload.links[i][1] === clicked) marked.add(i); });
   for (const i of links) {
     const [s, t, w, extra] = payload.links[i];
     const a = at(s), b = at(t);
@@ -230,7 +237,7 @@ function figure(cg) {
     const bk = buckets.get(key);
     bk.x.push(a[0], b[0], null);
     bk.y.push(a[1], b[1], null);
-    if (nodes[s].pos !== nodes[t].pos) { // a cross-position edge: a mark to hover and click
+    if (marked.has(i)) { // a cross-position edge: a mark to hover and click
       mids.x.push((a[0] + b[0]) / 2);
       mids.y.push((a[1] + b[1]) / 2);
       mids.customdata.push([nodes[s].id, nodes[t].id]);
@@ -285,7 +292,7 @@ function figure(cg) {
   }
   const font = {size: Math.round(13 * scale), color: pal.ink, family: "sans-serif"};
   const layout = {
-    height: data.height, margin: {l: 54 * scale, r: 12, t: 10, b: Math.round(70 * scale)},
+    autosize: true, height: data.height, margin: {l: 54 * scale, r: 12, t: 10, b: Math.round(70 * scale)},
     paper_bgcolor: pal.surface, plot_bgcolor: pal.surface, font, hovermode: "closest", dragmode: "pan",
     hoverlabel: {font: {size: Math.round(13 * scale)}},
     xaxis: {tickmode: "array", tickvals: [...Array(n).keys()], ticktext: payload.tokens.map(esc), tickangle: -60,
@@ -308,6 +315,12 @@ function draw(root) {
   window.Plotly.react(plot, traces, layout, config);
   if (!plot.__cgBound) {
     plot.__cgBound = true;
+    let width = 0;
+    new ResizeObserver(entries => { // the column's width changes with the window and the sidebar
+      const w = Math.round(entries[0].contentRect.width);
+      if (w && w !== width && plot._fullLayout) window.Plotly.Plots.resize(plot);
+      width = w;
+    }).observe(plot);
     plot.on("plotly_hover", ev => {
       const p = ev.points && ev.points[0];
       if (p && typeof p.customdata === "string") card(root, p.customdata, false);
