@@ -267,3 +267,22 @@ def test_contribution_edges_lead_to_the_output():
         return node == "I2_5" or any(reaches(t, seen + (node,)) for t in nxt.get(node, ()) if t not in seen)
     assert all(reaches(s) for s, _, _, _ in edges)
     assert g.edges(threshold=1.01) == []
+
+
+# ---------------------------------------------------------------- what the page sends the browser
+
+@pytest.mark.parametrize("threshold", [0.3, 0.6, 0.8, 0.9])
+def test_the_browsers_node_filter_keeps_what_find_threshold_keeps(graph, threshold):
+    from viz_model.circuits import compute_node_influence, find_threshold
+    from viz_ui.analysis.circuits import graph_payload
+    labels = [f"t{i}" for i in range(graph.n_pos)]
+    payload = graph_payload(graph, labels, [f"v{i}" for i in range(320)])
+    influence = compute_node_influence(graph.adjacency, graph.logit_weights())
+    cut = find_threshold(influence, threshold)
+    by_id = {node_id(graph, i): i for i in range(graph.n_nodes)}
+    for node in payload["nodes"]:
+        if node["kind"] in ("feature", "error"):
+            assert (node["share"] < threshold) == bool(influence[by_id[node["id"]]] >= cut), node["id"]
+    # the logit nodes' labels are their tokens, and every token position is there
+    assert [n["label"] for n in payload["nodes"] if n["kind"] == "logit"] == [f"v{int(t)}" for t in graph.logit_tokens]
+    assert sorted(n["pos"] for n in payload["nodes"] if n["kind"] == "token") == list(range(graph.n_pos))

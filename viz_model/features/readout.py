@@ -143,6 +143,24 @@ def logit_effects(model: VizTransformer, dictionary: SparseDictionary, feature: 
     return (direction @ w_u.float()).cpu()
 
 
+@torch.no_grad()
+def top_promoted(model: VizTransformer, dictionary: SparseDictionary, features, n: int = 5) -> torch.Tensor:
+    """``[len(features), n]`` int64: for each feature, the ``n`` tokens whose logits :func:`logit_effects` raises most
+    (descending), computed for all the features in one matrix product.
+
+    Raises:
+        ValueError: as :func:`logit_effects`.
+    """
+    feats = torch.as_tensor(list(features), dtype=torch.long)
+    if not model.has_lm_head or dictionary.d_out != model.cfg.d_model:
+        raise ValueError("the decoder cannot be read through this model's unembedding")
+    if len(feats) and (feats.min() < 0 or feats.max() >= dictionary.d_sae):
+        raise ValueError(f"features must lie in [0, {dictionary.d_sae})")
+    w_u = model.W_unembed
+    directions = _final_norm_direction(model, dictionary.W_dec[feats].float().to(w_u.device))
+    return (directions @ w_u.float()).topk(min(n, w_u.shape[-1]), dim=-1).indices.cpu()
+
+
 def promoted_tokens(model: VizTransformer, dictionary: SparseDictionary, feature: int, n: int = 10
                     ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     """``((ids, effects) promoted, (ids, effects) suppressed)``: the ``n`` tokens whose logits

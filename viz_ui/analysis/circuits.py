@@ -45,9 +45,11 @@ def _shares_before(scores: torch.Tensor) -> torch.Tensor:
 
 
 def graph_payload(graph: Graph, labels: Sequence[str], vocab: Sequence[str], *,
-                  cards: Callable[[int, int], NodeCard] | None = None, node_labels: dict[str, str] | None = None) -> dict:
+                  cards: Callable[[list[tuple[int, int]]], dict[tuple[int, int], NodeCard]] | None = None,
+                  node_labels: dict[str, str] | None = None) -> dict:
     """The browser's view of an attribution graph (module docstring). ``labels``: each position's token as shown;
-    ``vocab``: every token id's (for the logit nodes); ``cards(layer, feature)``: what a hover shows of a feature.
+    ``vocab``: every token id's (for the logit nodes); ``cards([(layer, feature), ...])``: what a hover shows of
+    each feature sent, asked once for all of them.
 
     Returns:
         ``{"mode": "attribution", "tokens": labels, "n_layers", "nodes": [...], "links": [[s, t, weight, share],
@@ -74,6 +76,9 @@ def graph_payload(graph: Graph, labels: Sequence[str], vocab: Sequence[str], *,
     dst, src = chosen // len(nodes_idx), chosen % len(nodes_idx)
     share_of = dict(zip(chosen.tolist(), shares[order][: len(chosen)].tolist()))
     node_labels = node_labels or {}
+    wanted = sorted({(layer, feat) for layer, _, feat, _ in
+                     (graph.feature_of(i) for i in nodes_idx if graph.node_kind(i) == "feature")})
+    card_of = cards(wanted) if cards is not None else {}
     nodes = []
     for i in nodes_idx:
         kind = graph.node_kind(i)
@@ -83,8 +88,8 @@ def graph_payload(graph: Graph, labels: Sequence[str], vocab: Sequence[str], *,
         if kind == "feature":
             _, _, feat, act = graph.feature_of(i)
             item.update(feature=feat, act=round(act, 4), label=node_labels.get(item["id"], f"L{layer} #{feat}"))
-            if cards is not None:
-                card = cards(layer, feat)
+            card = card_of.get((layer, feat))
+            if card is not None:
                 item["card"] = {"promoted": card.promoted, "contexts": card.contexts}
         elif kind == "error":
             item["label"] = f"L{layer} error"

@@ -18,7 +18,7 @@ from viz_model.circuits import CircuitError, Graph, attribute, check_model, edge
 from viz_model.circuits.contribution import ContributionGraph, contribution_graph
 from viz_model.circuits.intervene import feature_intervention_generate
 from viz_model.features.index import FeatureIndex
-from viz_model.features.readout import promoted_tokens
+from viz_model.features.readout import top_promoted
 from viz_ui.analysis.circuits import NodeCard, contribution_payload, graph_payload
 from viz_ui.app.features import dictionary, dictionary_sets, get_index
 from viz_ui.app.gate import NotComputed, costly
@@ -139,17 +139,20 @@ def _payload(key: tuple, _graph, _labels: tuple[str, ...], _vocab: list[str], _f
     indexes: dict[int, FeatureIndex | None] = {layer: get_index(f) for layer, f in enumerate(_folders)}
     dicts = {layer: dictionary(f) for layer, f in enumerate(_folders)}
 
-    def cards(layer: int, feature: int) -> NodeCard:
-        (up, _), _ = promoted_tokens(model, dicts[layer], feature, n=5)
-        index = indexes.get(layer)
-        contexts = []
-        if index is not None:
-            for c in index.contexts(feature)[:3]:
-                peak = c.peak
-                lo = max(0, peak - 8)
-                contexts.append("".join(vocab[t] for t in c.tokens[lo:peak]) + " [" + vocab[c.tokens[peak]] + "] "
-                                + "".join(vocab[t] for t in c.tokens[peak + 1:peak + 4]))
-        return NodeCard([vocab[int(i)] for i in up], contexts)
+    def cards(wanted: list[tuple[int, int]]) -> dict[tuple[int, int], NodeCard]:
+        out = {}
+        for layer in sorted({lf[0] for lf in wanted}):
+            feats = [f for l, f in wanted if l == layer]
+            promoted = top_promoted(model, dicts[layer], feats, n=5)
+            index = indexes.get(layer)
+            for feature, up in zip(feats, promoted.tolist()):
+                contexts = []
+                for c in (index.contexts(feature)[:3] if index is not None else []):
+                    peak = c.peak
+                    contexts.append("".join(vocab[t] for t in c.tokens[max(0, peak - 8):peak]) + " [" + vocab[c.tokens[peak]]
+                                    + "] " + "".join(vocab[t] for t in c.tokens[peak + 1:peak + 4]))
+                out[(layer, feature)] = NodeCard([vocab[int(i)] for i in up], contexts)
+        return out
 
     payload = graph_payload(_graph, list(_labels), vocab, cards=cards)
     return json.dumps(payload, separators=(",", ":"))
