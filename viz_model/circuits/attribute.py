@@ -8,8 +8,8 @@ Algorithm (circuit-tracer, ``circuit_tracer/attribution/attribute_transformerlen
 2. The logit nodes: the most probable next tokens, at most ``max_n_logits``, the fewest whose probabilities reach
    ``desired_logit_prob``; each reads its **demeaned** unembedding column ``W_U[:, t] - mean_v W_U[:, v]`` at the
    unembedding's input (before any final soft cap and without ``b_U``).
-3. One forward pass of the replacement model on ``batch_size`` copies (:class:`FrozenRun`); then each backward pass
-   fills ``batch_size`` rows of the adjacency: target ``t`` reads vector ``u_t`` (a feature's encoder column, bias
+3. One forward pass of the replacement model (:class:`FrozenRun`); then each backward pass fills ``batch_size`` rows
+   of the adjacency (PyTorch's batched gradients: the backward pass vectorised over the rows): target ``t`` reads vector ``u_t`` (a feature's encoder column, bias
    excluded, at its transcoder's input; a logit's demeaned column at the unembedding's input), and the gradient at a
    source's write location dotted with the source's vector is the edge ``A[t, s] = u_t^T J v_s``: the direct effect
    in the linear replacement model.
@@ -131,8 +131,8 @@ def attribute(model, tokens, transcoders: Mapping[int, SparseDictionary] | str, 
         max_n_logits, desired_logit_prob: the logit nodes (see :func:`salient_logits`).
         max_feature_nodes: at most this many feature nodes, the most influential (None: every active feature). The
             matrix is also capped to ``VIZ_GRAPH_MB`` (default 1,024 MB); the graph's ``message`` then says so.
-        batch_size: rows per backward pass (also the copies in the frozen forward pass), at most what fits in
-            ``VIZ_GRAPH_MB`` (:func:`viz_model.circuits.replacement.frozen_copies`). The graph does not depend on it.
+        batch_size: rows per backward pass, at most what fits in ``VIZ_GRAPH_MB``
+            (:func:`viz_model.circuits.replacement.frozen_copies`). The graph does not depend on it.
         progress: ``progress(fraction, message)`` as rows are computed.
         zero_first_position: the first token is a beginning-of-sequence token whose features and error are left out
             of the graph (circuit-tracer's ``zero_positions``).
@@ -173,7 +173,7 @@ def attribute(model, tokens, transcoders: Mapping[int, SparseDictionary] | str, 
     rows_of = _Rows(prep, n_layers)
     n_sources = rows_of.n_sources
     batch = max(1, min(batch_size, n_logits + n_features, frozen_copies(model, n_pos, graph_budget_bytes())))
-    run = FrozenRun(model, prep, batch)
+    run = FrozenRun(model, prep)
     logit_offset = n_sources
     edge = torch.zeros(n_features + n_logits, n_sources + n_logits)
     row_nodes = torch.zeros(n_features + n_logits, dtype=torch.long)

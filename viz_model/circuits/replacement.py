@@ -228,19 +228,24 @@ def frozen_copies(model, n_pos: int, budget_bytes: int) -> int:
 
 
 class FrozenRun:
-    """The replacement model's forward pass on ``batch`` identical copies of the prompt, kept for backward passes.
+    """The replacement model's forward pass over the prompt, kept for backward passes that each fill many rows.
 
     Hooks: every ``hook_scale`` and ``hook_pattern`` is detached (frozen), each ``blocks.{l}.hook_mlp_out`` is replaced
     by its clean value as a leaf that requires grad (a source's write location), ``hook_embed`` likewise; the inputs of
     the transcoders (``blocks.{l}.ln2.hook_normalized``) and of the unembedding (:func:`final_read_hook`) are kept as
     the places where targets read.
 
-    ``cut`` (optional): ``{batch index: (layer, head)}``: in that copy, head ``head`` of ``layer`` passes no change
-    (its ``hook_z`` is detached), so a row computed in that copy is the edge with that head's path cut.
+    Without ``cut``, the pass runs once (batch 1) and :meth:`grads` computes a batch of rows in one backward pass with
+    PyTorch's batched gradients (``torch.autograd.grad(..., is_grads_batched=True)``: the backward pass vectorised
+    over the rows' seeds), so the forward pass costs one copy however many rows a backward pass fills. With ``cut``
+    (``{copy: (layer, head)}``: in that copy, head ``head`` of ``layer`` passes no change, its ``hook_z`` detached), the
+    pass runs on ``batch`` identical copies, one row each (circuit-tracer's ``AttributionContext.compute_batch``).
     """
 
-    def __init__(self, model, prep: Prepared, batch: int, cut: Mapping[int, tuple[int, int]] | None = None) -> None:
-        self.model, self.batch = model, batch
+    def __init__(self, model, prep: Prepared, batch: int = 1, cut: Mapping[int, tuple[int, int]] | None = None) -> None:
+        self.model = model
+        self.batched = not cut
+        self.batch = 1 if self.batched else batch
         n_layers = model.cfg.n_layers
         dtype, device = model.dtype, model.device
         self.reads: dict[int, torch.Tensor] = {}
@@ -271,32 +276,39 @@ class FrozenRun:
         pairs.append((final, read(n_layers)))
         for index, (layer, head) in (cut or {}).items():
             pairs.append((f"blocks.{layer}.attn.hook_z", _cut_head(index, head)))
-        ids = prep.tokens.to(device)[None].expand(batch, -1)
+        ids = prep.tokens.to(device)[None].expand(self.batch, -1)
         with torch.enable_grad(), model.hooks(pairs):
             model(ids, logit_positions=[len(prep.tokens) - 1])
         self.leaves = [leaves[-1]] + [leaves[layer] for layer in range(n_layers)]  # embed, mlp_out 0 .. n_layers-1
 
     def grads(self, read_layers: torch.Tensor, positions: torch.Tensor, vectors: torch.Tensor
               ) -> list[torch.Tensor | None]:
-        """One backward pass: target ``i`` (``i < batch``) reads ``vectors[i]`` ``[d_model]`` at ``positions[i]`` of
-        read ``read_layers[i]`` (``l`` < n_layers: transcoder l's input; n_layers: the unembedding's input) in copy
-        ``i``. Returns the gradients at ``[embed, mlp_out 0, ..., mlp_out n_layers-1]``, each ``[batch, n_pos,
-        d_model]`` float32 or None where no target can reach (layers at or above every target's)."""
+        """One backward pass: target ``i`` reads ``vectors[i]`` ``[d_model]`` at ``positions[i]`` of read
+        ``read_layers[i]`` (``l`` < n_layers: transcoder l's input; n_layers: the unembedding's input); in the copies
+        mode, target ``i`` uses copy ``i`` (at most ``batch`` targets). Returns the gradients at ``[embed, mlp_out 0,
+        ..., mlp_out n_layers-1]``, each ``[n_targets, n_pos, d_model]`` float32, or None where no target can reach
+        (layers at or above every target's)."""
         n = len(read_layers)
         outs, seeds = [], []
         for layer in read_layers.unique().tolist():
             rows = (read_layers == layer).nonzero().flatten()
             read = self.reads[int(layer)]
-            seed = torch.zeros_like(read)
-            seed[rows, positions[rows].to(read.device)] = vectors[rows].to(device=read.device, dtype=read.dtype)
+            if self.batched:  # one seed per row, over the batch-1 pass: [n, 1, n_pos, d_model]
+                seed = read.new_zeros((n,) + tuple(read.shape))
+                seed[rows, 0, positions[rows].to(read.device)] = vectors[rows].to(device=read.device, dtype=read.dtype)
+            else:
+                seed = torch.zeros_like(read)
+                seed[rows, positions[rows].to(read.device)] = vectors[rows].to(device=read.device, dtype=read.dtype)
             outs.append(read)
             seeds.append(seed)
         top = int(read_layers.max())
         inputs = self.leaves[:top + 1]  # mlp_out of layer l is written after transcoder l reads
-        got = torch.autograd.grad(outs, inputs, grad_outputs=seeds, retain_graph=True, allow_unused=True)
+        got = torch.autograd.grad(outs, inputs, grad_outputs=seeds, retain_graph=True, allow_unused=True,
+                                  is_grads_batched=self.batched)
         result: list[torch.Tensor | None] = [None] * len(self.leaves)
         for slot, g in enumerate(got):
-            result[slot] = None if g is None else g[:n].float().cpu()
+            if g is not None:
+                result[slot] = (g[:, 0] if self.batched else g[:n]).float().cpu()
         return result
 
 
