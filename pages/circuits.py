@@ -28,7 +28,7 @@ from viz_ui.app.page import PageContext, open_page
 from viz_ui.app.qk_panel import qk_section
 from viz_ui.app.state import export_load_args
 from viz_ui.views.circuits import edges_table, heads_table, intervention_bars
-from viz_ui.views.code_circuits import circuits_code
+from viz_ui.views.code_circuits import circuits_code, contribution_code
 
 GRAPH_KEY = "circuit_graph"
 N_NEW = 20
@@ -298,6 +298,8 @@ def contribution_page(ctx: PageContext, why: str) -> None:
                                  "importance": [round(float(shares[h]), 4) for h in order]}), ctx.app)
         head = int(order[0])
         qk_section(ctx.app, ctx.trace, layer, head, q, k, "circuits")
+    show_code(ctx.app, "contribution_graph", lambda: contribution_code(ctx.path, list(ids), view["node_t"],
+                                                                      export_load_args(ctx.model)), "checkpoint and prompt")
 
 
 ctx = open_page("Circuits (attribution graphs)",

@@ -41,3 +41,22 @@ def circuits_code(model_path: str, ids: list[int], folders: tuple[str, ...], zer
         "with open('graph.json', 'w') as f:",
         "    json.dump(data, f)",
         ""])
+
+
+def contribution_code(model_path: str, ids: list[int], threshold: float, load_args: str = "") -> str:
+    """A script that computes the contribution graph of the token ids ``ids`` and prints its edges to the output."""
+    load, = _load(_folder(model_path), load_args)
+    return "\n".join([
+        '"""The contribution graph of a prompt (Ferrando & Voita 2024), as the Circuits page computes it."""',
+        "import torch",
+        "from viz_model import load_model",
+        "from viz_model.circuits.contribution import contribution_graph",
+        "",
+        load,
+        f"tokens = torch.tensor({list(map(int, ids))})  # the page's prompt, as token ids",
+        "graph = contribution_graph(model, tokens)  # importances: attn [n_layers, pos, key_pos, n_heads], mlp [n_layers, pos]",
+        f"edges = graph.edges(threshold={threshold})  # (source, target, importance, kind) on paths to the last output",
+        "print(len(edges), 'edges')",
+        "for source, target, importance, kind in sorted(edges, key=lambda e: -e[2])[:10]:",
+        "    print(kind, source, '->', target, round(importance, 4))",
+        ""])
