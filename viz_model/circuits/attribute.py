@@ -30,6 +30,7 @@ from viz_model.circuits.replacement import (GRAPH_BUDGET_ENV, CircuitError, Froz
 from viz_model.features.dictionary import SparseDictionary
 
 Progress = Callable[[float, str], None]
+PREFIX_STEP = 8  # the rows of targets at positions p < 8k come from a frozen pass over the first 8k positions
 def salient_logits(logits: torch.Tensor, W_U: torch.Tensor, max_n_logits: int = 10, desired_logit_prob: float = 0.95
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The logit nodes: ``(token ids [k], probabilities [k], demeaned unembedding columns [k, d_model])`` for the
@@ -173,7 +174,14 @@ def attribute(model, tokens, transcoders: Mapping[int, SparseDictionary] | str, 
     rows_of = _Rows(prep, n_layers)
     n_sources = rows_of.n_sources
     batch = max(1, min(batch_size, n_logits + n_features, frozen_copies(model, n_pos, graph_budget_bytes())))
-    run = FrozenRun(model, prep)
+    runs: dict[int, FrozenRun] = {}
+
+    def run_for(last_pos: int) -> FrozenRun:
+        """The frozen pass over the shortest prefix (a multiple of PREFIX_STEP positions) that holds ``last_pos``."""
+        length = n_pos if not model.cfg.causal else min(n_pos, (last_pos // PREFIX_STEP + 1) * PREFIX_STEP)
+        if length not in runs:
+            runs[length] = FrozenRun(model, prep, n_pos=length)
+        return runs[length]
     logit_offset = n_sources
     edge = torch.zeros(n_features + n_logits, n_sources + n_logits)
     row_nodes = torch.zeros(n_features + n_logits, dtype=torch.long)
@@ -184,6 +192,7 @@ def attribute(model, tokens, transcoders: Mapping[int, SparseDictionary] | str, 
         nonlocal done
         for start in range(0, len(read_layers), batch):
             stop = min(start + batch, len(read_layers))
+            run = run_for(int(positions[start:stop].max()))
             grads = run.grads(read_layers[start:stop], positions[start:stop], vectors[start:stop])
             rows = edge[into.start + start:into.start + stop]
             rows_of.fill(grads, rows[:, :n_sources], int(positions[start:stop].max()))
@@ -198,7 +207,9 @@ def attribute(model, tokens, transcoders: Mapping[int, SparseDictionary] | str, 
     visited = torch.zeros(n_active, dtype=torch.bool)
     st = n_logits
     if n_features == n_active:
-        order = torch.arange(n_active)  # sorted by (layer, pos): a batch's targets share their layer
+        # by prefix, then layer and position: a batch's targets share a prefix (its backward pass covers only those
+        # positions) and mostly their layer (it goes down from the highest of them)
+        order = torch.argsort(enc_pos // PREFIX_STEP * (n_layers + 1) * n_pos + enc_layers * n_pos + enc_pos, stable=True)
         compute(enc_layers[order], enc_pos[order], prep.encoder_vecs[order], slice(st, st + n_active))
         row_nodes[st:st + n_active] = order
         visited[:] = True

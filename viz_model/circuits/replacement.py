@@ -240,10 +240,15 @@ class FrozenRun:
     over the rows' seeds), so the forward pass costs one copy however many rows a backward pass fills. With ``cut``
     (``{copy: (layer, head)}``: in that copy, head ``head`` of ``layer`` passes no change, its ``hook_z`` detached), the
     pass runs on ``batch`` identical copies, one row each (circuit-tracer's ``AttributionContext.compute_batch``).
+
+    ``n_pos``: run only the prompt's first ``n_pos`` positions (a causal model's targets at those positions read
+    nothing later, and their rows are the same; a backward pass over fewer positions costs less).
     """
 
-    def __init__(self, model, prep: Prepared, batch: int = 1, cut: Mapping[int, tuple[int, int]] | None = None) -> None:
+    def __init__(self, model, prep: Prepared, batch: int = 1, cut: Mapping[int, tuple[int, int]] | None = None,
+                 n_pos: int | None = None) -> None:
         self.model = model
+        n_pos = len(prep.tokens) if n_pos is None else n_pos  # a prefix: a causal model's first n_pos positions
         self.batched = not cut
         self.batch = 1 if self.batched else batch
         n_layers = model.cfg.n_layers
@@ -269,16 +274,16 @@ class FrozenRun:
 
         pairs = [(name, detach) for name in model.hook_dict
                  if name.endswith("hook_scale") or name.endswith("attn.hook_pattern")]
-        pairs.append(("hook_embed", leaf(prep.token_vecs.to(dtype), -1)))
+        pairs.append(("hook_embed", leaf(prep.token_vecs[:n_pos].to(dtype), -1)))
         for layer in range(n_layers):
-            pairs.append((f"blocks.{layer}.hook_mlp_out", leaf(prep.mlp_out[layer].to(dtype), layer)))
+            pairs.append((f"blocks.{layer}.hook_mlp_out", leaf(prep.mlp_out[layer, :n_pos].to(dtype), layer)))
             pairs.append((f"blocks.{layer}.ln2.hook_normalized", read(layer)))
         pairs.append((final, read(n_layers)))
         for index, (layer, head) in (cut or {}).items():
             pairs.append((f"blocks.{layer}.attn.hook_z", _cut_head(index, head)))
-        ids = prep.tokens.to(device)[None].expand(self.batch, -1)
+        ids = prep.tokens[:n_pos].to(device)[None].expand(self.batch, -1)
         with torch.enable_grad(), model.hooks(pairs):
-            model(ids, logit_positions=[len(prep.tokens) - 1])
+            model(ids, logit_positions=[n_pos - 1])
         self.leaves = [leaves[-1]] + [leaves[layer] for layer in range(n_layers)]  # embed, mlp_out 0 .. n_layers-1
 
     def grads(self, read_layers: torch.Tensor, positions: torch.Tensor, vectors: torch.Tensor
