@@ -170,7 +170,7 @@ def edge_section(ctx: PageContext, graph, view: dict, ids: tuple[int, ...], fold
                 "drops. A path may cross several heads, so the drops need not add up to the edge.")
     show_table(heads_table(ranked[:12], weight), ctx.app)
     names = [f"L{layer}H{head}" for layer, head, _ in ranked[:12]]
-    pick = st.selectbox("Why does this head attend there?", names, key="cg_head")
+    pick = st.selectbox("Why does this head attend there?", names, key=f"cg_head_{source}_{target}")
     layer, head = int(pick[1:].split("H")[0]), int(pick.split("H")[1])
     qk_section(ctx.app, ctx.trace, layer, head, t_pos, s_pos, "circuits")
 
@@ -188,6 +188,8 @@ def interventions(ctx: PageContext, graph, view: dict, ids: tuple[int, ...], fol
                    "here.")
         return
     target = st.selectbox("Pinned node or supernode", list(groups), key="cg_target")
+    if target is None:
+        return
     scale = st.slider("Scale its activation by", -2.0, 2.0, 0.0, 0.25, key="cg_scale",
                       help="0 ablates it; 1 leaves it as it is; −1 reverses it. Attention patterns stay as in the "
                            "clean run; the MLPs, norms and later features respond.")

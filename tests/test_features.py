@@ -282,38 +282,57 @@ def test_train_transcoder_and_cancel(tokenizer, corpus):
 
 
 def test_shipped_dictionaries_meet_the_stated_quality_on_held_out_text():
-    """The shipped SAEs of tinystories-6l, measured here on a held-out slice of the TinyStories validation split
-    (tests/data/dictionary_heldout.txt: never seen by the model or the dictionaries): FVU <= 0.25 and mean L0 <= 32
-    per layer; dead features (never active on the 102,400 held-out tokens of the shipped corpus) <= 10 %, read from
-    the index, which must agree with the card's table."""
+    """The shipped SAEs and transcoders of tinystories-6l, measured here on a held-out slice of the TinyStories
+    validation split (tests/data/dictionary_heldout.txt: never seen by the model or the dictionaries): FVU <= 0.25 (of
+    the SAE's input, of the transcoder's target hook_mlp_out) and mean L0 <= 32 per layer; dead features (never active
+    on the 102,400 held-out tokens of the shipped corpus) <= 10 %, read from the index, which must agree with the
+    card's table. Transcoder files <= 30 MB, the whole folder <= 40 MB; the card's median replacement score >= 0.6,
+    and the graphs of held-out prompts here score as much."""
+    import statistics
+
     from safetensors import safe_open
 
     from conftest import DATA, ROOT
     from viz_model import load_model
+    from viz_model.circuits import attribute, graph_scores, load_transcoders
     from viz_model.features import load_index, shipped_dictionaries
     from viz_model.features.readout import fvu
     folders = shipped_dictionaries("tinystories-6l")
-    assert list(folders) == [f"blocks.{layer}.hook_resid_post" for layer in range(6)]
+    saes = [f"blocks.{layer}.hook_resid_post" for layer in range(6)]
+    transcoders = [f"blocks.{layer}.ln2.hook_normalized" for layer in range(6)]
+    assert list(folders) == [name for layer in range(6) for name in (saes[layer], transcoders[layer])]
     base = ROOT / "assets" / "dictionaries" / "tinystories-6l"
     assert sum(p.stat().st_size for p in base.rglob("*") if p.is_file()) <= 40 * 2**20
-    quality = {row["hook"]: row for row in json.loads((base / "quality.json").read_text())}
+    assert sum(p.stat().st_size for t in transcoders for p in (base / t).rglob("*") if p.is_file()) <= 30 * 2**20
+    rows = json.loads((base / "quality.json").read_text())
+    quality = {row["hook"]: row for row in rows if "hook" in row}
     card = (base / "README.md").read_text()
     model, tok = load_model()
     ids = tok.encode((DATA / "dictionary_heldout.txt").read_text(encoding="utf-8")).ids
     windows = torch.tensor(ids[: len(ids) // 128 * 128]).view(-1, 128)
     assert windows.numel() >= 2000
-    _, cache = model.run_with_cache(windows, names_filter=list(folders))
+    outs = [f"blocks.{layer}.hook_mlp_out" for layer in range(6)]
+    _, cache = model.run_with_cache(windows, names_filter=saes + transcoders + outs)
     for name, folder in folders.items():
         with safe_open(str(folder / "sae_weights.safetensors"), framework="pt") as f:
             assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F16"}
         d = load_dictionary(folder)
         x = cache[name].reshape(-1, 256).float()
+        target = x if d.kind == "sae" else cache[d.out_hook].reshape(-1, 256).float()
         acts = d.encode(x)
-        assert fvu(x, d.decode(acts)) <= 0.25, name
+        assert fvu(target, d.decode(acts)) <= 0.25, name
         assert float((acts > 0).sum(-1).float().mean()) <= 32, name
         dead = float((load_index(folder).index["freq"] == 0).float().mean())
         assert dead <= 0.10 and dead == pytest.approx(quality[name]["dead_fraction"], abs=1e-4), name
         assert f"{quality[name]['fvu']:.3f}" in card
+    graphs = next(row for row in rows if row.get("kind") == "graphs")
+    assert graphs["median_replacement_score"] >= 0.6
+    assert f"{graphs['median_replacement_score']:.3f}" in card
+    tcs = load_transcoders(base)
+    eot = tok.token_to_id("<|endoftext|>")
+    scores = [graph_scores(attribute(model, torch.tensor([eot] + ids[start:start + 23]), tcs,
+                                     zero_first_position=True))[0] for start in range(0, 2000, 400)]
+    assert statistics.median(scores) >= 0.6, scores
 
 
 def test_gemma_scope_params_npz_converts_and_runs_the_jumprelu_formula(tmp_path):
