@@ -155,18 +155,30 @@ def contribution_graph(model, tokens, threshold: float = 0.04, p: int = 1) -> Co
             block.ln1 if placement == "post" else None)
         out_scale = got.get("ln1_post.hook_scale" if placement in ("sandwich", "output") else "ln1.hook_scale")
         resid_part = pre if placement != "post" else _post_norm(pre, block.ln1, out_scale.float())
-        # the attention update: heads x keys and the previous residual
+        # the attention update: heads x keys and the previous residual, a block of query rows at a time in one
+        # buffer reused for every block (fresh large allocations cost page faults at every block)
         per_row = max(1, n * n_heads * d_model * 4)
-        rows = max(1, BLOCK_BYTES // per_row)
+        rows = max(1, min(n, BLOCK_BYTES // per_row))
+        buf = torch.empty(rows * n * n_heads * d_model)
+        y_norm = mid.abs().sum(-1) if p == 1 else mid.pow(2).sum(-1).sqrt()
         imp_heads = torch.zeros(n, n, n_heads)
         for q0 in range(0, n, rows):
             q1 = min(n, q0 + rows)
             keys = q1 if cfg.causal else n
-            parts = pattern[:, q0:q1, :keys].permute(1, 2, 0)[..., None] * vo[None, :keys]  # [Q, K, head, d]
+            parts = buf[:(q1 - q0) * keys * n_heads * d_model].view(q1 - q0, keys, n_heads, d_model)
+            torch.mul(pattern[:, q0:q1, :keys].permute(1, 2, 0)[..., None], vo[None, :keys], out=parts)
             if out_norm is not None:
-                parts = _post_norm(parts, out_norm, out_scale.float()[q0:q1, None, None])
-            imp_heads[q0:q1, :keys] = _importance(mid[q0:q1, None, None], parts, p)
-            del parts
+                if isinstance(out_norm, LayerNorm):
+                    parts.sub_(parts.mean(-1, keepdim=True))
+                parts.div_(out_scale.float()[q0:q1, None, None]).mul_(out_norm.w.float())
+            if p == 1:  # ||y - c||_1, in place: c - y, its absolute value, summed
+                dist = parts.sub_(mid[q0:q1, None, None]).abs_().sum(-1)
+            else:
+                y = mid[q0:q1, None, None]
+                dist = (y_norm[q0:q1, None, None].pow(2) - 2 * (parts * y).sum(-1)
+                        + parts.pow(2).sum(-1)).clamp_(min=0).sqrt_()
+            imp_heads[q0:q1, :keys] = (y_norm[q0:q1, None, None] - dist).clamp_(min=0)
+        del buf
         imp_resid = _importance(mid, resid_part, p)
         total = imp_heads.sum((1, 2)) + imp_resid
         total = torch.where(total > 0, total, torch.ones_like(total))
