@@ -12,8 +12,9 @@ Recipe (``--stage train``):
   ``blocks.{l}.hook_mlp_out`` (the MLP's output), ``D_SAE`` features, TopK with ``K``, ``STEPS`` Adam steps of
   ``BATCH`` activations (learning rate ``LR``, linear decay over the last 20 %), the AuxK loss on dead features
   (:func:`viz_model.features.train_on_activations` states the whole recipe).
-- Features that never fire on the training text are removed before saving (a TopK dictionary computes the same on
-  that text without them); each layer keeps the features its MLP uses.
+- Features that fire on fewer than ``MIN_FIRES`` training tokens are removed before saving (``--stage prune`` does the
+  same to saved transcoders): a feature almost never used on the training text is dead on held-out text too; each
+  layer keeps the features its MLP uses.
 - Saved as float16 in SAELens's layout in ``assets/dictionaries/tinystories-6l/blocks.{l}.ln2.hook_normalized/``.
 
 ``--stage evaluate`` measures each saved transcoder (float16 as shipped, computed in float32) on the held-out text:
@@ -48,6 +49,7 @@ OUT = ROOT / "assets" / "dictionaries" / "tinystories-6l"
 EVAL_TOKENS, WINDOW, TEST_SLICE_CHARS = 102_400, 128, 12_000
 D_SAE, K, STEPS, BATCH, LR, SEED, DEAD_TOKENS = 2048, 24, 1500, 1024, 1e-3, 0, 100_000
 N_PROMPTS, PROMPT_TOKENS = 24, 32
+MIN_FIRES = 8  # a feature kept fires on at least this many training tokens (rarer ones are removed, see prune)
 
 
 def log(msg: str) -> None:
@@ -83,11 +85,27 @@ def prune_dead(d: SparseDictionary, alive: torch.Tensor) -> SparseDictionary:
 
 
 @torch.no_grad()
-def fired(d: SparseDictionary, x: torch.Tensor) -> torch.Tensor:
-    alive = torch.zeros(d.d_sae, dtype=torch.bool)
+def fired(d: SparseDictionary, x: torch.Tensor, min_fires: int = 1) -> torch.Tensor:
+    """Which features fire on at least ``min_fires`` of the rows of ``x``."""
+    counts = torch.zeros(d.d_sae, dtype=torch.long)
     for i in range(0, len(x), 8192):
-        alive |= (d.encode(x[i:i + 8192].float()) > 0).any(0)
-    return alive
+        counts += (d.encode(x[i:i + 8192].float()) > 0).sum(0)
+    return counts >= min_fires
+
+
+def prune(model, tok, data: Path, layers: list[int]) -> None:
+    """Remove from the saved transcoders the features that fire on fewer than ``MIN_FIRES`` training tokens."""
+    _, ids = split(tok, data)
+    windows = token_windows(ids, WINDOW)
+    acts = collect_activations(model, windows, [in_hook(layer) for layer in layers], batch_size=32)
+    for layer in layers:
+        d = load_dictionary(OUT / in_hook(layer))
+        alive = fired(d, acts.pop(in_hook(layer)), MIN_FIRES)
+        log(f"layer {layer}: {int(alive.sum())} of {d.d_sae} features fire on at least {MIN_FIRES} training tokens")
+        if not alive.all():
+            save_dictionary(prune_dead(d, alive), OUT / in_hook(layer), torch.float16, model_name="tinystories-6l",
+                            context_size=WINDOW, training_tokens=STEPS * BATCH,
+                            training_text=f"tinystories-valid-head.txt (after the first {EVAL_TOKENS} tokens)")
 
 
 def train(model, tok, data: Path, layers: list[int]) -> None:
@@ -102,8 +120,8 @@ def train(model, tok, data: Path, layers: list[int]) -> None:
         d, res = train_on_activations(x, y, D_SAE, in_hook(layer), "topk", K, hook_name_out=out_hook(layer),
                                       steps=STEPS, batch_size=BATCH, lr=LR, dead_tokens=DEAD_TOKENS, seed=SEED,
                                       progress=lambda f, m: log(f"  {m}") if round(f * 50) % 5 == 0 else None)
-        alive = fired(d, x)
-        log(f"  done: {res}; {int(alive.sum())} of {D_SAE} features fire on the training text")
+        alive = fired(d, x, MIN_FIRES)
+        log(f"  done: {res}; {int(alive.sum())} of {D_SAE} features fire on at least {MIN_FIRES} training tokens")
         d = prune_dead(d, alive)
         save_dictionary(d, OUT / in_hook(layer), torch.float16, model_name="tinystories-6l", context_size=WINDOW,
                         training_tokens=STEPS * BATCH, training_text="tinystories-valid-head.txt (after the first "
@@ -191,7 +209,7 @@ median completeness score {summary['median_completeness_score']:.3f}.
 Recipe: `python scripts/train_transcoders.py` (its docstring; seed 0): trained on the rest of
 `tinystories-valid-head.txt` (text the model never saw: the validation split) in windows of {WINDOW},
 {D_SAE:,} features, TopK with k = {K}, {STEPS:,} Adam steps of {BATCH:,} activations (learning rate {LR}), the AuxK loss
-on dead features; the features that never fired on the training text removed before saving.
+on dead features; the features that fired on fewer than {MIN_FIRES} training tokens removed before saving.
 """
     card.write_text(head + section, encoding="utf-8")
 
@@ -199,7 +217,7 @@ on dead features; the features that never fired on the training text removed bef
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    parser.add_argument("--stage", choices=("all", "train", "evaluate"), default="all")
+    parser.add_argument("--stage", choices=("all", "train", "prune", "evaluate"), default="all")
     parser.add_argument("--layers", type=int, nargs="*", help="train only these layers (default: all)")
     args = parser.parse_args()
     torch.manual_seed(SEED)
@@ -207,6 +225,8 @@ def main() -> None:
     model.eval()
     if args.stage in ("all", "train"):
         train(model, tok, args.data, args.layers or list(range(model.cfg.n_layers)))
+    if args.stage == "prune":
+        prune(model, tok, args.data, args.layers or list(range(model.cfg.n_layers)))
     if args.stage in ("all", "evaluate"):
         evaluate(model, tok, args.data, model.cfg.n_layers)
 
