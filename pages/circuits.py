@@ -187,6 +187,8 @@ def interventions(ctx: PageContext, graph, view: dict, ids: tuple[int, ...], fol
         st.caption("Pin a feature or error node (shift-click, or the Pin button of its card) to scale or ablate it "
                    "here.")
         return
+    if st.session_state.get("cg_target") not in groups:  # pins changed since: start from the first
+        st.session_state.pop("cg_target", None)
     target = st.selectbox("Pinned node or supernode", list(groups), key="cg_target")
     if target is None:
         return
