@@ -136,7 +136,7 @@ def _payload(key: tuple, _graph, _labels: tuple[str, ...], _vocab: list[str], _f
         return json.dumps(contribution_payload(_graph, list(_labels), model.cfg.n_layers), separators=(",", ":"))
     model, _ = resolve(key[1])
     vocab = _vocab
-    indexes: dict[int, FeatureIndex | None] = {layer: get_index(f) for layer, f in enumerate(_folders)}
+    indexes: dict[int, FeatureIndex | None] = {layer: get_index(f, model.cfg.d_vocab) for layer, f in enumerate(_folders)}
     dicts = {layer: dictionary(f) for layer, f in enumerate(_folders)}
 
     def cards(wanted: list[tuple[int, int]]) -> dict[tuple[int, int], NodeCard]:

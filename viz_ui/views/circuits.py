@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from viz_ui.views.figures import FONT, _plain
+from viz_ui.analysis.text import plotly_text
+from viz_ui.views.figures import FONT
 
 
 def intervention_bars(vocab: Sequence[str], intact: np.ndarray, changed: np.ndarray, title: str, k: int = 8
@@ -18,7 +19,7 @@ def intervention_bars(vocab: Sequence[str], intact: np.ndarray, changed: np.ndar
     run and in the changed one (probabilities ``[d_vocab]``)."""
     top = list(dict.fromkeys(np.argsort(-intact)[:k].tolist() + np.argsort(-changed)[:k].tolist()))[: 2 * k]
     top.sort(key=lambda i: -max(intact[i], changed[i]))
-    labels = [_plain(vocab[i]) for i in top]
+    labels = [plotly_text(vocab[i]) for i in top]
     fig = go.Figure([go.Bar(y=labels, x=intact[top], orientation="h", name="intact", marker_color="#4b5bd6",
                             hovertemplate="%{y}: %{x:.3f}<extra>intact</extra>"),
                      go.Bar(y=labels, x=changed[top], orientation="h", name="with the intervention",
