@@ -14,9 +14,9 @@ import torch
 from conftest import ROOT, component_data
 from viz_model import load_model
 from viz_model.circuits import attribute, graph_scores, load_transcoders
-from viz_model.circuits.graph_json import node_id
+from viz_model.circuits.graph_json import load_graph_json, node_id
 from viz_ui.app.circuit_graph import PALETTES, clean_view
-from helpers import open_page
+from helpers import child_env, open_page
 
 TEXT = "Once upon a time, there was a little girl named Lily. She liked to"
 SHIPPED = ROOT / "assets" / "dictionaries" / "tinystories-6l"
@@ -100,8 +100,14 @@ def test_export_as_code_reproduces_the_scores(monkeypatch, shipped_graph, tmp_pa
     model, tok, graph = shipped_graph
     at = page(monkeypatch)
     code = next(c.value for c in at.code if "attribute(model, tokens, transcoders" in c.value)
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    written = tmp_path / "graph.json"
+    assert "open('graph.json', 'w')" in code
+    code = code.replace("open('graph.json', 'w')", f"open({str(written)!r}, 'w')")  # not into the checkout
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env=child_env())
     assert out.returncode == 0, out.stderr
+    data = load_graph_json(written.read_bytes())
+    assert data["nodes"] and data["links"]
     replacement, completeness = graph_scores(graph)
     assert f"replacement score: {round(replacement, 4)}" in out.stdout
     assert f"completeness score: {round(completeness, 4)}" in out.stdout
