@@ -7,7 +7,8 @@ them to ``bench/results/circuits.json`` (``common.save_results``).
   active feature a node (no cap): wall time (median of ``--repeats``), its parts (clean run, frozen forward pass,
   rows), nodes, features, rows per second, and the graph's scores. Goal: <= 3 s on a 2-core CPU.
 - ``page``: the Circuits page in Chromium (``streamlit run`` on 127.0.0.1): the graph computed once, then a switch to
-  the page from another page, timed from the click to the graph's first drawing (the nodes in the DOM). Goal: <= 1 s.
+  the page from another page, timed from the click to the graph's first drawing (every node and the strongest edges
+  in the DOM) and to the drawing of every edge. Goal: <= 1 s to the first drawing.
 - ``contribution``: the contribution graph of a Llama-3.2-1B-shaped model (1.24 B parameters, random weights built in
   memory, float32) at 64 tokens, against one forward pass of the same model; and the peak memory it adds. Goal:
   <= 5 forward passes, never a ``[pos, pos, n_heads, d_model]`` tensor (64 x 64 x 32 x 2048 x 4 bytes = 1 GiB).
@@ -85,21 +86,26 @@ def bench_page() -> dict:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.goto(url + "circuits")
             page.wait_for_selector(".viz-cg .js-plotly-plot .scatterlayer .trace", timeout=300_000)  # computed
-            times = []
+            times, complete = [], []
             for _ in range(5):
                 page.goto(url + "tokens")
-                page.wait_for_selector("[data-testid=stSidebar] a[href$='circuits']", timeout=120_000)
-                time.sleep(1.0)
+                page.wait_for_selector("[data-testid=stSidebar] summary", timeout=120_000)
+                time.sleep(1.0)  # the tokens page settled; its sidebar section for the Circuits page opened by hand
+                page.locator("[data-testid=stSidebar] summary", has_text="Cause and effect").click()
+                page.wait_for_selector("[data-testid=stSidebar] a[href$='circuits']", state="visible", timeout=60_000)
                 t0 = time.perf_counter()
                 page.click("[data-testid=stSidebar] a[href$='circuits']")
                 page.wait_for_selector(".viz-cg .js-plotly-plot .scatterlayer .trace", timeout=120_000)
                 times.append(time.perf_counter() - t0)
+                page.wait_for_selector(".viz-cg .cg-plot[data-complete=true]", timeout=120_000)
+                complete.append(time.perf_counter() - t0)
             browser.close()
     finally:
         server.terminate()
         server.wait(30)
     return {"switch_to_first_drawing_seconds_median": round(statistics.median(times), 3),
-            "switch_to_first_drawing_seconds_all": [round(t, 3) for t in times], "goal_seconds": 1.0}
+            "switch_to_first_drawing_seconds_all": [round(t, 3) for t in times],
+            "switch_to_every_edge_drawn_seconds_median": round(statistics.median(complete), 3), "goal_seconds": 1.0}
 
 
 def bench_contribution(repeats: int) -> dict:

@@ -8,6 +8,8 @@
 
 const DEBOUNCE_MS = 350;
 const MAX_MARKS = 60; // edges between positions that get a mark to hover and click
+const FIRST_EDGES = 1500; // the quick first drawing of a large graph (see draw)
+const FULL_DELAY_MS = 120;
 
 function unpack(raw) {
   // live_chart.py's pack: one line of JSON, then the texts it names, as bytes
@@ -188,10 +190,13 @@ function supernodeOf(state) {
 
 // ------------------------------------------------------------------ drawing
 
-function figure(cg) {
+function figure(cg, maxEdges = Infinity) {
+  // maxEdges: draw only the strongest edges (the first, quick drawing of a large graph; see draw)
   const {payload, state, data} = cg;
   const pal = data.palette;
-  const {show, links} = visible(cg);
+  const {show, links: all} = visible(cg);
+  const links = all.length <= maxEdges ? all
+    : [...all].sort((p, q) => Math.abs(payload.links[q][2]) - Math.abs(payload.links[p][2])).slice(0, maxEdges);
   const xy = place(cg, show);
   const nodes = payload.nodes;
   const pinned = new Set(state.pinned);
@@ -300,19 +305,34 @@ function figure(cg) {
     yaxis: {tickmode: "array", tickvals: [...Array(rows).keys()], ticktext: rowNames, range: [-0.6, rows - 0.4],
             showgrid: true, gridcolor: pal.grid, zeroline: false, color: pal.ink, fixedrange: true},
   };
-  return {traces, layout, shown: show};
+  return {traces, layout, shown: show, complete: links.length === all.length};
 }
 
 function draw(root) {
+  // Plotly draws about 75 edges a millisecond: a graph with thousands of edges is drawn first with its strongest
+  // FIRST_EDGES (and every node), then in full a frame later, unless another change comes first (a slider being
+  // dragged redraws at the pace of the quick drawing, and in full once it rests)
   const cg = root.__cg;
   if (!window.Plotly) return;
-  const {traces, layout, shown} = figure(cg);
-  cg.shown = shown;
+  clearTimeout(cg.full);
+  const quick = figure(cg, FIRST_EDGES);
+  performance.mark("viz-cg-figured");
+  cg.shown = quick.shown;
   const plot = root.querySelector(".cg-plot");
   const config = {displaylogo: false, responsive: true, scrollZoom: false,
                   toImageButtonOptions: {format: cg.data.export || "png", filename: cg.data.filename || "circuit", scale: 3},
                   modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"]};
-  window.Plotly.react(plot, traces, layout, config);
+  window.Plotly.react(plot, quick.traces, quick.layout, config);
+  performance.mark("viz-cg-drawn");
+  plot.dataset.complete = String(quick.complete);
+  if (!quick.complete) {
+    cg.full = setTimeout(() => {
+      const whole = figure(cg);
+      window.Plotly.react(plot, whole.traces, whole.layout, config);
+      plot.dataset.complete = "true";
+      performance.mark("viz-cg-complete");
+    }, FULL_DELAY_MS);
+  }
   if (!plot.__cgBound) {
     plot.__cgBound = true;
     let width = 0;
@@ -537,6 +557,7 @@ function bind(root) {
 
 export default function (component) {
   const {parentElement, setStateValue} = component;
+  performance.mark("viz-cg-data"); // bench/circuits.py reads these marks
   const [head, data] = unpack(component.data);
   let root = parentElement.querySelector(":scope > .viz-cg");
   if (!root) {
@@ -550,6 +571,7 @@ export default function (component) {
   cg.head = head;
   if (cg.revision !== data.revision) {
     cg.payload = JSON.parse(data.payload);
+    performance.mark("viz-cg-parsed");
     cg.index = null;
     cg.hover = undefined;
   }
@@ -563,5 +585,8 @@ export default function (component) {
   loadPlotly(data.src).then(() => draw(root)).catch(err => {
     root.querySelector(".cg-side").textContent = String(err.message || err);
   });
-  return () => clearTimeout(cg.timer);
+  return () => {
+    clearTimeout(cg.timer);
+    clearTimeout(cg.full);
+  };
 }
