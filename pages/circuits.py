@@ -232,10 +232,9 @@ def files(ctx: PageContext, graph, view: dict, ids: tuple[int, ...]) -> None:
 
 
 def uploaded(ctx: PageContext) -> bool:
-    """A graph JSON uploaded by the user, drawn as it is; True when one is shown (the model's own graph is then
-    not)."""
-    with st.expander("Open a graph file (Neuronpedia JSON)", icon=":material/upload_file:"):
-        file = st.file_uploader("Graph JSON (at most 100 MB)", type=["json"], key="cg_upload")
+    """A graph JSON the user uploaded (:func:`upload_box`, at the end of the page), drawn as it is; True when one is
+    shown (the model's own graph is then not)."""
+    file = st.session_state.get("cg_upload")
     if file is None:
         return False
     try:
@@ -245,14 +244,23 @@ def uploaded(ctx: PageContext) -> bool:
         return False
     meta = data["metadata"]
     st.info(f"Showing the uploaded graph {plain(meta['slug'])} ({len(data['nodes']):,} nodes, {len(data['links']):,} "
-            f"links; transcoders: {plain(meta['scan']) or 'not named'}). It is drawn as the file holds it; clear the "
-            "upload to see this model's own graph.", icon=":material/upload_file:")
+            f"links; transcoders: {plain(meta['scan']) or 'not named'}). It is drawn as the file holds it; remove the "
+            "file below to see this model's own graph.", icon=":material/upload_file:")
     payload = json.dumps(json_payload(data), separators=(",", ":"))
     view = clean_view(data["qParams"] | {"pinned": data["qParams"]["pinnedIds"],
                                          "clicked": data["qParams"]["clickedId"]})
     circuit_graph("circuit_upload", payload, str(hash(payload)), view, ctx.display.theme, ctx.display.scale,
                   int(520 * ctx.display.scale))
     return True
+
+
+def upload_box() -> None:
+    """Where a graph file is uploaded (read by :func:`uploaded` at the next run)."""
+    with st.expander("Open a graph file (Neuronpedia JSON)", icon=":material/upload_file:",
+                     expanded=st.session_state.get("cg_upload") is not None):
+        st.file_uploader("Graph JSON (at most 100 MB)", type=["json"], key="cg_upload",
+                         help="A graph this page downloaded, or one from circuit-tracer or Neuronpedia: drawn as the "
+                              "file holds it (checked before it is read: size, JSON, counts, ids, numbers).")
 
 
 def attribution_page(ctx: PageContext, sets: dict) -> None:
@@ -322,3 +330,4 @@ if not uploaded(ctx):
             "For attribution graphs, train one transcoder per layer on the Features page (Train dictionaries → "
             "transcoders) and come back." if reason is None else "Its contribution graph follows.")
         contribution_page(ctx, why)
+upload_box()
