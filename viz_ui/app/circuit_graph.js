@@ -235,10 +235,12 @@ function figure(cg, maxEdges = Infinity) {
     const a = at(s), b = at(t);
     if (!a || !b || (a[0] === b[0] && a[1] === b[1])) continue;
     const sign = payload.mode === "contribution" ? extra : (w >= 0 ? "pos" : "neg");
-    const width = Math.max(1, Math.round(1 + 4 * Math.abs(w) / maxW));
+    // five strengths: width and opacity grow with |weight| (relative to the strongest edge shown), so that the
+    // few strong edges stand out of the many weak ones
+    const level = Math.min(4, Math.floor(5 * Math.sqrt(Math.abs(w) / maxW)));
     const faded = clicked >= 0 && s !== clicked && t !== clicked;
-    const key = `${sign}:${width}:${faded}`;
-    if (!buckets.has(key)) buckets.set(key, {x: [], y: [], sign, width, faded});
+    const key = `${sign}:${level}:${faded}`;
+    if (!buckets.has(key)) buckets.set(key, {x: [], y: [], sign, level, faded});
     const bk = buckets.get(key);
     bk.x.push(a[0], b[0], null);
     bk.y.push(a[1], b[1], null);
@@ -253,9 +255,12 @@ function figure(cg, maxEdges = Infinity) {
         (heads && heads.length ? `<br>heads: ${heads.map(([h, v]) => `H${h} ${v.toFixed(2)}`).join(", ")}` : ""));
     }
   }
-  for (const bk of [...buckets.values()].sort((p, q) => (p.faded === q.faded ? 0 : p.faded ? -1 : 1))) {
+  // weak edges first, so that strong ones are drawn over them; a clicked node's edges over all the others
+  const order = bk => (bk.faded ? 0 : 10) + bk.level;
+  for (const bk of [...buckets.values()].sort((p, q) => order(p) - order(q))) {
     traces.push({type: "scatter", mode: "lines", x: bk.x, y: bk.y, hoverinfo: "skip", showlegend: false,
-                 line: {color: pal[bk.sign] || pal.pos, width: bk.width * scale}, opacity: bk.faded ? 0.12 : 0.6});
+                 line: {color: pal[bk.sign] || pal.pos, width: (0.6 + 0.9 * bk.level) * scale},
+                 opacity: bk.faded ? 0.08 : [0.12, 0.25, 0.45, 0.7, 0.9][bk.level]});
   }
   traces.push({type: "scatter", mode: "markers", x: mids.x, y: mids.y, text: mids.text, customdata: mids.customdata,
                hovertemplate: "%{text}<extra></extra>", showlegend: false, name: "edges",
@@ -495,6 +500,7 @@ function renderBar(root) {
   root.querySelector(".make-super").disabled = state.pinned.length < 2;
   for (const [k, v] of Object.entries(cg.data.palette)) root.style.setProperty(`--cg-${k}`, v);
   root.style.setProperty("--cg-scale", String(cg.data.scale || 1));
+  root.classList.toggle("cg-large", (cg.data.scale || 1) > 1.2); // lecture mode: the card under the graph
 }
 
 // ------------------------------------------------------------------ state and the server
