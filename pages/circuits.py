@@ -63,7 +63,8 @@ def draw(ctx: PageContext, key: tuple, graph, labels: list[str], folders: tuple[
     rows = 2 * ctx.cfg.n_layers + 1 if contribution_mode else ctx.cfg.n_layers + 2
     height = int(min(1400, (36 if contribution_mode else 60) * rows + 120) * ctx.display.scale)
     drawn = circuit_graph(GRAPH_KEY, text, str(hash(key)), view, ctx.display.theme, ctx.display.scale, height,
-                          ctx.display.export, f"circuit_{len(labels)}tokens", on_change=save_view)
+                          ctx.display.export, f"circuit_{len(labels)}tokens", on_change=save_view,
+                          lecture=ctx.lecture)
     if not drawn:
         st.info("The graph needs the app's static file serving (server.enableStaticServing, on in .streamlit/"
                 "config.toml); download its JSON below to open it in Neuronpedia.", icon=":material/info:")
@@ -250,7 +251,7 @@ def uploaded(ctx: PageContext) -> bool:
     view = clean_view(data["qParams"] | {"pinned": data["qParams"]["pinnedIds"],
                                          "clicked": data["qParams"]["clickedId"]})
     circuit_graph("circuit_upload", payload, str(hash(payload)), view, ctx.display.theme, ctx.display.scale,
-                  int(520 * ctx.display.scale))
+                  int(520 * ctx.display.scale), lecture=ctx.lecture)
     return True
 
 

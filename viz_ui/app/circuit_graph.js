@@ -324,7 +324,7 @@ function draw(root) {
   performance.mark("viz-cg-figured");
   cg.shown = quick.shown;
   const plot = root.querySelector(".cg-plot");
-  const config = {displaylogo: false, responsive: true, scrollZoom: false,
+  const config = {displaylogo: false, responsive: true, scrollZoom: false, displayModeBar: !cg.data.lecture,
                   toImageButtonOptions: {format: cg.data.export || "png", filename: cg.data.filename || "circuit", scale: 3},
                   modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"]};
   window.Plotly.react(plot, quick.traces, quick.layout, config);

@@ -94,15 +94,17 @@ def view_state(key: str, contribution: bool = False) -> dict:
 
 
 def circuit_graph(key: str, payload_json: str, revision: str, view: dict, theme: str, scale: float,
-                  height: int, export: str = "png", filename: str = "circuit", on_change=None) -> bool:
+                  height: int, export: str = "png", filename: str = "circuit", on_change=None,
+                  lecture: bool = False) -> bool:
     """Draw the graph ``key``: ``payload_json`` is :func:`viz_ui.analysis.circuits.graph_payload` (or
     ``contribution_payload``) as JSON, ``revision`` names it (the browser parses a payload once per revision),
     ``view`` the view to show (the browser keeps its own while the user moves, and follows a new one from the
-    server). Returns False when the browser cannot draw it (static serving off: :func:`live_chart_source`)."""
+    server). ``lecture``: no toolbar (lecture mode shows no downloads). Returns False when the browser cannot draw it
+    (static serving off: :func:`live_chart_source`)."""
     src = live_chart_source()
     if src is None:
         return False
     data = {"src": src, "revision": revision, "state": view, "palette": PALETTES.get(theme, PALETTES["light"]),
-            "scale": scale, "height": int(height), "export": export, "filename": filename}
+            "scale": scale, "height": int(height), "export": export, "filename": filename, "lecture": bool(lecture)}
     _COMPONENT(key=key, data=pack(data, payload=payload_json), on_view_change=on_change or (lambda: None))
     return True
