@@ -23,7 +23,7 @@ from viz_ui.app.circuits import (attribution_graph, contribution, head_split, in
                                  supported, transcoder_sets)
 from viz_ui.app.feature_card import show_feature_card
 from viz_ui.app.features import dictionary, get_text_features
-from viz_ui.app.layout import show_code, show_figure, show_table
+from viz_ui.app.layout import show_code, show_figure, show_link, show_table
 from viz_ui.app.page import PageContext, open_page
 from viz_ui.app.qk_panel import qk_section
 from viz_ui.app.state import export_load_args
@@ -289,9 +289,18 @@ def attribution_page(ctx: PageContext, sets: dict) -> None:
 
 
 def contribution_page(ctx: PageContext, why: str) -> None:
+    if ctx.cfg.is_encoder_decoder:
+        st.info("Attribution and contribution graphs follow one stack of blocks to its output; this model is an "
+                "encoder-decoder. The Encoder-decoder page shows how its decoder reads the encoder (cross-attention).",
+                icon=":material/info:")
+        return
     st.info(why, icon=":material/info:")
     ids, _ = prompt(ctx)
-    cg = contribution(ctx.path, ctx.text, ids)
+    try:
+        cg = contribution(ctx.path, ctx.text, ids)
+    except CircuitError as exc:
+        st.error(f"No contribution graph for this model: {plain(str(exc))}.")
+        return
     if cg is None:
         return
     labels = [ctx.vocab[t] for t in ids]
@@ -332,3 +341,4 @@ if not uploaded(ctx):
             "transcoders) and come back." if reason is None else "Its contribution graph follows.")
         contribution_page(ctx, why)
 upload_box()
+show_link(ctx.app)  # the view (thresholds, pins, ...) in the sidebar's link, and to a class following this screen

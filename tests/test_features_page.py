@@ -23,8 +23,8 @@ TEXT = "Once upon a time, there was a little dog named Max. Max loved to play wi
 @pytest.fixture(scope="module")
 def shipped():
     model, tokenizer = load_model(ROOT / "assets" / "models" / "tinystories-6l.safetensors")
-    folders = shipped_dictionaries("tinystories-6l")
-    assert len(folders) == model.cfg.n_layers  # one per layer
+    folders = {h: f for h, f in shipped_dictionaries("tinystories-6l").items() if h.endswith("hook_resid_post")}
+    assert len(folders) == model.cfg.n_layers  # one SAE per layer (the page's first set; the transcoders are another)
     return model, tokenizer, {h: load_dictionary(f) for h, f in folders.items()}
 
 

@@ -1,5 +1,9 @@
 """What the Circuits page draws, computed from an attribution graph or a contribution graph (no Streamlit, no Plotly).
 
+Every text of a payload (token labels, node labels, a card's tokens and contexts) is escaped for Plotly
+(:func:`viz_ui.analysis.text.plotly_text`): the browser draws it in Plotly as it is and turns it back into the text for
+the page's own elements (``textContent``); no string from a model or a file reaches the page as markup.
+
 The page sends the browser one *payload* per graph: the nodes and links of the graph pruned generously
 (:data:`NODE_MAX`, :data:`EDGE_MAX`), each node with its share of the influence on the logits and each link with its
 share of the edge influence, so that the node- and edge-threshold sliders filter in the browser (as Neuronpedia's
@@ -17,6 +21,7 @@ from viz_model.circuits.contribution import ContributionGraph
 from viz_model.circuits.graph import Graph
 from viz_model.circuits.graph_json import node_id
 from viz_model.circuits.influence import compute_edge_influence, compute_node_influence
+from viz_ui.analysis.text import plotly_text
 
 NODE_MAX = 0.95  # the payload holds the nodes making up this much of the influence (the node slider's top)
 EDGE_MAX = 0.995  # and the edges making up this much of the edge influence among them (the edge slider's top)
@@ -87,22 +92,25 @@ def graph_payload(graph: Graph, labels: Sequence[str], vocab: Sequence[str], *,
                 "share": round(float(before[i]), 5), "infl": round(float(influence[i]), 6), "label": "", "card": None}
         if kind == "feature":
             _, _, feat, act = graph.feature_of(i)
-            item.update(feature=feat, act=round(act, 4), label=node_labels.get(item["id"], f"L{layer} #{feat}"))
+            item.update(feature=feat, act=round(act, 4),
+                        label=plotly_text(node_labels.get(item["id"], f"L{layer} #{feat}")))
             card = card_of.get((layer, feat))
             if card is not None:
-                item["card"] = {"promoted": card.promoted, "contexts": card.contexts}
+                item["card"] = {"promoted": [plotly_text(t) for t in card.promoted],
+                                "contexts": [plotly_text(c) for c in card.contexts]}
         elif kind == "error":
             item["label"] = f"L{layer} error"
         elif kind == "token":
-            item["label"] = labels[pos]
+            item["label"] = plotly_text(labels[pos])
         else:
             k = i - graph.logit_start
-            item.update(label=vocab[int(graph.logit_tokens[k])], act=round(float(graph.logit_probabilities[k]), 4))
+            item.update(label=plotly_text(vocab[int(graph.logit_tokens[k])]),
+                        act=round(float(graph.logit_probabilities[k]), 4))
         nodes.append(item)
     links = [[int(s), int(t), round(float(sub[t, s]), 6), round(share_of[int(c)], 5)]
              for s, t, c in zip(src.tolist(), dst.tolist(), chosen.tolist())]
-    return {"mode": "attribution", "tokens": list(labels), "n_layers": graph.n_layers, "nodes": nodes, "links": links,
-            "node_max": NODE_MAX, "edge_max": EDGE_MAX}
+    return {"mode": "attribution", "tokens": [plotly_text(t) for t in labels], "n_layers": graph.n_layers,
+            "nodes": nodes, "links": links, "node_max": NODE_MAX, "edge_max": EDGE_MAX}
 
 
 def contribution_payload(cg: ContributionGraph, labels: Sequence[str], n_layers: int) -> dict:
@@ -122,7 +130,7 @@ def contribution_payload(cg: ContributionGraph, labels: Sequence[str], n_layers:
         label = labels[pos] if kind == "I" and layer == 0 else (
             "output" if kind == "I" and layer == n_layers else {"I": "stream", "A": "after attention", "F": "MLP"}[kind])
         nodes.append({"id": name, "kind": {"I": "resid", "A": "attn", "F": "mlp"}[kind], "layer": layer, "pos": pos,
-                      "label": label})
+                      "label": plotly_text(label)})
     links = [[index[s], index[t], round(w, 5), kind] for s, t, w, kind in edges]
     heads = cg.attn  # [layer, q, k, head]: the strongest heads of each attention edge, for its hover
     top = {}
@@ -133,8 +141,8 @@ def contribution_payload(cg: ContributionGraph, labels: Sequence[str], n_layers:
             vals = heads[layer, q, k]
             best = torch.argsort(vals, descending=True)[:3]
             top[f"{s}>{t}"] = [[int(h), round(float(vals[h]), 4)] for h in best if float(vals[h]) > 0]
-    return {"mode": "contribution", "tokens": list(labels), "n_layers": n_layers, "nodes": nodes, "links": links,
-            "heads": top, "threshold": cg.threshold}
+    return {"mode": "contribution", "tokens": [plotly_text(t) for t in labels], "n_layers": n_layers, "nodes": nodes,
+            "links": links, "heads": top, "threshold": cg.threshold}
 
 
 def node_edges(graph: Graph, index: int, n: int = 10) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
@@ -181,15 +189,15 @@ def json_payload(data: dict) -> dict:
         label = n["clerp"] or (f"L{layer} #{n.get('feature_index', n['feature'])}" if kind == "feature" else
                                f"L{layer} error" if kind == "error" else tokens[n["ctx_idx"]] if kind == "token"
                                and n["ctx_idx"] < len(tokens) else n["node_id"])
-        nodes.append({"id": n["node_id"], "kind": kind, "layer": layer, "pos": n["ctx_idx"],
+        nodes.append({"id": plotly_text(n["node_id"]), "kind": kind, "layer": layer, "pos": n["ctx_idx"],
                       "feature": n.get("feature_index", n["feature"]), "act": n["activation"] if kind != "logit"
                       else n["token_prob"], "share": float(infl) if kind in ("feature", "error") else 0.0,
-                      "infl": 1.0 - float(infl), "label": label, "card": None})
+                      "infl": 1.0 - float(infl), "label": plotly_text(label), "card": None})
     weights = torch.tensor([abs(link["weight"]) for link in data["links"]], dtype=torch.float64)
     shares = _shares_before(weights).tolist() if len(weights) else []
     links = [[index[link["source"]], index[link["target"]], link["weight"], round(share, 5)]
              for link, share in zip(data["links"], shares)]
     if not tokens:
         tokens = [str(i) for i in range(max([n["pos"] for n in nodes] + [0]) + 1)]
-    return {"mode": "attribution", "tokens": tokens, "n_layers": n_layers, "nodes": nodes, "links": links,
+    return {"mode": "attribution", "tokens": [plotly_text(t) for t in tokens], "n_layers": n_layers, "nodes": nodes, "links": links,
             "node_max": 1.0, "edge_max": 1.0}

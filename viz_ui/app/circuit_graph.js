@@ -26,8 +26,14 @@ function unpack(raw) {
 }
 
 function esc(text) {
-  // Plotly reads <b>, <br>, <a> ... in its texts as markup: a token's text is shown as it is
+  // Plotly reads <b>, <br>, <a> ... in its texts as markup: a text typed here is shown as it is
   return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+}
+
+function raw(text) {
+  // the payload's texts come escaped for Plotly (viz_ui.analysis.text.plotly_text): back to the text itself for
+  // the DOM's textContent
+  return String(text).replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&");
 }
 
 function el(tag, cls, text) {
@@ -250,7 +256,7 @@ function figure(cg, maxEdges = Infinity) {
       mids.customdata.push([nodes[s].id, nodes[t].id]);
       mids.color.push(pal[sign] || pal.pos);
       const heads = payload.heads ? payload.heads[`${nodes[s].id}>${nodes[t].id}`] : null;
-      mids.text.push(`${esc(nodes[s].label)} (${nodes[s].pos}) → ${esc(nodes[t].label)} (${nodes[t].pos})<br>` +
+      mids.text.push(`${nodes[s].label} (${nodes[s].pos}) → ${nodes[t].label} (${nodes[t].pos})<br>` +
         (payload.mode === "contribution" ? `importance ${w.toFixed(3)}` : `weight ${w.toPrecision(3)}`) +
         (heads && heads.length ? `<br>heads: ${heads.map(([h, v]) => `H${h} ${v.toFixed(2)}`).join(", ")}` : ""));
     }
@@ -283,7 +289,7 @@ function figure(cg, maxEdges = Infinity) {
       tr.x.push(x);
       tr.y.push(y);
       tr.customdata.push(n.id);
-      tr.text.push(g !== undefined ? esc(state.supernodes[g][0]) : esc(n.label));
+      tr.text.push(g !== undefined ? esc(state.supernodes[g][0]) : n.label);
       tr.line.push(pinned.has(n.id) ? pal.accent : (i === clicked ? pal.ink : pal.surface));
       tr.size.push((g !== undefined ? 20 : kind === "logit" || kind === "token" ? 13 : 11) * scale);
     });
@@ -305,7 +311,7 @@ function figure(cg, maxEdges = Infinity) {
     autosize: true, height: data.height, margin: {l: 54 * scale, r: 12, t: 10, b: Math.round(70 * scale)},
     paper_bgcolor: pal.surface, plot_bgcolor: pal.surface, font, hovermode: "closest", dragmode: "pan",
     hoverlabel: {font: {size: Math.round(13 * scale)}},
-    xaxis: {tickmode: "array", tickvals: [...Array(n).keys()], ticktext: payload.tokens.map(esc), tickangle: -60,
+    xaxis: {tickmode: "array", tickvals: [...Array(n).keys()], ticktext: payload.tokens, tickangle: -60,
             range: [-0.7, n - 0.3], showgrid: false, zeroline: false, color: pal.ink, fixedrange: false},
     yaxis: {tickmode: "array", tickvals: [...Array(rows).keys()], ticktext: rowNames, range: [-0.6, rows - 0.4],
             showgrid: true, gridcolor: pal.grid, zeroline: false, color: pal.ink, fixedrange: true},
@@ -383,12 +389,12 @@ function nodeIndex(cg, id) {
 }
 
 function describe(cg, n) {
-  if (cg.payload.mode === "contribution") return `${n.label}, layer ${n.layer}, position ${n.pos}`;
-  const where = `position ${n.pos} (${cg.payload.tokens[n.pos]})`;
+  if (cg.payload.mode === "contribution") return `${raw(n.label)}, layer ${n.layer}, position ${n.pos}`;
+  const where = `position ${n.pos} (${raw(cg.payload.tokens[n.pos])})`;
   if (n.kind === "feature") return `Feature ${n.feature} of layer ${n.layer}'s transcoder, ${where}`;
   if (n.kind === "error") return `Error of layer ${n.layer}'s transcoder (what it misses of the MLP), ${where}`;
   if (n.kind === "token") return `Token embedding, ${where}`;
-  return `Logit of "${n.label}"`;
+  return `Logit of "${raw(n.label)}"`;
 }
 
 function card(root, id, sticky) {
@@ -411,7 +417,7 @@ function renderSide(root) {
     return;
   }
   const n = cg.payload.nodes[i];
-  side.append(el("h4", "cg-title", n.kind === "feature" ? n.label : n.label || n.id));
+  side.append(el("h4", "cg-title", raw(n.label || n.id)));
   side.append(el("p", "cg-what", describe(cg, n)));
   if (cg.payload.mode !== "contribution") {
     const facts = el("dl", "cg-facts");
@@ -428,12 +434,12 @@ function renderSide(root) {
   if (n.card) {
     if (n.card.promoted.length) {
       side.append(el("h5", "", "Promotes"));
-      side.append(el("p", "cg-tokens", n.card.promoted.join("  ")));
+      side.append(el("p", "cg-tokens", n.card.promoted.map(raw).join("  ")));
     }
     if (n.card.contexts.length) {
       side.append(el("h5", "", "Top contexts (held-out stories)"));
       const list = el("ol", "cg-contexts");
-      for (const c of n.card.contexts) list.append(el("li", "", c));
+      for (const c of n.card.contexts) list.append(el("li", "", raw(c)));
       side.append(list);
     }
   }
@@ -451,7 +457,7 @@ function renderSide(root) {
     for (const l of rows.slice(0, 12)) {
       const m = cg.payload.nodes[l[other]];
       const item = el("li", "");
-      const text = el("span", "", `${m.label} (${m.kind}, pos ${m.pos}) `);
+      const text = el("span", "", `${raw(m.label)} (${m.kind}, pos ${m.pos}) `);
       const w = el("span", l[2] >= 0 ? "cg-pos" : "cg-neg", Number(l[2]).toPrecision(3));
       item.append(text, w);
       if (cg.payload.mode !== "contribution" && m.pos !== n.pos) {
