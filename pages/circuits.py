@@ -118,19 +118,14 @@ def clicked_node(ctx: PageContext, graph, view: dict, folders: tuple[str, ...], 
         _, p = graph.node_location(j)
         return node_id(graph, j), graph.node_kind(j), p, round(w, 5)
 
-    left, right = st.columns(2)
-    with left:
-        st.markdown("**Inputs** (largest first)")
-        if ins:
-            show_table(edges_table([row(j, w) for j, w in ins]), ctx.app)
-        else:
-            st.caption("None: tokens and error nodes have no inputs in the graph.")
-    with right:
-        st.markdown("**Outputs** (largest first)")
-        if outs:
-            show_table(edges_table([row(j, w) for j, w in outs]), ctx.app)
-        else:
-            st.caption("None: logit nodes have no outputs.")
+    for column, title, edges, none in zip(st.columns(2), ("Inputs", "Outputs"), (ins, outs),
+                                          ("tokens and error nodes have no inputs", "logit nodes have no outputs")):
+        with column:
+            st.markdown(f"**{title}** (largest first)")
+            if edges:
+                show_table(edges_table([row(j, w) for j, w in edges]), ctx.app)
+            else:
+                st.caption(f"None: {none} in the graph.")
     if kind == "feature":
         _, _, feat, act = graph.feature_of(i)
         folder = folders[layer]

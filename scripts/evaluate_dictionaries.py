@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from dictionary_recipe import (BATCH, D_SAE, DEAD_TOKENS, K, LR, ROOT, STEPS, STEPS_BY_LAYER, TRAIN_TOKENS, WINDOW,
-                               log)
+                               encode_all, log)
 from viz_model.features import collect_activations, load_dictionary, token_windows
 from viz_model.features.index import build_index, save_corpus, save_index
 from viz_model.features.readout import fvu
@@ -34,12 +34,7 @@ def evaluate(model, tok, data: Path, out: Path, hooks: list[str], eval_tokens: i
     for name in hooks:
         d = load_dictionary(out / name)
         x = acts.pop(name)
-        parts, recon = [], []
-        for i in range(0, len(x), 8192):
-            f = d.encode(x[i:i + 8192])
-            recon.append(d.decode(f))
-            parts.append(f.to(torch.float16))
-        feats, recon = torch.cat(parts), torch.cat(recon)
+        feats, recon = encode_all(d, x)
         active = (feats > 0)
         row = {"hook": name, "architecture": d.architecture, "k": d.k, "d_sae": d.d_sae,
                "fvu": round(fvu(x, recon), 4), "mean_l0": round(float(active.sum(-1).float().mean()), 2),

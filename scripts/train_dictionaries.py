@@ -23,13 +23,12 @@ contexts (``top_contexts.safetensors``, see :mod:`viz_model.features.index`).
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
 
-from dictionary_recipe import (BATCH, D_SAE, DEAD_TOKENS, EVAL_TOKENS, K, LR, OUT, ROOT, SEED, STEPS, STEPS_BY_LAYER,
-                               TRAIN_TOKENS, WINDOW, hooks, log)
+from dictionary_recipe import (BATCH, D_SAE, DEAD_TOKENS, EVAL_TOKENS, K, LR, OUT, SEED, STEPS, STEPS_BY_LAYER,
+                               TRAIN_TOKENS, WINDOW, hooks, log, stage_args)
 from evaluate_dictionaries import evaluate  # the second stage lives beside this script
 from viz_model import load_model
 from viz_model.features import collect_activations, save_dictionary, token_windows, train_on_activations
@@ -53,11 +52,7 @@ def train(model, tok, data: Path, layers: list[int]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    parser.add_argument("--stage", choices=("all", "train", "evaluate"), default="all")
-    parser.add_argument("--layers", type=int, nargs="*", help="train only these layers (default: all)")
-    args = parser.parse_args()
+    args = stage_args(__doc__.splitlines()[0], ("all", "train", "evaluate"))
     torch.manual_seed(SEED)
     model, tok = load_model()
     model.eval()

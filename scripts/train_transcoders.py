@@ -27,7 +27,6 @@ folder's card ``README.md``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from dictionary_recipe import encode_all, log, stage_args
 from viz_model import load_model
 from viz_model.circuits import attribute, graph_scores
 from viz_model.features import collect_activations, load_dictionary, save_dictionary, token_windows, train_on_activations
@@ -50,10 +50,6 @@ EVAL_TOKENS, WINDOW, TEST_SLICE_CHARS = 102_400, 128, 12_000
 D_SAE, K, STEPS, BATCH, LR, SEED, DEAD_TOKENS = 2048, 24, 1500, 1024, 1e-3, 0, 100_000
 N_PROMPTS, PROMPT_TOKENS = 24, 32
 MIN_FIRES = 8  # a feature kept fires on at least this many training tokens (rarer ones are removed, see prune)
-
-
-def log(msg: str) -> None:
-    print(time.strftime("%H:%M:%S"), msg, flush=True)
 
 
 def in_hook(layer: int) -> str:
@@ -139,12 +135,7 @@ def evaluate(model, tok, data: Path, n_layers: int) -> list[dict]:
         d = load_dictionary(OUT / in_hook(layer))
         tcs[layer] = d
         x, y = acts.pop(in_hook(layer)), acts.pop(out_hook(layer))
-        parts, recon = [], []
-        for i in range(0, len(x), 8192):
-            f = d.encode(x[i:i + 8192])
-            recon.append(d.decode(f))
-            parts.append(f.to(torch.float16))
-        feats, recon = torch.cat(parts), torch.cat(recon)
+        feats, recon = encode_all(d, x)
         active = feats > 0
         row = {"hook": in_hook(layer), "hook_out": out_hook(layer), "kind": "transcoder",
                "architecture": d.architecture, "k": d.k, "d_sae": d.d_sae, "fvu": round(fvu(y, recon), 4),
@@ -215,11 +206,7 @@ on dead features; the features that fired on fewer than {MIN_FIRES} training tok
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
-    parser.add_argument("--stage", choices=("all", "train", "prune", "evaluate"), default="all")
-    parser.add_argument("--layers", type=int, nargs="*", help="train only these layers (default: all)")
-    args = parser.parse_args()
+    args = stage_args(__doc__.splitlines()[0], ("all", "train", "prune", "evaluate"))
     torch.manual_seed(SEED)
     model, tok = load_model()
     model.eval()
