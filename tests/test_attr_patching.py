@@ -241,7 +241,7 @@ def test_attribution_patching_refuses_a_metric_without_gradient():
     tokens = torch.tensor([[1, 2, 3]])
     _, cache = model.run_with_cache(tokens)
     with pytest.raises(ValueError, match="differentiable scalar"):
-        patching.get_attr_patch_resid_pre(model, tokens, cache, lambda logits: float(logits[0, -1, 0]))
+        patching.get_attr_patch_resid_pre(model, tokens, cache, lambda logits: float(logits[0, -1, 0].detach()))
     with pytest.raises(ValueError, match="same length"):
         patching.get_attr_patch_mlp_out(model, tokens[:, :2], cache, patching.prob_metric(3))
 

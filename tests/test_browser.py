@@ -815,8 +815,9 @@ def test_clicking_a_cell_of_the_head_splits_its_score(server, browser):
     expect(page.get_by_role("heading", name=re.compile(r"Why this score\? Layer 2, head 1: 9 "))).to_be_visible(timeout=60_000)
     fig = page.locator(".js-plotly-plot").nth(1)  # the all-heads grid, then the head
 
-    def click_cell() -> None:  # cell (query 5, key 2), at its screen position
+    def click_cell() -> None:  # cell (query 5, key 2), at its screen position, once the chart takes clicks
         fig.scroll_into_view_if_needed()
+        page.wait_for_function("(el) => el.__vizClick === true", arg=fig.element_handle(), timeout=60_000)
         x, y = page.evaluate("""(el) => { const xa = el._fullLayout.xaxis,
             ya = el._fullLayout.yaxis, r = el.getBoundingClientRect();
             return [r.left + xa._offset + xa.l2p(2), r.top + ya._offset + ya.l2p(5)]; }""", fig.element_handle())

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from hostile_ui import HOSTILE, TEXT, dictionary_set, hostile_model, hostile_tokenizer
-from test_browser import browser, settled, start_server, stop, visit  # noqa: F401  (browser: a fixture)
+from test_browser import browser, settled, settled_after, start_server, stop, visit  # noqa: F401  (browser: a fixture)
 from viz_model import save_checkpoint
 from viz_model.features.job import zip_folder
 from viz_ui.app.navigation import PAGES
@@ -82,10 +82,10 @@ def test_every_page_shows_a_hostile_model_as_text(hostile_server, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url))
-    for slug in SLUGS:
-        page.goto(f"{url}/{slug}?text={quote(TEXT)}")
+    for slug in SLUGS:  # the pages of one session, as the sidebar's links open them
+        in_place = visit(page, f"{url}/{slug}?text={quote(TEXT)}")
         expect(page.locator("[data-testid=stMain] h1").first).to_be_visible(timeout=60_000)
-        settled(page)
+        settled_after(page, in_place)
         if slug == "attention":  # the head's heatmap (a live chart, drawn a frame after the run) with its tick labels
             expect(page.locator(".js-plotly-plot svg text").filter(has_text="<s>").first).to_be_attached(timeout=60_000)
         dom = check_dom(page, slug)
