@@ -217,7 +217,7 @@ def test_head_contributions_equal_the_change_when_the_head_is_zeroed():
         seen = {}
         model.run_with_hooks(tokens, [("blocks.0.attn.hook_z", zero),
                                       ("blocks.0.hook_resid_mid", lambda x, h: seen.setdefault("x", x))])
-        assert float(base - d.hidden_pre(seen["x"][0, 7])[3]) == pytest.approx(float(contrib[0, head]), abs=1e-4)
+        assert float((base - d.hidden_pre(seen["x"][0, 7])[3]).detach()) == pytest.approx(float(contrib[0, head]), abs=1e-4)
     # a transcoder on ln2.hook_normalized: frozen scale; refusals in one line
     t = random_dictionary(32, "blocks.1.ln2.hook_normalized", hook_name_out="blocks.1.hook_mlp_out", d_out=32)
     assert head_contributions(model, tokens, t, 0, 3).shape == (2, 4)
