@@ -255,6 +255,11 @@ def test_batch_sizes_give_the_same_graph_and_a_capped_graph_keeps_the_full_rows(
     # the kept features are the most influential ones reached from the logits
     influence = compute_node_influence(many.adjacency, many.logit_weights())[: many.n_features]
     assert influence[sel].min() >= influence.sort(descending=True).values[20] - 1e-9
+    # a feature's node index from (layer, pos, feature): its node when kept, None when the cap left it out
+    for node in range(capped.n_features):
+        assert capped.feature_node(*capped.feature_of(node)[:3]) == node
+    left_out = [i for i in range(len(capped.active_features)) if i not in set(sel.tolist())]
+    assert left_out and all(capped.feature_node(*capped.active_features[i].tolist()) is None for i in left_out)
 
 
 def test_a_graph_above_the_memory_limit_keeps_fewer_features_and_says_so(monkeypatch):

@@ -19,7 +19,7 @@ import torch
 
 from viz_model.circuits.contribution import ContributionGraph
 from viz_model.circuits.graph import Graph
-from viz_model.circuits.graph_json import node_id
+from viz_model.circuits.graph_json import FEATURE_TYPES, node_id
 from viz_model.circuits.influence import compute_edge_influence, compute_node_influence
 from viz_ui.analysis.text import plotly_text
 
@@ -155,20 +155,7 @@ def node_edges(graph: Graph, index: int, n: int = 10) -> tuple[list[tuple[int, f
             [(int(i), float(col[i])) for i in outs if float(col[i]) != 0])
 
 
-def prompt_ids(ids: Sequence[int], bos_id: int | None, limit: int = MAX_PROMPT) -> tuple[list[int], bool, bool]:
-    """``(ids, with_bos, cut)``: the prompt the page attributes: the text's ids, at most ``limit`` (the first ones),
-    after a beginning-of-sequence token when the tokenizer has one and the text does not start with it (as
-    circuit-tracer prepends one; its features and error are then left out of the graph)."""
-    ids = list(ids)
-    with_bos = bos_id is not None and (not ids or ids[0] != bos_id)
-    if with_bos:
-        ids = [bos_id] + ids
-    cut = len(ids) > limit
-    return ids[:limit], bos_id is not None and ids[:1] == [bos_id], cut
-
-
-KINDS = {"cross layer transcoder": "feature", "mlp reconstruction error": "error", "embedding": "token",
-         "logit": "logit"}
+KINDS = dict(zip(FEATURE_TYPES, ("feature", "error", "token", "logit")))  # a graph file's node types, as drawn
 
 
 def json_payload(data: dict) -> dict:

@@ -15,11 +15,6 @@ from viz_ui.analysis.text_trace import Trace
 SCORE_NAMES = ("previous-token", "first-token", "duplicate-token", "induction")
 
 
-def stacked_patterns(arrays: dict, n_layers: int) -> np.ndarray:
-    """Every layer's ``hook_pattern`` from a trace's arrays: ``[n_layers, n_heads, query_pos, key_pos]``."""
-    return np.stack([arrays[f"blocks.{i}.attn.hook_pattern"] for i in range(n_layers)])
-
-
 def overview_patterns(arrays: dict, n_layers: int) -> tuple[np.ndarray, int]:
     """What the all-heads overview draws: every layer's ``hook_pattern``, max-pooled by the overview's block size
     (:func:`viz_ui.analysis.numeric.grid_block`) one layer at a time: ``([n_layers, n_heads, q_blocks, k_blocks], block)``.
