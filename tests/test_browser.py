@@ -823,7 +823,9 @@ def test_clicking_a_cell_of_the_head_splits_its_score(server, browser):
             return [r.left + xa._offset + xa.l2p(2), r.top + ya._offset + ya.l2p(5)]; }""", fig.element_handle())
         page.mouse.click(x, y)
 
-    until_url(page, click_cell, re.compile(r"query=5.*key=2|key=2.*query=5"))
+    # in the full suite the first click is missed (cause not found; never in this file alone): tried again after 5 s
+    # rather than 15 (a second click on the same cell asks for the same view)
+    until_url(page, click_cell, re.compile(r"query=5.*key=2|key=2.*query=5"), wait_s=5.0)
     expect(page.get_by_role("heading", name=re.compile(r"Why this score\? Layer 2, head 1: 5 .* → 2 "))).to_be_visible(
         timeout=60_000)
     page.close()
