@@ -15,9 +15,9 @@ import torch
 
 from viz_model import CheckpointError
 from viz_model.circuits import CircuitError, graph_scores, ranked_heads, subgraph_scores
-from viz_model.circuits.graph_json import GraphFileError, load_graph_json, node_id, to_graph_json
+from viz_model.circuits.graph_json import GraphFileError, load_graph_json, node_id, node_index, to_graph_json
 from viz_ui.analysis.circuits import MAX_PROMPT, json_payload, node_edges
-from viz_ui.analysis.text import plain
+from viz_ui.analysis.text import plain, plotly_text
 from viz_ui.app.circuit_graph import circuit_graph, clean_view, keep_in_link, view_state
 from viz_ui.app.circuits import (attribution_graph, contribution, head_split, intervention_runs, payload_json,
                                  supported, transcoder_sets)
@@ -73,12 +73,7 @@ def draw(ctx: PageContext, key: tuple, graph, labels: list[str], folders: tuple[
 
 def node_of(graph, ident: str) -> int | None:
     """The node index of a JSON node id in ``graph``, or None."""
-    if not ident:
-        return None
-    for i in range(graph.n_nodes):
-        if node_id(graph, i) == ident:
-            return i
-    return None
+    return node_index(graph, ident) if ident else None
 
 
 def scores(ctx: PageContext, graph, view: dict) -> None:
@@ -174,7 +169,7 @@ def edge_section(ctx: PageContext, graph, view: dict, ids: tuple[int, ...], fold
 def interventions(ctx: PageContext, graph, view: dict, ids: tuple[int, ...], folders: tuple[str, ...]) -> None:
     """Scale or ablate a pinned node or supernode and compare the next tokens."""
     st.subheader("Intervene")
-    groups = {f"supernode {plain(g[0])}": g[1:] for g in view["supernodes"]}
+    groups = {f"supernode {g[0]}": g[1:] for g in view["supernodes"]}
     for p in view["pinned"]:
         i = node_of(graph, p)
         if i is not None and graph.node_kind(i) in ("feature", "error"):
@@ -206,7 +201,7 @@ def interventions(ctx: PageContext, graph, view: dict, ids: tuple[int, ...], fol
     intact, p_intact, changed, p_changed = intervention_runs(ctx.path, ids, folders, tuple(feats), tuple(errs), N_NEW,
                                                              stop)
     show_figure(intervention_bars(ctx.vocab, np.array(p_intact), np.array(p_changed),
-                                  f"Next token, intact and with {target} × {scale:g}"), ctx.app,
+                                  f"Next token, intact and with {plotly_text(target)} × {scale:g}"), ctx.app,
                 "circuits_intervention")
     words = lambda toks: "".join(ctx.vocab[t] for t in toks).replace("·", " ")
     st.markdown(f"**{N_NEW} greedy tokens, intact:** {plain(words(intact))}")

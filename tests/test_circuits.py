@@ -273,6 +273,9 @@ def test_a_graph_above_the_memory_limit_keeps_fewer_features_and_says_so(monkeyp
     capped = attribute(model, ids, tcs)
     assert 0 < capped.n_features < full.n_features and capped.n_nodes ** 2 * 4 <= limit_mb * 2 ** 20
     assert "memory limit" in capped.message and "VIZ_GRAPH_MB" in capped.message and full.message == ""
+    for odd in ("inf", "nan", "-1", "0", "lots"):  # an unusable limit is the default's, never a crash or no room
+        monkeypatch.setenv("VIZ_GRAPH_MB", odd)
+        assert attribute(model, ids, tcs).n_features == full.n_features, odd
 
 
 def test_edge_heads_drops_add_up_to_the_edge_in_a_one_layer_model_and_are_zero_outside_the_path():

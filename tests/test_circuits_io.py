@@ -13,7 +13,7 @@ from test_circuits import random_transcoders
 from viz_model import load_model
 from viz_model.circuits import attribute
 from viz_model.circuits.contribution import contribution_graph
-from viz_model.circuits.graph_json import GraphFileError, load_graph_json, node_id, to_graph_json
+from viz_model.circuits.graph_json import GraphFileError, load_graph_json, node_id, node_index, to_graph_json
 from viz_model.circuits.intervene import feature_intervention, feature_intervention_generate
 from viz_model.circuits import graph_json as graph_json_module
 from viz_model.circuits import contribution as contribution_module
@@ -68,6 +68,13 @@ def test_error_ids_never_equal_feature_ids(graph):
     features = {f"{layer}_{feat}_{pos}" for layer in range(3) for feat in range(48) for pos in range(graph.n_pos)}
     assert len(errors) == 3 * graph.n_pos and not errors & features
     assert all(node_id(graph, i) not in errors for i in range(graph.n_features))
+
+
+def test_a_node_id_leads_back_to_its_node(graph):
+    assert [node_index(graph, node_id(graph, i)) for i in range(graph.n_nodes)] == list(range(graph.n_nodes))
+    odd = ["", "x", "0_1", "0_1_2_3", f"0_0_{graph.n_pos}", "0_0_-1", "99_0_0", "E_x_0", f"{graph.n_layers + 1}_-5_0",
+           "-1_0_0", "E_0_0" if int(graph.input_tokens[0]) else "E_1_0"]
+    assert [node_index(graph, o) for o in odd] == [None] * len(odd)
 
 
 @pytest.mark.parametrize("data, message", [

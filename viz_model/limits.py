@@ -83,7 +83,7 @@ DEFAULT_MAX_MODEL_MB = 4_096  # see max_model_bytes
 DEFAULT_MEMORY_MARGIN_MB = 1_024  # see memory_margin_bytes
 
 
-def _env_mb(name: str, default: float, allow_zero: bool = False) -> int:
+def env_mb(name: str, default: float, allow_zero: bool = False) -> int:
     """``$name`` in megabytes as bytes; an unreadable, infinite or negative value (or 0 unless ``allow_zero``)
     gives ``default``."""
     try:
@@ -105,14 +105,14 @@ def max_model_bytes() -> int:
     0.5 GiB before a model exists, so an estimate of 4 GiB leaves 1.5 GiB of headroom, and the largest model
     docs/memory.md promises (Qwen2-0.5B: 3,867 MB estimated) still loads.
     """
-    return _env_mb("VIZ_MAX_MODEL_MB", DEFAULT_MAX_MODEL_MB)
+    return env_mb("VIZ_MAX_MODEL_MB", DEFAULT_MAX_MODEL_MB)
 
 
 def memory_margin_bytes() -> int:
     """Memory left free when a server-chosen model is checked against :func:`free_memory_bytes`, in bytes:
     ``VIZ_MEMORY_MARGIN_MB`` (megabytes, 0 allowed; unreadable or negative: the default) or 1,024 MB, room for the
     app's traces and Streamlit."""
-    return _env_mb("VIZ_MEMORY_MARGIN_MB", DEFAULT_MEMORY_MARGIN_MB, allow_zero=True)
+    return env_mb("VIZ_MEMORY_MARGIN_MB", DEFAULT_MEMORY_MARGIN_MB, allow_zero=True)
 
 
 def free_memory_bytes() -> int:

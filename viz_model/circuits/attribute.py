@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 import torch
 
 from viz_model.circuits.graph import Graph
+from viz_model.circuits.influence import normalize_matrix
 from viz_model.circuits.replacement import (GRAPH_BUDGET_ENV, CircuitError, FrozenRun, Prepared, as_ids, check_model,
                                             check_transcoders, frozen_copies, graph_budget_bytes, prepare)
 from viz_model.features.dictionary import SparseDictionary
@@ -104,8 +105,7 @@ def _partial_influences(rows: torch.Tensor, row_nodes: torch.Tensor, logit_p: to
                         logit_offset: int, max_iter: int = 128) -> torch.Tensor:
     """circuit-tracer's ``compute_partial_influences``: influence of every source column on the logits through the
     rows computed so far (``rows`` ``[r, n_sources + n_logits]``, ``row_nodes[i]`` the node of row ``i``)."""
-    normalized = rows.abs()
-    normalized = normalized / normalized.sum(dim=1, keepdim=True).clamp(min=1e-8)
+    normalized = normalize_matrix(rows)
     influences = torch.zeros(rows.shape[1])
     prod = torch.zeros(rows.shape[1])
     prod[logit_offset:logit_offset + n_logits] = logit_p

@@ -57,6 +57,31 @@ def node_id(graph: Graph, index: int) -> str:
     return f"{graph.n_layers + 1}_{int(graph.logit_tokens[index - graph.logit_start])}_{graph.n_pos - 1}"
 
 
+def node_index(graph: Graph, ident: str) -> int | None:
+    """The node whose :func:`node_id` is ``ident``, or None (no such node, or not an id): read from the id's fields,
+    without a pass over the nodes."""
+    parts = str(ident).split("_")
+    if len(parts) != 3 or not all(p.lstrip("-").isdigit() for p in parts[1:]):
+        return None
+    head, (key, pos) = parts[0], (int(parts[1]), int(parts[2]))
+    if not 0 <= pos < graph.n_pos:
+        return None
+    if head == "E":
+        index = graph.token_start + pos
+    elif not head.isdigit():
+        return None
+    elif int(head) == graph.n_layers + 1:
+        hits = (graph.logit_tokens == key).nonzero().flatten()
+        index = graph.logit_start + int(hits[0]) if len(hits) else None
+    elif int(head) >= graph.n_layers:
+        return None
+    elif key == -1:
+        index = graph.error_start + int(head) * graph.n_pos + pos
+    else:
+        index = graph.feature_node(int(head), pos, key)
+    return index if index is not None and node_id(graph, index) == ident else None
+
+
 def node_json(graph: Graph, index: int, influence: float | None, token_text: Callable[[int], str],
               clerp: str = "") -> dict:
     """One node's JSON object (circuit-tracer's ``Node.*_node`` constructors, error ids made collision-free)."""

@@ -18,30 +18,24 @@ rows of the adjacency as there are copies (circuit-tracer's ``AttributionContext
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from viz_model.features.dictionary import SparseDictionary
+from viz_model.features.dictionary import TRANSCODER_IN, SparseDictionary, transcoder_out_hook
 from viz_model.features.saelens import load_dictionary
+from viz_model.limits import env_mb
 
-TRANSCODER_FOLDER = re.compile(r"^blocks\.(\d+)\.ln2\.hook_normalized$")
 GRAPH_BUDGET_ENV = "VIZ_GRAPH_MB"
 DEFAULT_GRAPH_MB = 1024
 
 
 def graph_budget_bytes() -> int:
-    """Bytes the adjacency matrix (and the rows being computed) may take: ``VIZ_GRAPH_MB`` megabytes (default 1,024).
-    A graph that would need more keeps fewer feature nodes (``max_feature_nodes``) and says so."""
-    try:
-        mb = float(os.environ.get(GRAPH_BUDGET_ENV, DEFAULT_GRAPH_MB))
-    except ValueError:
-        mb = DEFAULT_GRAPH_MB
-    return int(max(mb, 0.01) * (1 << 20))
+    """Bytes the adjacency matrix (and the rows being computed) may take: ``VIZ_GRAPH_MB`` megabytes (default 1,024,
+    also for an unreadable, infinite, NaN, zero or negative value). A graph that would need more keeps fewer feature nodes (``max_feature_nodes``) and says so."""
+    return env_mb(GRAPH_BUDGET_ENV, DEFAULT_GRAPH_MB)
 
 
 class CircuitError(ValueError):
@@ -61,7 +55,7 @@ def load_transcoders(folder: str | Path, dtype: torch.dtype = torch.float32) -> 
     found = {}
     if base.is_dir():
         for sub in base.iterdir():
-            m = TRANSCODER_FOLDER.match(sub.name)
+            m = TRANSCODER_IN.match(sub.name)
             if m and (sub / "cfg.json").is_file():
                 found[int(m.group(1))] = sub
     if not found:
@@ -105,7 +99,7 @@ def check_transcoders(model, transcoders: Mapping[int, SparseDictionary] | Itera
     if not isinstance(transcoders, Mapping):
         items = {}
         for d in transcoders:
-            m = TRANSCODER_FOLDER.match(getattr(d, "hook_name", ""))
+            m = TRANSCODER_IN.match(getattr(d, "hook_name", ""))
             if not m:
                 raise CircuitError(f"a transcoder reads blocks.<layer>.ln2.hook_normalized, not {d.hook_name!r}")
             items[int(m.group(1))] = d
@@ -118,7 +112,8 @@ def check_transcoders(model, transcoders: Mapping[int, SparseDictionary] | Itera
     out = {}
     for layer in range(n_layers):
         d = transcoders[layer]
-        want_in, want_out = f"blocks.{layer}.ln2.hook_normalized", f"blocks.{layer}.hook_mlp_out"
+        want_in = f"blocks.{layer}.ln2.hook_normalized"
+        want_out = transcoder_out_hook(want_in)
         if not isinstance(d, SparseDictionary) or d.hook_name != want_in or d.hook_name_out != want_out:
             raise CircuitError(f"layer {layer}'s transcoder must read {want_in} and write {want_out}")
         if d.d_in != d_model or d.d_out != d_model:

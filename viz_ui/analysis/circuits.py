@@ -50,8 +50,7 @@ def _shares_before(scores: torch.Tensor) -> torch.Tensor:
 
 
 def graph_payload(graph: Graph, labels: Sequence[str], vocab: Sequence[str], *,
-                  cards: Callable[[list[tuple[int, int]]], dict[tuple[int, int], NodeCard]] | None = None,
-                  node_labels: dict[str, str] | None = None) -> dict:
+                  cards: Callable[[list[tuple[int, int]]], dict[tuple[int, int], NodeCard]] | None = None) -> dict:
     """The browser's view of an attribution graph (module docstring). ``labels``: each position's token as shown;
     ``vocab``: every token id's (for the logit nodes); ``cards([(layer, feature), ...])``: what a hover shows of
     each feature sent, asked once for all of them.
@@ -80,7 +79,6 @@ def graph_payload(graph: Graph, labels: Sequence[str], vocab: Sequence[str], *,
     chosen = nz[order][shares[order] < EDGE_MAX][:MAX_LINKS]
     dst, src = chosen // len(nodes_idx), chosen % len(nodes_idx)
     share_of = dict(zip(chosen.tolist(), shares[order][: len(chosen)].tolist()))
-    node_labels = node_labels or {}
     wanted = sorted({(layer, feat) for layer, _, feat, _ in
                      (graph.feature_of(i) for i in nodes_idx if graph.node_kind(i) == "feature")})
     card_of = cards(wanted) if cards is not None else {}
@@ -93,7 +91,7 @@ def graph_payload(graph: Graph, labels: Sequence[str], vocab: Sequence[str], *,
         if kind == "feature":
             _, _, feat, act = graph.feature_of(i)
             item.update(feature=feat, act=round(act, 4),
-                        label=plotly_text(node_labels.get(item["id"], f"L{layer} #{feat}")))
+                        label=f"L{layer} #{feat}")
             card = card_of.get((layer, feat))
             if card is not None:
                 item["card"] = {"promoted": [plotly_text(t) for t in card.promoted],

@@ -9,7 +9,7 @@ attribution graph's dense matrix is tens of megabytes), the gate's own cache hol
 from __future__ import annotations
 
 import json
-import re
+from pathlib import Path
 
 import streamlit as st
 import torch
@@ -17,15 +17,13 @@ import torch
 from viz_model.circuits import CircuitError, Graph, attribute, check_model, edge_heads
 from viz_model.circuits.contribution import ContributionGraph, contribution_graph
 from viz_model.circuits.intervene import feature_intervention_generate
+from viz_model.features.dictionary import TRANSCODER_IN
 from viz_model.features.index import FeatureIndex
 from viz_model.features.readout import top_promoted
 from viz_ui.analysis.circuits import NodeCard, contribution_payload, graph_payload
 from viz_ui.app.features import dictionary, dictionary_sets, get_index
 from viz_ui.app.gate import NotComputed, costly
 from viz_ui.app.state import estimate_seconds, resolve
-
-TRANSCODER_IN = re.compile(r"blocks\.(\d+)\.ln2\.hook_normalized$")
-
 
 def transcoder_sets(model_path: str, n_layers: int) -> dict[str, tuple[str, ...]]:
     """The dictionary sets (:func:`viz_ui.app.features.dictionary_sets`) that hold one transcoder per layer of the
@@ -34,7 +32,7 @@ def transcoder_sets(model_path: str, n_layers: int) -> dict[str, tuple[str, ...]
     for label, folders in dictionary_sets(model_path).items():
         by_layer = {}
         for folder in folders:
-            m = TRANSCODER_IN.search(folder.rstrip("/"))
+            m = TRANSCODER_IN.match(Path(folder).name)
             if m:
                 by_layer[int(m.group(1))] = folder
         if sorted(by_layer) == list(range(n_layers)):
@@ -91,20 +89,11 @@ def attribution_graph(path: str, text: str, ids: tuple[int, ...], folders: tuple
 
     def compute(progress):
         report = None if progress is None else (lambda f, m: progress(int(1000 * f), 1000))
-        graph = attribute(model, torch.tensor(ids), tcs, zero_first_position=zero_first, progress=report,
-                          scan=f"{len(folders)} transcoders")
-        _graphs(key, graph)
-        return True
+        return attribute(model, torch.tensor(ids), tcs, zero_first_position=zero_first, progress=report,
+                         scan=f"{len(folders)} transcoders")
 
-    done = costly("circuit_graph", key, attribution_seconds(path, text, len(ids), model.cfg.n_layers, k), compute,
+    return _gated("circuit_graph", key, attribution_seconds(path, text, len(ids), model.cfg.n_layers, k), compute,
                   "Compute the attribution graph", where)
-    if done is None:
-        return None
-    found = _kept(key)
-    if found is None:  # the receipt outlived the graph (evicted): compute it again, now
-        compute(None)
-        found = _kept(key)
-    return found
 
 
 def contribution(path: str, text: str, ids: tuple[int, ...], where=None) -> ContributionGraph | None:
@@ -114,18 +103,22 @@ def contribution(path: str, text: str, ids: tuple[int, ...], where=None) -> Cont
     if found is not None:
         return found
     model, _ = resolve(path)
+    return _gated("contribution_graph", key, estimate_seconds(path, text, 3.0),
+                  lambda progress: contribution_graph(model, torch.tensor(ids)), "Compute the contribution graph", where)
 
-    def compute(progress):
-        _graphs(key, contribution_graph(model, torch.tensor(ids)))
+
+def _gated(name: str, key: tuple, seconds: float, compute, label: str, where):
+    """``compute(progress)``'s graph through the gate (:func:`viz_ui.app.gate.costly`: a button above the time
+    limit), kept under ``key``; None while the button waits."""
+    def keep(progress):
+        _graphs(key, compute(progress))
         return True
 
-    done = costly("contribution_graph", key, estimate_seconds(path, text, 3.0), compute,
-                  "Compute the contribution graph", where)
-    if done is None:
+    if costly(name, key, seconds, keep, label, where) is None:
         return None
     found = _kept(key)
-    if found is None:
-        compute(None)
+    if found is None:  # the receipt outlived the graph (evicted): compute it again, now
+        keep(None)
         found = _kept(key)
     return found
 
@@ -133,10 +126,9 @@ def contribution(path: str, text: str, ids: tuple[int, ...], where=None) -> Cont
 @st.cache_resource(max_entries=16, show_spinner=False)
 def _payload(key: tuple, _graph, _labels: tuple[str, ...], _vocab: list[str], _folders: tuple[str, ...] = ()) -> str:
     """The browser's JSON of a graph, written once per server (``key`` names the graph)."""
-    if isinstance(_graph, ContributionGraph):
-        model, _ = resolve(key[1])
-        return json.dumps(contribution_payload(_graph, list(_labels), model.cfg.n_layers), separators=(",", ":"))
     model, _ = resolve(key[1])
+    if isinstance(_graph, ContributionGraph):
+        return json.dumps(contribution_payload(_graph, list(_labels), model.cfg.n_layers), separators=(",", ":"))
     vocab = _vocab
     indexes: dict[int, FeatureIndex | None] = {layer: get_index(f, model.cfg.d_vocab) for layer, f in enumerate(_folders)}
     dicts = {layer: dictionary(f) for layer, f in enumerate(_folders)}

@@ -16,7 +16,7 @@ import numpy as np
 import streamlit as st
 import torch
 
-from viz_model.features.dictionary import SparseDictionary
+from viz_model.features.dictionary import TRANSCODER_IN, SparseDictionary
 from viz_model.features.index import FeatureIndex, load_index
 from viz_model.features.saelens import load_dictionary, shipped_dictionaries
 
@@ -39,8 +39,8 @@ def dictionary_sets(model_path: str) -> dict[str, tuple[str, ...]]:
     stem = _model_stem(model_path)
     if stem:
         shipped = shipped_dictionaries(stem)
-        saes = [str(p) for name, p in shipped.items() if not name.endswith(".ln2.hook_normalized")]
-        transcoders = [str(p) for name, p in shipped.items() if name.endswith(".ln2.hook_normalized")]
+        saes = [str(p) for name, p in shipped.items() if not TRANSCODER_IN.match(name)]
+        transcoders = [str(p) for name, p in shipped.items() if TRANSCODER_IN.match(name)]
         if saes:
             sets[f"shipped: {len(saes)} sparse autoencoders for {stem}"] = tuple(saes)
         if transcoders:
