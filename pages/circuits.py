@@ -213,10 +213,11 @@ def files(ctx: PageContext, graph, view: dict, ids: tuple[int, ...]) -> None:
     if ctx.lecture:
         return
     q = {"pinnedIds": view["pinned"], "supernodes": view["supernodes"], "clickedId": view["clicked"]}
-    data = to_graph_json(graph, lambda i: ctx.vocab[i].replace("·", " "), slug="circuit",
-                         prompt="".join(ctx.vocab[t] for t in ids).replace("·", " "),
-                         node_threshold=view["node_t"], edge_threshold=view["edge_t"], q_params=q)
-    st.download_button("Download the graph (Neuronpedia JSON)", json.dumps(data), file_name="circuit-graph.json",
+    data = lambda: json.dumps(to_graph_json(  # written when the button is clicked, not at every run
+        graph, lambda i: ctx.vocab[i].replace("·", " "), slug="circuit",
+        prompt="".join(ctx.vocab[t] for t in ids).replace("·", " "), node_threshold=view["node_t"],
+        edge_threshold=view["edge_t"], q_params=q))
+    st.download_button("Download the graph (Neuronpedia JSON)", data, file_name="circuit-graph.json",
                        mime="application/json", icon=":material/download:", key="cg_download",
                        help="The graph pruned at the thresholds above, with the pinned nodes and supernodes, in the "
                             "format Neuronpedia and circuit-tracer's local server read.")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from viz_ui.app.layout import write_param
 from viz_ui.app.live_chart import pack
 from viz_ui.app.preload import LOADER_JS, compact_js, live_chart_source
 
@@ -75,14 +76,10 @@ def link_state(contribution: bool = False) -> dict:
 
 
 def keep_in_link(view: dict, contribution: bool = False) -> None:
-    """Write the view into the link (dropped when it is the default)."""
-    default = clean_view(None, contribution)
-    if view == default:
-        st.query_params.pop(LINK_KEY, None)
-    else:
-        text = json.dumps(view, separators=(",", ":"))
-        if st.query_params.get(LINK_KEY) != text:
-            st.query_params[LINK_KEY] = text
+    """Write the view into the link (dropped when it is the default, or too long for an address:
+    :func:`viz_ui.app.layout.write_param`)."""
+    write_param(LINK_KEY, json.dumps(view, separators=(",", ":")),
+                json.dumps(clean_view(None, contribution), separators=(",", ":")))
 
 
 def view_state(key: str, contribution: bool = False) -> dict:

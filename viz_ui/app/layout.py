@@ -175,7 +175,7 @@ def shared_value(key: str, default, valid=lambda value: True, cast=str):
     """A value shared by every page and kept in the link under ``key``, as :func:`shared_widget` keeps a widget's,
     for a control that is not a Streamlit widget (a custom component, which changes it with :func:`set_shared`)."""
     value = _shared(key, default, valid, cast)
-    _write_param(key, str(value), default)
+    write_param(key, str(value), default)
     return value
 
 
@@ -193,14 +193,14 @@ def shared_widget(widget, *args, key: str, default, valid=lambda value: True, ca
         value = _shared(key, default, valid, cast)
     shown = to_link(value) if to_link else str(value).lower() if isinstance(value, bool) else str(value)
     default = default if link_default is None else link_default
-    _write_param(key, shown, to_link(default) if to_link else default)
+    write_param(key, shown, to_link(default) if to_link else default)
     return value
 
 
 MAX_LINK_CHARS = 2_000  # a value longer than this (URL-encoded) is not written into the link (issue 14)
 
 
-def _write_param(key: str, shown: str, default) -> None:
+def write_param(key: str, shown: str, default) -> None:
     """Keep ``key`` in the address bar: only when it differs from its default (links stay short), and only when
     it fits (a 20,000-character text would make an address the server refuses with HTTP 400)."""
     default_shown = str(default).lower() if isinstance(default, bool) else str(default)
