@@ -390,3 +390,14 @@ def test_sessions_running_an_offloaded_model_at_once_each_get_its_numbers(pair):
     for t in threads:
         t.join(120)
     assert not errors and not wrong, (errors[:3], wrong[:5])
+
+
+def test_the_contribution_graph_equals_the_whole_models(pair):
+    """The circuits' contribution graph reads W_O and the norms' weights through placement.weight (offloaded blocks
+    hold meta tensors between forward passes)."""
+    from viz_model.circuits.contribution import contribution_graph
+    whole, placed, _ = pair
+    ids = _ids(whole, seed=4)
+    ref, got = contribution_graph(whole, ids), contribution_graph(placed, ids)
+    for name in ("attn", "attn_resid", "mlp", "mlp_resid"):
+        torch.testing.assert_close(getattr(got, name), getattr(ref, name), atol=1e-4, rtol=0)

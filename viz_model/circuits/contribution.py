@@ -26,6 +26,7 @@ import torch
 
 from viz_model.circuits.replacement import CircuitError, as_ids
 from viz_model.components import LayerNorm
+from viz_model.placement import weight
 
 BLOCK_BYTES = 128 << 20  # the [query block, key_pos, n_heads, d_model] parts of one step at a time
 
@@ -96,7 +97,7 @@ def _post_norm(parts: torch.Tensor, norm, scale: torch.Tensor) -> torch.Tensor:
     """A norm applied to a part with its scale frozen (its bias belongs to no part): LayerNorm centres first."""
     if isinstance(norm, LayerNorm):
         parts = parts - parts.mean(-1, keepdim=True)
-    return parts / scale * norm.w.float()
+    return parts / scale * weight(norm, "w").float()
 
 
 def _importance(y: torch.Tensor, parts: torch.Tensor, p: int) -> torch.Tensor:
@@ -149,7 +150,7 @@ def contribution_graph(model, tokens, threshold: float = 0.04, p: int = 1) -> Co
         v = got["attn.hook_v"].float()  # [k, kv_head, d_head]
         if cfg.n_rep > 1:
             v = v.repeat_interleave(cfg.n_rep, dim=1)
-        vo = torch.einsum("khd,hdm->khm", v, block.attn.W_O.float())  # [k, head, d_model]
+        vo = torch.einsum("khd,hdm->khm", v, weight(block.attn, "W_O").float())  # [k, head, d_model]
         placement = cfg.norm_placement
         out_norm = getattr(block, "ln1_post", None) if placement in ("sandwich", "output") else (
             block.ln1 if placement == "post" else None)
@@ -170,7 +171,7 @@ def contribution_graph(model, tokens, threshold: float = 0.04, p: int = 1) -> Co
             if out_norm is not None:
                 if isinstance(out_norm, LayerNorm):
                     parts.sub_(parts.mean(-1, keepdim=True))
-                parts.div_(out_scale.float()[q0:q1, None, None]).mul_(out_norm.w.float())
+                parts.div_(out_scale.float()[q0:q1, None, None]).mul_(weight(out_norm, "w").float())
             if p == 1:  # ||y - c||_1, in place: c - y, its absolute value, summed
                 dist = parts.sub_(mid[q0:q1, None, None]).abs_().sum(-1)
             else:
