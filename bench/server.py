@@ -24,10 +24,11 @@ def peak_rss_mb(pid: int) -> float:
 
 
 @contextmanager
-def app_server(port: int | None = None, root: Path = ROOT, args: list[str] | tuple[str, ...] = ()):
+def app_server(port: int | None = None, root: Path = ROOT, args: list[str] | tuple[str, ...] = (),
+               env: dict[str, str] | None = None):
     """Yield ``(url, process)`` of a running app (on ``port``, or a free one; the app in the folder ``root``, by
     default this checkout, served as the README starts it: ``serve.py``, with its routes, where the folder has one,
-    else ``app.py``; ``args`` passed to the app after ``--``, e.g. ``["--model", path]``); stopped afterwards."""
+    else ``app.py``; ``args`` passed to the app after ``--``, e.g. ``["--model", path]``; ``env``: the server's environment, by default this process's); stopped afterwards."""
     if port is None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -35,7 +36,7 @@ def app_server(port: int | None = None, root: Path = ROOT, args: list[str] | tup
     script = root / "serve.py" if (root / "serve.py").is_file() else root / "app.py"
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
                              *(["--", *args] if args else [])],
-                            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(240):

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from dictionary_recipe import encode_all, log, stage_args
+from dictionary_recipe import EVAL_TOKENS, OUT, WINDOW, encode_all, log, stage_args
 from viz_model import load_model
 from viz_model.circuits import attribute, graph_scores
 from viz_model.features import collect_activations, load_dictionary, save_dictionary, token_windows, train_on_activations
@@ -44,9 +44,7 @@ from viz_model.features.readout import fvu
 from viz_model.features.saelens import weights_bytes
 from viz_model.tokenizer import END_OF_TEXT
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "assets" / "dictionaries" / "tinystories-6l"
-EVAL_TOKENS, WINDOW, TEST_SLICE_CHARS = 102_400, 128, 12_000
+TEST_SLICE_CHARS = 12_000
 D_SAE, K, STEPS, BATCH, LR, SEED, DEAD_TOKENS = 2048, 24, 1500, 1024, 1e-3, 0, 100_000
 N_PROMPTS, PROMPT_TOKENS = 24, 32
 MIN_FIRES = 8  # a feature kept fires on at least this many training tokens (rarer ones are removed, see prune)

@@ -86,8 +86,8 @@ class ContributionGraph:
             if node in seen:
                 continue
             seen.add(node)
-            for source, weight, kind in incoming.get(node, ()):
-                kept.append((source, node, weight, kind))
+            for source, share, kind in incoming.get(node, ()):
+                kept.append((source, node, share, kind))
                 stack.append(source)
         self.edges_cache[key] = kept
         return kept
