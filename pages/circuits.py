@@ -15,12 +15,12 @@ import torch
 
 from viz_model import CheckpointError
 from viz_model.circuits import CircuitError, graph_scores, ranked_heads, subgraph_scores
-from viz_model.circuits.graph_json import GraphFileError, load_graph_json, node_id, node_index, to_graph_json
-from viz_ui.analysis.circuits import MAX_PROMPT, json_payload, node_edges
+from viz_model.circuits.graph_json import GraphFileError, node_id, node_index, to_graph_json
+from viz_ui.analysis.circuits import MAX_PROMPT, node_edges
 from viz_ui.analysis.text import plain, plotly_text
 from viz_ui.app.circuit_graph import circuit_graph, clean_view, keep_in_link, view_state
 from viz_ui.app.circuits import (attribution_graph, contribution, head_split, intervention_runs, payload_json,
-                                 supported, transcoder_sets)
+                                 supported, transcoder_sets, uploaded_graph)
 from viz_ui.app.feature_card import show_feature_card
 from viz_ui.app.features import dictionary, get_text_features
 from viz_ui.app.layout import show_code, show_figure, show_link, show_table
@@ -230,7 +230,7 @@ def uploaded(ctx: PageContext) -> bool:
     if file is None:
         return False
     try:
-        data = load_graph_json(file.getvalue())
+        data, payload = uploaded_graph(file.file_id, file.getvalue())
     except GraphFileError as exc:
         st.error(f"This file cannot be read as a graph: {plain(str(exc))}.", icon=":material/error:")
         return False
@@ -238,7 +238,6 @@ def uploaded(ctx: PageContext) -> bool:
     st.info(f"Showing the uploaded graph {plain(meta['slug'])} ({len(data['nodes']):,} nodes, {len(data['links']):,} "
             f"links; transcoders: {plain(meta['scan']) or 'not named'}). It is drawn as the file holds it; remove the "
             "file below to see this model's own graph.", icon=":material/upload_file:")
-    payload = json.dumps(json_payload(data), separators=(",", ":"))
     view = clean_view(data["qParams"] | {"pinned": data["qParams"]["pinnedIds"],
                                          "clicked": data["qParams"]["clickedId"]})
     circuit_graph("circuit_upload", payload, str(hash(payload)), view, ctx.display.theme, ctx.display.scale,

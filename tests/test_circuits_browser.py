@@ -82,3 +82,22 @@ def test_thresholds_and_pins_redraw_in_the_browser_and_reach_the_link(server, br
     assert other.locator(GRAPH + " .xtick text a, " + GRAPH + " .xtick text b").count() == 0
     page.close()
     other.close()
+
+
+def test_the_downloaded_graph_uploads_again(server, browser):
+    """The download (written when clicked) is Neuronpedia's JSON of this graph; uploaded again, the page draws it
+    from the file (read once per upload). Files that are not graphs: tests/test_circuits_io.py."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    open_graph(page, server + "/circuits")
+    with page.expect_download(timeout=60_000) as got:
+        page.get_by_role("button", name="Download the graph (Neuronpedia JSON)").click()
+    data = json.loads(open(got.value.path(), "rb").read())
+    assert data["metadata"]["slug"] == "circuit" and len(data["nodes"]) > 20 and data["links"]
+    page.get_by_text("Open a graph file (Neuronpedia JSON)").click()
+    upload = page.locator("[data-testid=stFileUploaderDropzoneInput]")
+    upload.set_input_files(files=[{"name": "g.json", "mimeType": "application/json",
+                                   "buffer": json.dumps(data).encode()}])
+    expect(page.get_by_text("Showing the uploaded graph circuit")).to_be_visible(timeout=60_000)
+    expect(page.get_by_text(f"({len(data['nodes']):,} nodes")).to_be_visible()
+    page.wait_for_selector(GRAPH + " .scatterlayer .trace", timeout=60_000)
+    page.close()

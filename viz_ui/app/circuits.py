@@ -16,11 +16,12 @@ import torch
 
 from viz_model.circuits import CircuitError, Graph, attribute, check_model, edge_heads
 from viz_model.circuits.contribution import ContributionGraph, contribution_graph
+from viz_model.circuits.graph_json import load_graph_json
 from viz_model.circuits.intervene import feature_intervention_generate
 from viz_model.features.dictionary import TRANSCODER_IN
 from viz_model.features.index import FeatureIndex
 from viz_model.features.readout import top_promoted
-from viz_ui.analysis.circuits import NodeCard, contribution_payload, graph_payload
+from viz_ui.analysis.circuits import NodeCard, contribution_payload, graph_payload, json_payload
 from viz_ui.app.features import dictionary, dictionary_sets, get_index
 from viz_ui.app.gate import NotComputed, costly
 from viz_ui.app.state import estimate_seconds, resolve
@@ -150,6 +151,18 @@ def _payload(key: tuple, _graph, _labels: tuple[str, ...], _vocab: list[str], _f
 
     payload = graph_payload(_graph, list(_labels), vocab, cards=cards)
     return json.dumps(payload, separators=(",", ":"))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def uploaded_graph(file_id: str, _data: bytes) -> tuple[dict, str]:
+    """An uploaded graph file (``file_id``: the upload's id; ``_data`` its bytes) read and checked
+    (:func:`viz_model.circuits.graph_json.load_graph_json`) with the browser's JSON of it: once per upload, not at
+    every rerun (a file may hold 100 MB).
+
+    Raises:
+        GraphFileError: a file that is not a graph this page can draw (one line)."""
+    data = load_graph_json(_data)
+    return data, json.dumps(json_payload(data), separators=(",", ":"))
 
 
 def payload_json(key: tuple, graph, labels: list[str], vocab: list[str], folders: tuple[str, ...] = ()) -> str:
